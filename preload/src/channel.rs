@@ -1,0 +1,161 @@
+//! This process's channel to the collector: a shared-memory file `<pid>.<start_ns>.ring`
+//! created 0600 in the private directory named by `MLPROF_DIR`. Created at load time and
+//! again in a fork child (which must not write into its parent's channel). No allocation:
+//! paths are built in stack buffers; only raw syscalls are used.
+
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use mlprof_wire::{Header, Record, Ring};
+
+static BASE: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+static LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// The attached channel, if any.
+#[inline]
+pub fn ring() -> Option<Ring<'static>> {
+    let base = BASE.load(Ordering::Acquire);
+    if base.is_null() {
+        return None;
+    }
+    // SAFETY: BASE/LEN describe a mapping created by `open` below that is never unmapped
+    // while published here; attach validates the contents.
+    unsafe { Ring::attach(base, LEN.load(Ordering::Relaxed)) }.ok()
+}
+
+/// Append a record to the channel (dropped silently if there is no channel).
+#[inline]
+pub fn send(record: &Record) {
+    if let Some(ring) = ring() {
+        ring.push(record);
+    }
+}
+
+/// Create, map and initialise a new channel in `dir` (a NUL-terminated path), publish it,
+/// and return its header. Replaces (and unmaps) any previous channel of this process image.
+pub fn open(dir: &[u8], slots: u64, fill: impl FnOnce(&mut Header)) -> Option<&'static Header> {
+    let pid = std::process::id();
+    let start_ns = crate::clock::monotonic_ns();
+    let mut path = PathBuf::new();
+    path.push(dir.split(|&b| b == 0).next().unwrap_or(&[]));
+    path.push(b"/");
+    path.push_u64(pid as u64);
+    path.push(b".");
+    path.push_u64(start_ns);
+    path.push(mlprof_wire::FILE_SUFFIX.as_bytes());
+    let len = mlprof_wire::file_bytes(slots);
+    let base = map_new_file(path.as_cstr()?, len)?;
+    // SAFETY: `base` is a fresh, zero-filled, page-aligned shared mapping of `len` bytes that
+    // no other thread knows about yet, and it is never unmapped while published.
+    let ring = unsafe {
+        Ring::init(base, len, slots, |h| {
+            h.pid = pid;
+            h.start_ns = start_ns;
+            fill(h);
+        })
+    }?;
+    let old = BASE.swap(base, Ordering::AcqRel);
+    let old_len = LEN.swap(len, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: `old` was mapped by this function with `old_len` bytes; it is no longer
+        // published, and the only caller that replaces a channel is the fork child, which is
+        // single-threaded at that point.
+        unsafe { libc::munmap(old as *mut libc::c_void, old_len) };
+    }
+    Some(ring.header())
+}
+
+/// Create `path` exclusively (0600), size it, and map it shared. Raw syscalls only.
+fn map_new_file(path: &core::ffi::CStr, len: usize) -> Option<*mut u8> {
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: `path` is a valid NUL-terminated string; open has no other preconditions.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is an open file we own.
+    let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let addr = if sized {
+        // SAFETY: mapping `len` bytes of a file we just sized to `len`; no fixed address.
+        unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) }
+    } else {
+        libc::MAP_FAILED
+    };
+    // SAFETY: closing our own descriptor; the mapping stays valid after close.
+    unsafe { libc::close(fd) };
+    if addr == libc::MAP_FAILED {
+        // SAFETY: removing the file we created above.
+        unsafe { libc::unlink(path.as_ptr()) };
+        return None;
+    }
+    Some(addr as *mut u8)
+}
+
+/// A fixed-size path buffer (no allocation).
+struct PathBuf {
+    buf: [u8; 512],
+    len: usize,
+    overflow: bool,
+}
+
+impl PathBuf {
+    fn new() -> PathBuf {
+        PathBuf {
+            buf: [0; 512],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.len + 1 >= self.buf.len() {
+                self.overflow = true;
+                return;
+            }
+            self.buf[self.len] = b;
+            self.len += 1;
+        }
+    }
+
+    fn push_u64(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    fn as_cstr(&self) -> Option<&core::ffi::CStr> {
+        if self.overflow {
+            return None;
+        }
+        core::ffi::CStr::from_bytes_until_nul(&self.buf[..=self.len]).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathBuf;
+
+    #[test]
+    fn path_buffer_formats_numbers_and_refuses_overflow() {
+        let mut p = PathBuf::new();
+        p.push(b"/tmp/x/");
+        p.push_u64(0);
+        p.push(b".");
+        p.push_u64(18446744073709551615);
+        assert_eq!(
+            p.as_cstr().unwrap().to_bytes(),
+            b"/tmp/x/0.18446744073709551615"
+        );
+        p.push(&[b'a'; 600]);
+        assert!(p.as_cstr().is_none());
+    }
+}

@@ -1,0 +1,152 @@
+//! Attaching to the collector when the library loads, re-attaching in fork children, and
+//! recording the exit status. The load-time constructor runs before `main`, single-threaded;
+//! the fork-child handler runs in the only thread of the child. Neither allocates.
+
+use core::sync::atomic::Ordering;
+
+use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
+
+use crate::{channel, clock, heap};
+
+/// Runs when the dynamic loader initialises the library (`.init_array`).
+extern "C" fn on_load() {
+    if attach(false).is_none() {
+        return; // not launched by mlprof (no MLPROF_DIR): count nothing, send nothing
+    }
+    // SAFETY: registering plain `extern "C"` callbacks that live as long as the library.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(on_fork_child));
+        on_exit(on_normal_exit, core::ptr::null_mut());
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
+extern "C" {
+    /// glibc's `on_exit`: like `atexit`, but the handler receives the exit status, also when
+    /// `main` returns.
+    fn on_exit(f: extern "C" fn(c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+}
+use libc::c_int;
+
+extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
+    record_exit(code, false);
+}
+
+extern "C" fn on_fork_child() {
+    attach(true);
+}
+
+/// Create this process's channel and move the heap counters into it.
+fn attach(forked: bool) -> Option<()> {
+    let mut dir = [0u8; 400];
+    copy_env(c"MLPROF_DIR", &mut dir)?;
+    let inherited = forked.then(|| heap::counters().current.load(Ordering::Relaxed));
+    let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
+        fill_identity(h, forked)
+    })?;
+    heap::publish(&header.heap, inherited);
+    let mut start = Record::new(Kind::ProcessStart, clock::tid(), header.start_ns);
+    start.a = header.pid as u64;
+    start.b = header.ppid as u64;
+    start.c = forked as u64;
+    channel::send(&start);
+    Some(())
+}
+
+fn fill_identity(h: &mut Header, forked: bool) {
+    // SAFETY: getppid has no preconditions.
+    h.ppid = unsafe { libc::getppid() } as u32;
+    h.forked = forked as u32;
+    let (len, truncated) = read_cmdline(&mut h.cmdline);
+    h.cmdline_len = len as u32;
+    h.cmdline_truncated = truncated as u32;
+    python_version(&mut h.python_version);
+}
+
+/// Record the exit status in the channel header (idempotent: the first call wins).
+pub fn record_exit(code: c_int, immediate: bool) {
+    let Some(ring) = channel::ring() else { return };
+    let header = ring.header();
+    if header.state.load(Ordering::Acquire) == state::EXITED {
+        return;
+    }
+    let now = clock::monotonic_ns();
+    header.exit_code.store(code, Ordering::Relaxed);
+    header.exit_ns.store(now, Ordering::Relaxed);
+    header.state.store(state::EXITED, Ordering::Release);
+    let mut rec = Record::new(Kind::ProcessExit, clock::tid(), now);
+    rec.a = code as i64 as u64;
+    rec.b = immediate as u64;
+    ring.push(&rec);
+}
+
+/// Copy an environment variable into `out`, NUL-terminated. `None` if unset or too long.
+fn copy_env(name: &core::ffi::CStr, out: &mut [u8]) -> Option<()> {
+    // SAFETY: getenv with a valid C string; the result is read before any setenv can run
+    // (constructor or single-threaded fork child).
+    let value = unsafe { libc::getenv(name.as_ptr()) };
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returned a valid NUL-terminated string.
+    let bytes = unsafe { core::ffi::CStr::from_ptr(value) }.to_bytes();
+    if bytes.is_empty() || bytes.len() >= out.len() {
+        return None;
+    }
+    out[..bytes.len()].copy_from_slice(bytes);
+    out[bytes.len()] = 0;
+    Some(())
+}
+
+/// Read `/proc/self/cmdline` into `out`. Returns (bytes, truncated).
+fn read_cmdline(out: &mut [u8; CMDLINE_BYTES]) -> (usize, bool) {
+    // SAFETY: a constant NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return (0, false);
+    }
+    let mut len = 0;
+    while len < out.len() {
+        // SAFETY: reading into the unfilled tail of `out`, within its bounds.
+        let n = unsafe { libc::read(fd, out[len..].as_mut_ptr().cast(), out.len() - len) };
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    let mut probe = 0u8;
+    // SAFETY: reading one byte into a local to learn whether anything was left over.
+    let more = len == out.len() && unsafe { libc::read(fd, (&mut probe as *mut u8).cast(), 1) } > 0;
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    (len, more)
+}
+
+/// If this process contains a CPython interpreter, its version (`3.11.7`) into `out`.
+fn python_version(out: &mut [u8; PYVERSION_BYTES]) {
+    // SAFETY: dlsym with a valid C string; looking up a symbol, not calling anything yet.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"Py_GetVersion".as_ptr()) };
+    if sym.is_null() {
+        return;
+    }
+    // SAFETY: `Py_GetVersion` has the C signature `const char *(void)` in every CPython; it
+    // formats a static buffer and is documented as callable before `Py_Initialize`.
+    let get: extern "C" fn() -> *const libc::c_char = unsafe { core::mem::transmute(sym) };
+    let text = get();
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: Py_GetVersion returns a NUL-terminated static string.
+    let bytes = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
+    let version = bytes.split(|&b| b == b' ').next().unwrap_or(&[]);
+    let n = version.len().min(out.len() - 1);
+    out[..n].copy_from_slice(&version[..n]);
+}

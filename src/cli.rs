@@ -1,0 +1,217 @@
+//! The command line: `mlprof run` and `mlprof report`, parsed with clap and carried out by
+//! wiring launch → collect → model → render.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::render::{self, Format};
+use crate::{collect, launch, model};
+
+#[derive(Parser)]
+#[command(
+    name = "mlprof",
+    version,
+    about = "Profile CPU, memory and GPU of Python ML programs, per line"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Profile a command and report when it ends.
+    Run(RunArgs),
+    /// Render a saved JSON profile again.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct FormatArgs {
+    /// Terminal report.
+    #[arg(long, conflicts_with_all = ["json", "html"])]
+    text: bool,
+    /// JSON profile (schema: docs/profile-schema.md).
+    #[arg(long, conflicts_with = "html")]
+    json: bool,
+    /// Self-contained HTML page.
+    #[arg(long)]
+    html: bool,
+}
+
+impl FormatArgs {
+    fn chosen(&self) -> Option<Format> {
+        if self.text {
+            Some(Format::Text)
+        } else if self.json {
+            Some(Format::Json)
+        } else if self.html {
+            Some(Format::Html)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Write the report to FILE (format from --text/--json/--html, else from the extension:
+    /// .html, .txt, otherwise JSON). Nothing else is printed.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Print no report (use with -o to only save the profile).
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command to profile, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A JSON profile written by `mlprof run -o FILE` or `--json`.
+    profile: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Run the command line; returns the exit code (the profiled command's, for `run`).
+pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return Ok(if err.use_stderr() {
+                crate::error::EXIT_USAGE
+            } else {
+                0
+            });
+        }
+    };
+    match cli.command {
+        Command::Run(args) => run_command(args),
+        Command::Report(args) => report(args),
+    }
+}
+
+/// Where a report goes.
+enum Destination {
+    File(PathBuf),
+    Stdout,
+    Stderr,
+    Nowhere,
+}
+
+fn run_command(args: RunArgs) -> Result<i32> {
+    launch::block_forwarded_signals();
+    let (format, destination) = run_destination(&args);
+    let session = launch::Session::create()?;
+    let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
+    let launch_ns = collect::monotonic_ns();
+    let launched = launch::spawn(&session, &args.command, to_stderr)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    launch::forward_signals(launched.pid, stop.clone());
+    let recorded = collect::record(&session, launched, launch_ns);
+    stop.store(true, Ordering::Relaxed);
+    let mut recording = recorded?;
+    recording.command = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let profile = model::attribute(&recording);
+    if !matches!(destination, Destination::Stderr) || format != Format::Text {
+        for warning in &profile.warnings {
+            eprintln!("mlprof: warning: {warning}");
+        }
+    }
+    emit(&profile, format, destination)?;
+    Ok(match (profile.exit.code, profile.exit.signal) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => crate::error::EXIT_ERROR,
+    })
+}
+
+fn run_destination(args: &RunArgs) -> (Format, Destination) {
+    let chosen = args.format.chosen();
+    match (&args.output, chosen) {
+        (Some(path), format) => (
+            format.unwrap_or_else(|| format_for(path)),
+            Destination::File(path.clone()),
+        ),
+        (None, _) if args.quiet => (Format::Text, Destination::Nowhere),
+        (None, Some(format)) => (format, Destination::Stdout),
+        (None, None) => (Format::Text, Destination::Stderr),
+    }
+}
+
+fn format_for(path: &Path) -> Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("html" | "htm") => Format::Html,
+        Some("txt") => Format::Text,
+        _ => Format::Json,
+    }
+}
+
+fn report(args: ReportArgs) -> Result<i32> {
+    let origin = args.profile.display().to_string();
+    let text = std::fs::read_to_string(&args.profile)
+        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
+    let profile = render::json::parse(&text, &origin)?;
+    let format = args.format.chosen().unwrap_or(Format::Text);
+    let destination = args.output.map_or(Destination::Stdout, Destination::File);
+    emit(&profile, format, destination)?;
+    Ok(0)
+}
+
+fn emit(profile: &model::Profile, format: Format, destination: Destination) -> Result<()> {
+    if matches!(destination, Destination::Nowhere) {
+        return Ok(());
+    }
+    let text = render::render(profile, format)?;
+    match &destination {
+        Destination::File(path) => std::fs::write(path, text.as_bytes()).map_err(|e| {
+            Error::new(format!(
+                "cannot write {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        }),
+        Destination::Stdout => write_all(std::io::stdout().lock(), &text),
+        Destination::Stderr => write_all(std::io::stderr().lock(), &text),
+        Destination::Nowhere => Ok(()),
+    }
+}
+
+fn write_all(mut out: impl Write, text: &str) -> Result<()> {
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::new(format!("cannot write the report: {e}"))),
+    }
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "No such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
+        _ => e.to_string(),
+    }
+}

@@ -1,0 +1,143 @@
+//! The channel files of a run: found by scanning the session directory, drained while the
+//! target runs and once more after it ends (SIGKILL included: the files outlive the process).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use mlprof_wire::{state, Kind, WireError, FILE_SUFFIX};
+
+use super::mapping::Mapping;
+use super::recording::ChannelSummary;
+use crate::error::{Error, Result};
+
+struct Channel {
+    mapping: Mapping,
+    summary: ChannelSummary,
+}
+
+/// Every channel of the run, keyed by file name (`<pid>.<start_ns>.ring`: unique per image).
+pub struct Channels {
+    dir: PathBuf,
+    open: BTreeMap<PathBuf, Channel>,
+    launch_ns: u64,
+}
+
+impl Channels {
+    /// Channels of the session directory `dir`; times are made relative to `launch_ns`.
+    pub fn new(dir: &Path, launch_ns: u64) -> Channels {
+        Channels {
+            dir: dir.to_path_buf(),
+            open: BTreeMap::new(),
+            launch_ns,
+        }
+    }
+
+    /// Attach channel files that appeared since the last scan. Files still being initialised
+    /// are retried next time; a file of another wire version is an error.
+    pub fn scan(&mut self) -> Result<()> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_channel = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(FILE_SUFFIX));
+            if !is_channel || self.open.contains_key(&path) {
+                continue;
+            }
+            let Ok(mapping) = Mapping::open(&path) else {
+                continue;
+            };
+            let summary = match mapping.ring() {
+                Ok(ring) => ChannelSummary::from_header(ring.header(), self.launch_ns),
+                Err(WireError::NotReady) => continue,
+                Err(err) => return Err(Error::new(format!("{}: {err}", path.display()))),
+            };
+            self.open.insert(path, Channel { mapping, summary });
+        }
+        Ok(())
+    }
+
+    /// Read every published record and refresh the counters of every channel. `now_ns` is
+    /// relative to launch.
+    pub fn drain(&mut self, now_ns: u64) {
+        for channel in self.open.values_mut() {
+            channel.drain(now_ns, self.launch_ns);
+        }
+    }
+
+    /// Current heap of each live process (the newest image of each pid that has not exited).
+    pub fn live_heaps(&self) -> BTreeMap<u32, i64> {
+        let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();
+        for channel in self.open.values() {
+            let s = &channel.summary;
+            let heap = if s.exit_code.is_some() {
+                0
+            } else {
+                s.heap_current
+            };
+            let slot = newest.entry(s.pid).or_insert((s.start_ns, heap));
+            if s.start_ns >= slot.0 {
+                *slot = (s.start_ns, heap);
+            }
+        }
+        newest
+            .into_iter()
+            .map(|(pid, (_, heap))| (pid, heap))
+            .collect()
+    }
+
+    /// After the run: drain what is left, skipping slots that a killed writer never published,
+    /// and return every channel's summary.
+    pub fn finish(mut self, now_ns: u64) -> Vec<ChannelSummary> {
+        let _ = self.scan();
+        let mut out = Vec::new();
+        for channel in self.open.values_mut() {
+            channel.drain(now_ns, self.launch_ns);
+            while channel.mapping.ring().is_ok_and(|ring| ring.skip_hole()) {
+                channel.drain(now_ns, self.launch_ns);
+            }
+            out.push(channel.summary.clone());
+        }
+        out.sort_by_key(|s| s.start_ns);
+        out
+    }
+}
+
+impl Channel {
+    fn drain(&mut self, now_ns: u64, launch_ns: u64) {
+        let Ok(ring) = self.mapping.ring() else {
+            return;
+        };
+        let s = &mut self.summary;
+        while let Some(record) = ring.pop() {
+            s.records += 1;
+            if Kind::from_u16(record.kind) == Some(Kind::ProcessExit) {
+                s.exit_code = Some(record.a as i64 as i32);
+                s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns));
+            }
+        }
+        let header = ring.header();
+        if header.state.load(Ordering::Acquire) == state::EXITED && s.exit_code.is_none() {
+            s.exit_code = Some(header.exit_code.load(Ordering::Relaxed));
+            s.exit_ns = Some(
+                header
+                    .exit_ns
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(launch_ns),
+            );
+        }
+        let peak = header.heap.peak.load(Ordering::Relaxed);
+        if peak > s.heap_peak {
+            s.heap_peak = peak;
+            s.heap_peak_seen_ns = now_ns;
+        }
+        s.heap_current = header.heap.current.load(Ordering::Relaxed);
+        s.alloc_bytes = header.heap.total.load(Ordering::Relaxed);
+        s.alloc_count = header.heap.count.load(Ordering::Relaxed);
+        s.dropped = ring.dropped();
+    }
+}

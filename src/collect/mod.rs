@@ -1,0 +1,93 @@
+//! The collector: while the profiled command runs, drain every process's channel and poll
+//! `/proc` at a fixed tick; when it ends (however it ends), drain once more. Produces a
+//! [`Recording`] of raw facts.
+
+mod channels;
+mod mapping;
+pub mod procfs;
+pub mod recording;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
+
+pub use recording::{ChannelSummary, ProcSummary, Recording, Tick};
+
+use crate::error::Result;
+use crate::launch::{ChildExit, Launched, Session};
+use channels::Channels;
+
+/// How often the collector drains channels and polls `/proc` (>= 50 Hz by contract).
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// `CLOCK_MONOTONIC` nanoseconds (the clock the preload library stamps records with).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Collect until the launched command ends. `launch_ns` is when it was started.
+pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<Recording> {
+    let mut channels = Channels::new(session.dir(), launch_ns);
+    let mut procs: BTreeMap<u32, ProcSummary> = BTreeMap::new();
+    let mut ticks = Vec::new();
+    let exit: ChildExit = loop {
+        let now = monotonic_ns().saturating_sub(launch_ns);
+        channels.scan()?;
+        channels.drain(now);
+        ticks.push(poll(&channels, launched.pid, &mut procs, now));
+        match launched.exited.recv_timeout(TICK) {
+            Ok(exit) => break exit,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break ChildExit::default(),
+        }
+    };
+    let wall_ns = monotonic_ns().saturating_sub(launch_ns);
+    let summaries = channels.finish(wall_ns);
+    Ok(Recording {
+        command: Vec::new(),
+        wall_ns,
+        child_pid: launched.pid,
+        exit,
+        channels: summaries,
+        procs: procs.into_values().collect(),
+        ticks,
+        warnings: Vec::new(),
+    })
+}
+
+/// One tick: read `/proc` for the child and every process with a channel; sum the footprint.
+fn poll(channels: &Channels, child: u32, procs: &mut BTreeMap<u32, ProcSummary>, now: u64) -> Tick {
+    let heaps = channels.live_heaps();
+    let mut pids: Vec<u32> = heaps.keys().copied().collect();
+    if !heaps.contains_key(&child) {
+        pids.push(child);
+    }
+    let mut rss_bytes = 0;
+    for pid in pids {
+        let Some(reading) = procfs::read(pid) else {
+            continue;
+        };
+        rss_bytes += reading.rss_bytes;
+        let entry = procs.entry(pid).or_insert(ProcSummary {
+            pid,
+            ..ProcSummary::default()
+        });
+        entry.peak_rss_bytes = entry
+            .peak_rss_bytes
+            .max(reading.hwm_bytes)
+            .max(reading.rss_bytes);
+        entry.cpu_s = reading.cpu_s;
+    }
+    let heap_bytes = heaps.values().map(|&h| h.max(0) as u64).sum();
+    Tick {
+        t_ns: now,
+        heap_bytes,
+        rss_bytes,
+    }
+}

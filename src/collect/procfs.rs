@@ -1,0 +1,71 @@
+//! What `/proc` says about a process: resident set size, its high-water mark, CPU time.
+
+use std::path::PathBuf;
+
+/// One reading of a process.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProcReading {
+    /// Resident set size now (bytes).
+    pub rss_bytes: u64,
+    /// Kernel's peak RSS (VmHWM) so far (bytes).
+    pub hwm_bytes: u64,
+    /// User + kernel CPU seconds so far.
+    pub cpu_s: f64,
+}
+
+/// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory).
+pub fn read(pid: u32) -> Option<ProcReading> {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    let status = std::fs::read_to_string(base.join("status")).ok()?;
+    let rss_kib = status_field_kib(&status, "VmRSS:")?;
+    let hwm_kib = status_field_kib(&status, "VmHWM:").unwrap_or(rss_kib);
+    let stat = std::fs::read_to_string(base.join("stat")).ok()?;
+    Some(ProcReading {
+        rss_bytes: rss_kib * 1024,
+        hwm_bytes: hwm_kib * 1024,
+        cpu_s: stat_cpu_s(&stat).unwrap_or(0.0),
+    })
+}
+
+fn status_field_kib(status: &str, name: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(name))?;
+    line[name.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// utime + stime from `/proc/PID/stat` (fields 14 and 15, after the parenthesised name).
+fn stat_cpu_s(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state), so utime (14) is index 11 and stime (15) index 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / clock_ticks_per_s())
+}
+
+fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_spaces_and_parens_in_the_name() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        let cpu = stat_cpu_s(stat).unwrap();
+        assert!((cpu - 300.0 / clock_ticks_per_s()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = read(std::process::id()).unwrap();
+        assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
+    }
+}

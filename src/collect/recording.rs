@@ -1,0 +1,108 @@
+//! What the collector observed during a run, as raw facts. `model::attribute` turns it into a
+//! profile; nothing here interprets.
+
+use mlprof_wire::Header;
+
+use crate::launch::ChildExit;
+
+/// Everything observed during one run.
+#[derive(Clone, Debug, Default)]
+pub struct Recording {
+    /// The command as given.
+    pub command: Vec<String>,
+    /// Nanoseconds from launch to the end of the direct child.
+    pub wall_ns: u64,
+    /// Process id of the direct child.
+    pub child_pid: u32,
+    /// How the direct child ended.
+    pub exit: ChildExit,
+    /// One summary per channel (per process image).
+    pub channels: Vec<ChannelSummary>,
+    /// What `/proc` said about each pid, last reading and maxima.
+    pub procs: Vec<ProcSummary>,
+    /// Tree-wide footprint at each collector tick.
+    pub ticks: Vec<Tick>,
+    /// Things to tell the user.
+    pub warnings: Vec<String>,
+}
+
+/// One collector tick: the tree's footprint.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Tick {
+    /// Nanoseconds from launch.
+    pub t_ns: u64,
+    /// Sum of live processes' heaps.
+    pub heap_bytes: u64,
+    /// Sum of live processes' RSS.
+    pub rss_bytes: u64,
+}
+
+/// `/proc` readings of one pid.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProcSummary {
+    /// Process id.
+    pub pid: u32,
+    /// Highest RSS or VmHWM seen.
+    pub peak_rss_bytes: u64,
+    /// Last CPU seconds seen.
+    pub cpu_s: f64,
+}
+
+/// What one channel (one process image) reported.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChannelSummary {
+    /// Process id.
+    pub pid: u32,
+    /// Parent pid at attach time.
+    pub ppid: u32,
+    /// Nanoseconds from launch when it attached.
+    pub start_ns: u64,
+    /// Command line.
+    pub command: Vec<String>,
+    /// CPython version, if any.
+    pub python: Option<String>,
+    /// Fork child without exec.
+    pub forked: bool,
+    /// Exit code, if it recorded an exit.
+    pub exit_code: Option<i32>,
+    /// Nanoseconds from launch of the exit.
+    pub exit_ns: Option<u64>,
+    /// Exact heap peak.
+    pub heap_peak: i64,
+    /// Collector time (ns from launch) when the current peak was first seen.
+    pub heap_peak_seen_ns: u64,
+    /// Heap now (or at death).
+    pub heap_current: i64,
+    /// Bytes allocated in total.
+    pub alloc_bytes: u64,
+    /// Allocations.
+    pub alloc_count: u64,
+    /// Records read.
+    pub records: u64,
+    /// Records dropped by a full ring.
+    pub dropped: u64,
+}
+
+impl ChannelSummary {
+    /// The identity part of a channel header.
+    pub fn from_header(h: &Header, launch_ns: u64) -> ChannelSummary {
+        let len = (h.cmdline_len as usize).min(h.cmdline.len());
+        let command = h.cmdline[..len]
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let version_len = h.python_version.iter().position(|&b| b == 0).unwrap_or(0);
+        let python = (version_len > 0)
+            .then(|| String::from_utf8_lossy(&h.python_version[..version_len]).into_owned());
+        ChannelSummary {
+            pid: h.pid,
+            ppid: h.ppid,
+            start_ns: h.start_ns.saturating_sub(launch_ns),
+            command,
+            python,
+            forked: h.forked != 0,
+            ..ChannelSummary::default()
+        }
+    }
+}

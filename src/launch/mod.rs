@@ -1,0 +1,81 @@
+//! Starting the profiled command: a private session directory, the preload library in
+//! `LD_PRELOAD` (after any the user already has), inherited stdio, forwarded signals, and a
+//! waiter that reports the exit status with the kernel's resource usage.
+
+mod session;
+mod signals;
+mod wait;
+
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
+
+pub use session::Session;
+pub use signals::{block_forwarded_signals, forward_signals};
+pub use wait::{ChildExit, Usage};
+
+use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+
+/// A running profiled command.
+pub struct Launched {
+    /// Its process id.
+    pub pid: u32,
+    /// Receives its exit status once, when it ends.
+    pub exited: Receiver<ChildExit>,
+}
+
+/// Start `command` under the preload library. With `stdout_to_stderr`, the command's stdout
+/// goes to our stderr (so our stdout carries only the report).
+pub fn spawn(session: &Session, command: &[OsString], stdout_to_stderr: bool) -> Result<Launched> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| Error::new("no command given"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("LD_PRELOAD", preload_value(session))
+        .env(mlprof_wire::ENV_DIR, session.dir());
+    if stdout_to_stderr {
+        cmd.stdout(Stdio::from(
+            std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| Error::new(format!("cannot duplicate stderr: {e}")))?,
+        ));
+    }
+    let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+    let pid = child.id();
+    Ok(Launched {
+        pid,
+        exited: wait::spawn_waiter(child),
+    })
+}
+
+use std::os::fd::AsFd;
+
+/// `LD_PRELOAD` for the child: the user's own value first (kept as is), then ours.
+fn preload_value(session: &Session) -> OsString {
+    let ours = session.preload_path().as_os_str().to_owned();
+    match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut value = existing;
+            value.push(":");
+            value.push(ours);
+            value
+        }
+        _ => ours,
+    }
+}
+
+fn spawn_error(program: &OsString, err: &std::io::Error) -> Error {
+    let name = program.to_string_lossy();
+    let reason = match err.kind() {
+        std::io::ErrorKind::NotFound => "No such file or directory".to_string(),
+        std::io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
+        _ => err.to_string(),
+    };
+    let code = match err.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    };
+    Error::with_code(format!("cannot run '{name}': {reason}"), code)
+}

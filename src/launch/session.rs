@@ -1,0 +1,102 @@
+//! The private directory of one run (0700): the extracted preload library and every
+//! process's channel file (0600). Removed when the run ends.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The preload library, built by `build.rs` and embedded in the binary.
+static PRELOAD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmlprof_preload.so"));
+
+/// A run's private directory; deleted on drop.
+pub struct Session {
+    dir: PathBuf,
+    preload: PathBuf,
+}
+
+impl Session {
+    /// Create the directory under `$TMPDIR` (or `/tmp`) and put the preload library in it.
+    /// `MLPROF_PRELOAD` names another library to use instead (development builds).
+    pub fn create() -> Result<Session> {
+        let dir = make_private_dir(&std::env::temp_dir())?;
+        let preload = match std::env::var_os("MLPROF_PRELOAD") {
+            Some(path) => PathBuf::from(path),
+            None => {
+                let path = dir.join("libmlprof_preload.so");
+                write_private(&path, PRELOAD)?;
+                path
+            }
+        };
+        Ok(Session { dir, preload })
+    }
+
+    /// The directory holding the channel files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The preload library to put in `LD_PRELOAD`.
+    pub fn preload_path(&self) -> &Path {
+        &self.preload
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn make_private_dir(parent: &Path) -> Result<PathBuf> {
+    let template = parent.join("mlprof-XXXXXX");
+    let mut bytes = CString::new(template.as_os_str().as_bytes())
+        .map_err(|_| Error::new("temporary directory path contains a NUL byte"))?
+        .into_bytes_with_nul();
+    // SAFETY: `bytes` is a writable NUL-terminated template ending in XXXXXX, as mkdtemp
+    // requires; mkdtemp creates the directory with mode 0700 and fills in the name in place.
+    let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if made.is_null() {
+        let err = std::io::Error::last_os_error();
+        return Err(Error::new(format!(
+            "cannot create a private directory in {}: {err}",
+            parent.display()
+        )));
+    }
+    bytes.pop();
+    let path: std::ffi::OsString = std::os::unix::ffi::OsStringExt::from_vec(bytes);
+    Ok(PathBuf::from(path))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let fail = |e: std::io::Error| Error::new(format!("cannot write {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(fail)?;
+    file.write_all(bytes).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn session_dir_and_library_are_private_and_removed() {
+        let session = Session::create().unwrap();
+        let dir = session.dir().to_path_buf();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let lib = std::fs::metadata(session.preload_path()).unwrap();
+        assert_eq!(lib.permissions().mode() & 0o777, 0o600);
+        assert!(lib.len() > 1000);
+        drop(session);
+        assert!(!dir.exists());
+    }
+}

@@ -1,0 +1,59 @@
+//! Signals sent to mlprof are passed on to the profiled command. Terminal-generated signals
+//! (Ctrl-C) already reach the command through the process group, so those are not sent twice;
+//! mlprof itself keeps running to write the report.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED {
+            libc::sigaddset(&mut set, sig);
+        }
+    }
+    set
+}
+
+/// Block the forwarded signals in this thread and every thread it creates later. Call first
+/// thing, before any thread exists. The child's mask is reset by `Command`, so it gets them.
+pub fn block_forwarded_signals() {
+    let set = forwarded_set();
+    // SAFETY: a valid set; changing only this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Start a thread that passes forwarded signals on to `pid` until `stop` is set.
+pub fn forward_signals(pid: u32, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let set = forwarded_set();
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            // SAFETY: siginfo_t is plain data filled by the kernel.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: valid set, info and timeout pointers; the signals are blocked here.
+            let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
+            if sig <= 0 || info.si_code == libc::SI_KERNEL {
+                continue; // timeout, or a terminal signal the child already received
+            }
+            // SAFETY: kill has no memory-safety preconditions. `pid` is our child; once it is
+            // reaped, `stop` is set within one collector tick, far too soon for pid reuse.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    });
+}

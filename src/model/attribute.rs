@@ -1,0 +1,134 @@
+//! Recording → Profile: group channels into processes, build the footprint summary, fill the
+//! contract. Pure: no I/O, no clocks.
+
+use std::collections::BTreeMap;
+
+use super::profile::*;
+use super::timeline;
+use crate::collect::{ChannelSummary, Recording};
+
+const NS: f64 = 1e9;
+
+/// Build the profile of a run.
+pub fn attribute(rec: &Recording) -> Profile {
+    let processes = processes(rec);
+    let mut warnings = rec.warnings.clone();
+    if !processes
+        .iter()
+        .any(|p| p.pid == rec.child_pid && p.instrumented)
+    {
+        warnings.push(format!(
+            "the preload library was not loaded into process {} (statically linked, or \
+             LD_PRELOAD cleared): only RSS and CPU time were measured",
+            rec.child_pid
+        ));
+    }
+    Profile {
+        schema: SCHEMA.to_string(),
+        command: rec.command.clone(),
+        exit: Exit {
+            code: rec.exit.code,
+            signal: rec.exit.signal,
+        },
+        wall_s: rec.wall_ns as f64 / NS,
+        cpu_user_s: rec.exit.usage.user_s,
+        cpu_kernel_s: rec.exit.usage.kernel_s,
+        memory: memory(rec, &processes),
+        processes,
+        gpu: Gpu {
+            available: false,
+            reason: Some("GPU polling is not implemented in this version".to_string()),
+            ..Gpu::default()
+        },
+        lines: Vec::new(),
+        functions: Vec::new(),
+        dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
+        warnings,
+    }
+}
+
+/// One process per pid: exec'd images of the same pid are merged (the last image names it).
+fn processes(rec: &Recording) -> Vec<Process> {
+    let mut by_pid: BTreeMap<u32, Vec<&ChannelSummary>> = BTreeMap::new();
+    for channel in &rec.channels {
+        by_pid.entry(channel.pid).or_default().push(channel);
+    }
+    by_pid.entry(rec.child_pid).or_default();
+    let mut out: Vec<Process> = by_pid
+        .iter()
+        .map(|(&pid, images)| process(rec, pid, images))
+        .collect();
+    out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
+    let first = images.first();
+    let last = images.last();
+    let proc_stats = rec.procs.iter().find(|p| p.pid == pid);
+    let mut peak_rss = proc_stats.map_or(0, |p| p.peak_rss_bytes);
+    let mut exit = Exit {
+        code: last.and_then(|l| l.exit_code),
+        signal: None,
+    };
+    let mut cpu_s = proc_stats.map_or(0.0, |p| p.cpu_s);
+    if pid == rec.child_pid {
+        exit = Exit {
+            code: rec.exit.code,
+            signal: rec.exit.signal,
+        };
+        peak_rss = peak_rss.max(rec.exit.usage.maxrss_bytes);
+        cpu_s = cpu_s.max(rec.exit.usage.user_s + rec.exit.usage.kernel_s);
+    }
+    Process {
+        pid,
+        ppid: first.map_or(0, |f| f.ppid),
+        command: last.map_or_else(|| rec.command.clone(), |l| l.command.clone()),
+        exit,
+        python: images.iter().rev().find_map(|i| i.python.clone()),
+        peak_heap_bytes: images
+            .iter()
+            .map(|i| i.heap_peak.max(0) as u64)
+            .max()
+            .unwrap_or(0),
+        peak_rss_bytes: peak_rss,
+        alloc_bytes: images.iter().map(|i| i.alloc_bytes).sum(),
+        alloc_count: images.iter().map(|i| i.alloc_count).sum(),
+        cpu_s,
+        start_s: first.map_or(0.0, |f| f.start_ns as f64 / NS),
+        instrumented: !images.is_empty(),
+        forked: first.is_some_and(|f| f.forked),
+    }
+}
+
+/// Tree peak: each process's exact peak, or the highest sampled sum when several processes
+/// overlapped; its time is when the collector first saw it.
+fn memory(rec: &Recording, processes: &[Process]) -> Memory {
+    let (sum_peak, sum_at_ns) = rec.ticks.iter().fold((0, 0), |best, t| {
+        if t.heap_bytes > best.0 {
+            (t.heap_bytes, t.t_ns)
+        } else {
+            best
+        }
+    });
+    let top_image = rec.channels.iter().max_by_key(|c| c.heap_peak);
+    let (mut peak, mut at_ns) = (sum_peak, sum_at_ns);
+    if let Some(image) = top_image {
+        if image.heap_peak.max(0) as u64 >= peak {
+            peak = image.heap_peak.max(0) as u64;
+            at_ns = image.heap_peak_seen_ns;
+        }
+    }
+    let tick_rss = rec.ticks.iter().map(|t| t.rss_bytes).max().unwrap_or(0);
+    let proc_rss = processes
+        .iter()
+        .map(|p| p.peak_rss_bytes)
+        .max()
+        .unwrap_or(0);
+    Memory {
+        peak_heap_bytes: peak,
+        peak_rss_bytes: tick_rss.max(proc_rss),
+        peak_at_s: at_ns as f64 / NS,
+        timeline: timeline::build(&rec.ticks, timeline::MAX_POINTS),
+    }
+}

@@ -1,0 +1,119 @@
+//! What must hold in every profile. Tests check every profile they produce against these;
+//! `mlprof report` refuses a profile that breaks them.
+
+use super::profile::Profile;
+
+/// Every broken invariant of `p`, as sentences (empty when the profile is consistent).
+pub fn violations(p: &Profile) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            out.push(what);
+        }
+    };
+    check(
+        p.schema == super::SCHEMA,
+        format!("schema is {:?}, expected {:?}", p.schema, super::SCHEMA),
+    );
+    check(
+        p.wall_s.is_finite() && p.wall_s >= 0.0,
+        format!("wall_s {} is not a duration", p.wall_s),
+    );
+    check(
+        !(p.exit.code.is_some() && p.exit.signal.is_some()),
+        "exit has both a code and a signal".to_string(),
+    );
+    let m = &p.memory;
+    let timeline_heap = m.timeline.iter().map(|s| s.heap_bytes).max().unwrap_or(0);
+    check(
+        timeline_heap <= m.peak_heap_bytes,
+        format!(
+            "timeline heap {timeline_heap} exceeds peak_heap_bytes {}",
+            m.peak_heap_bytes
+        ),
+    );
+    let timeline_rss = m.timeline.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+    check(
+        timeline_rss <= m.peak_rss_bytes,
+        format!(
+            "timeline RSS {timeline_rss} exceeds peak_rss_bytes {}",
+            m.peak_rss_bytes
+        ),
+    );
+    check(
+        m.timeline.windows(2).all(|w| w[0].t_s <= w[1].t_s),
+        "timeline is not in time order".to_string(),
+    );
+    for proc in &p.processes {
+        check(
+            proc.peak_heap_bytes <= m.peak_heap_bytes,
+            format!("process {} peak heap exceeds the tree's", proc.pid),
+        );
+    }
+    for line in &p.lines {
+        let c = &line.measures;
+        check(
+            c.cpu_python_s >= 0.0 && c.cpu_native_s >= 0.0 && c.cpu_system_s >= 0.0,
+            format!("{}:{} has negative time", line.file, line.line),
+        );
+        check(
+            c.alloc_python_bytes <= c.alloc_bytes,
+            format!(
+                "{}:{} has more Python bytes than bytes",
+                line.file, line.line
+            ),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{MemorySample, Process, SCHEMA};
+
+    fn consistent() -> Profile {
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            wall_s: 1.0,
+            ..Profile::default()
+        };
+        p.memory.peak_heap_bytes = 100;
+        p.memory.peak_rss_bytes = 300;
+        p.memory.timeline = vec![
+            MemorySample {
+                t_s: 0.0,
+                heap_bytes: 50,
+                rss_bytes: 200,
+            },
+            MemorySample {
+                t_s: 0.5,
+                heap_bytes: 100,
+                rss_bytes: 300,
+            },
+        ];
+        p.processes = vec![Process {
+            pid: 1,
+            peak_heap_bytes: 100,
+            ..Process::default()
+        }];
+        p
+    }
+
+    #[test]
+    fn a_consistent_profile_passes() {
+        assert_eq!(violations(&consistent()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_broken_rule_is_named() {
+        let mut p = consistent();
+        p.memory.timeline[1].heap_bytes = 101;
+        p.memory.timeline[0].t_s = 2.0;
+        p.processes[0].peak_heap_bytes = 500;
+        p.exit.code = Some(0);
+        p.exit.signal = Some(9);
+        let v = violations(&p);
+        assert_eq!(v.len(), 4, "{v:?}");
+    }
+}

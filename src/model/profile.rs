@@ -1,0 +1,226 @@
+//! The profile: the one data model every renderer and the CI gate read, serialised as the
+//! JSON profile documented in `docs/profile-schema.md`. Units are in every field name.
+
+use serde::{Deserialize, Serialize};
+
+/// Schema identifier written into every profile; bumped when a field is renamed or removed.
+pub const SCHEMA: &str = "mlprof/1";
+
+/// A whole profile of one `mlprof run`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// The profiled command and its arguments.
+    pub command: Vec<String>,
+    /// How the profiled command ended.
+    pub exit: Exit,
+    /// Wall-clock seconds from launch to the end of the command.
+    pub wall_s: f64,
+    /// User-mode CPU seconds of the whole process tree (exact, from the kernel).
+    #[serde(default)]
+    pub cpu_user_s: f64,
+    /// Kernel-mode CPU seconds of the whole process tree (exact, from the kernel).
+    #[serde(default)]
+    pub cpu_kernel_s: f64,
+    /// Every process of the tree that was seen.
+    pub processes: Vec<Process>,
+    /// Memory summary and footprint timeline.
+    pub memory: Memory,
+    /// GPU summary and timeline.
+    pub gpu: Gpu,
+    /// Per source line measures, whole process tree.
+    pub lines: Vec<LineStats>,
+    /// Per function measures, whole process tree.
+    pub functions: Vec<FunctionStats>,
+    /// Events lost because a channel was full.
+    pub dropped_events: u64,
+    /// Things the user should know about how this profile was measured.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// How a process ended. Both `None`: still running when profiling stopped, or killed by a
+/// signal mlprof could not observe (a descendant reaped by its own parent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    /// Exit code, if it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, if a signal killed it.
+    pub signal: Option<i32>,
+}
+
+/// One process of the profiled tree.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Process {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Command line of the last program this process ran.
+    pub command: Vec<String>,
+    /// How it ended.
+    pub exit: Exit,
+    /// CPython version, if the process was a Python interpreter.
+    pub python: Option<String>,
+    /// Highest heap (bytes in live malloc-family blocks) the process reached; exact.
+    pub peak_heap_bytes: u64,
+    /// Highest resident set size seen.
+    pub peak_rss_bytes: u64,
+    /// Bytes allocated in total over the process's life (malloc family, exact).
+    #[serde(default)]
+    pub alloc_bytes: u64,
+    /// Number of allocations.
+    #[serde(default)]
+    pub alloc_count: u64,
+    /// CPU seconds (user + kernel) last seen for the process.
+    #[serde(default)]
+    pub cpu_s: f64,
+    /// Seconds from launch when the process was first seen.
+    #[serde(default)]
+    pub start_s: f64,
+    /// Whether the preload library was loaded (false: statically linked or not followed; only
+    /// RSS and CPU from `/proc` were measured).
+    #[serde(default)]
+    pub instrumented: bool,
+    /// 1 for a fork child without exec (inherits its parent's heap), else 0.
+    #[serde(default)]
+    pub forked: bool,
+}
+
+/// Memory summary of the process tree.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Highest heap of the tree: exact per process; for several processes at once, the highest
+    /// sampled sum.
+    pub peak_heap_bytes: u64,
+    /// Highest resident set size of the tree.
+    pub peak_rss_bytes: u64,
+    /// Seconds from launch when the heap peak was reached (to the sampling interval).
+    pub peak_at_s: f64,
+    /// Footprint over time, at most a few thousand points (older points merged, keeping maxima).
+    pub timeline: Vec<MemorySample>,
+}
+
+/// One point of the footprint timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemorySample {
+    /// Seconds from launch.
+    pub t_s: f64,
+    /// Heap of the tree (bytes).
+    pub heap_bytes: u64,
+    /// Resident set size of the tree (bytes).
+    pub rss_bytes: u64,
+}
+
+/// GPU summary.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Whether GPU figures were collected.
+    pub available: bool,
+    /// Why not, when `available` is false.
+    pub reason: Option<String>,
+    /// Devices seen.
+    pub devices: Vec<GpuDevice>,
+    /// Highest GPU memory used by the process tree (bytes).
+    pub peak_memory_bytes: u64,
+    /// Utilisation and memory over time.
+    pub timeline: Vec<GpuSample>,
+}
+
+/// One GPU device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuDevice {
+    /// Device index.
+    pub index: u32,
+    /// Marketing name.
+    pub name: String,
+    /// Total memory (bytes).
+    pub memory_total_bytes: u64,
+}
+
+/// One point of the GPU timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    /// Seconds from launch.
+    pub t_s: f64,
+    /// Utilisation of the devices used by the tree (percent).
+    pub util_pct: f64,
+    /// GPU memory used by the tree (bytes).
+    pub memory_bytes: u64,
+}
+
+/// Measures of one source line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LineStats {
+    /// Absolute path of the source file.
+    pub file: String,
+    /// 1-based line number.
+    pub line: u32,
+    /// Qualified name of the function the line belongs to.
+    pub function: String,
+    /// The measures.
+    #[serde(flatten)]
+    pub measures: Measures,
+}
+
+/// Measures of one function.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionStats {
+    /// Absolute path of the source file.
+    pub file: String,
+    /// Qualified function name.
+    pub function: String,
+    /// First line of the function.
+    pub line: u32,
+    /// The measures.
+    #[serde(flatten)]
+    pub measures: Measures,
+}
+
+/// The measures shared by lines and functions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measures {
+    /// CPU seconds spent interpreting Python.
+    pub cpu_python_s: f64,
+    /// CPU seconds spent in native code (extensions, BLAS, ...).
+    pub cpu_native_s: f64,
+    /// Seconds spent waiting or in the kernel (sleep, I/O, locks).
+    pub cpu_system_s: f64,
+    /// Bytes allocated (estimated from samples).
+    pub alloc_bytes: u64,
+    /// Part of `alloc_bytes` allocated by Python objects.
+    pub alloc_python_bytes: u64,
+    /// Bytes allocated here and still live at the heap peak.
+    pub peak_bytes: u64,
+    /// Bytes copied by memcpy/memmove.
+    pub copy_bytes: u64,
+    /// Leak evidence, if the line likely leaks.
+    pub leak: Option<Leak>,
+    /// Percent of time the GPU was busy while this line ran.
+    pub gpu_util_pct: f64,
+    /// GPU memory growth while this line ran (bytes).
+    pub gpu_memory_bytes: u64,
+    /// Native functions that ran under this line.
+    pub native: Vec<NativeFrame>,
+}
+
+/// Leak evidence for a line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Leak {
+    /// Probability-like score in [0, 1].
+    pub likelihood: f64,
+    /// Growth rate of the line's live bytes.
+    pub bytes_per_s: f64,
+}
+
+/// A native function under a line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeFrame {
+    /// Demangled symbol name.
+    pub symbol: String,
+    /// Library file name.
+    pub library: String,
+    /// CPU seconds.
+    pub cpu_s: f64,
+}

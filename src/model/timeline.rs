@@ -1,0 +1,55 @@
+//! The footprint timeline: collector ticks reduced to at most a few thousand points, merging
+//! neighbours and keeping the maximum of each, so peaks are never smoothed away.
+
+use super::profile::MemorySample;
+use crate::collect::Tick;
+
+/// Most points a profile's timeline holds.
+pub const MAX_POINTS: usize = 2000;
+
+/// Reduce `ticks` to at most `max_points` samples (time of the first tick of each bucket,
+/// maximum heap and RSS within it).
+pub fn build(ticks: &[Tick], max_points: usize) -> Vec<MemorySample> {
+    let max_points = max_points.max(1);
+    let per_bucket = ticks.len().div_ceil(max_points).max(1);
+    ticks
+        .chunks(per_bucket)
+        .map(|bucket| MemorySample {
+            t_s: bucket[0].t_ns as f64 / 1e9,
+            heap_bytes: bucket.iter().map(|t| t.heap_bytes).max().unwrap_or(0),
+            rss_bytes: bucket.iter().map(|t| t.rss_bytes).max().unwrap_or(0),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tick(t: u64, heap: u64) -> Tick {
+        Tick {
+            t_ns: t * 10_000_000,
+            heap_bytes: heap,
+            rss_bytes: heap * 2,
+        }
+    }
+
+    #[test]
+    fn short_runs_keep_every_tick() {
+        let ticks: Vec<Tick> = (0..5).map(|i| tick(i, i * 10)).collect();
+        let out = build(&ticks, 2000);
+        assert_eq!(out.len(), 5);
+        assert_eq!(out[3].heap_bytes, 30);
+        assert!((out[3].t_s - 0.03).abs() < 1e-12);
+    }
+
+    #[test]
+    fn long_runs_are_bounded_and_keep_the_spike() {
+        let mut ticks: Vec<Tick> = (0..100_000).map(|i| tick(i, 100)).collect();
+        ticks[54_321].heap_bytes = 1_000_000;
+        let out = build(&ticks, 2000);
+        assert!(out.len() <= 2000);
+        assert_eq!(out.iter().map(|s| s.heap_bytes).max(), Some(1_000_000));
+        assert_eq!(out.iter().map(|s| s.rss_bytes).max(), Some(200));
+    }
+}

@@ -1,0 +1,42 @@
+//! The channel between a profiled process and the collector: one shared-memory file per
+//! process holding a fixed [`Header`] (identity, exact heap counters, exit status) followed by
+//! a ring of fixed-size [`Record`]s.
+//!
+//! Both sides use this crate, so the collector never links the preload library. Everything
+//! here is `no_std`, allocation-free and lock-free: the writer side runs inside allocation
+//! hooks and signal handlers of the target.
+#![no_std]
+
+pub mod record;
+pub mod ring;
+
+pub use record::{Kind, Record};
+pub use ring::{Header, HeapCounters, Ring, Slot, WireError};
+
+/// First eight bytes of every channel file: `MLPROFw` and a NUL.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
+/// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
+pub const VERSION: u32 = 1;
+/// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
+pub const CMDLINE_BYTES: usize = 4096;
+/// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.
+pub const PYVERSION_BYTES: usize = 32;
+/// Default number of ring slots (64 bytes each: 1 MiB per process).
+pub const DEFAULT_SLOTS: u64 = 16384;
+/// Environment variable naming the private directory where channel files are created.
+pub const ENV_DIR: &str = "MLPROF_DIR";
+/// File name suffix of channel files: `<pid>.<start_ns>.ring`.
+pub const FILE_SUFFIX: &str = ".ring";
+
+/// Process states stored in [`Header::state`].
+pub mod state {
+    /// The process is running (or died without saying so: killed).
+    pub const RUNNING: u32 = 0;
+    /// The process exited through `exit`/`_exit`; `exit_code` is valid.
+    pub const EXITED: u32 = 1;
+}
+
+/// Total bytes of a channel file with `slots` ring slots.
+pub const fn file_bytes(slots: u64) -> usize {
+    core::mem::size_of::<Header>() + (slots as usize) * core::mem::size_of::<Slot>()
+}

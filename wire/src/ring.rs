@@ -1,0 +1,431 @@
+//! The shared-memory layout of one process's channel and the lock-free ring inside it.
+//!
+//! Writers (any thread of the target, including signal handlers) reserve a slot with a
+//! compare-and-swap on `head`, fill it, then publish it by storing its sequence number. The one
+//! reader (the collector) consumes slots in order and advances `tail`. A full ring never
+//! blocks a writer: the record is dropped and `dropped` counts it. A writer that dies between
+//! reserving and publishing (SIGKILL) leaves a hole the reader skips once the process is gone.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use crate::record::Record;
+use crate::{CMDLINE_BYTES, MAGIC, PYVERSION_BYTES, VERSION};
+
+/// Exact heap counters of one process, updated by every allocation hook.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct HeapCounters {
+    /// Bytes currently allocated (usable sizes). Signed: a block allocated before the
+    /// counters existed and freed later may push it briefly below the truth.
+    pub current: AtomicI64,
+    /// Highest value `current` ever reached.
+    pub peak: AtomicI64,
+    /// Bytes allocated in total (never decremented).
+    pub total: AtomicU64,
+    /// Number of allocations.
+    pub count: AtomicU64,
+}
+
+impl HeapCounters {
+    /// A zeroed set of counters (usable in a `static`).
+    pub const fn new() -> HeapCounters {
+        HeapCounters {
+            current: AtomicI64::new(0),
+            peak: AtomicI64::new(0),
+            total: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Account an allocation of `bytes`. Lock-free; two or three atomic operations.
+    #[inline]
+    pub fn add(&self, bytes: u64) {
+        let signed = bytes as i64;
+        let now = self.current.fetch_add(signed, Ordering::Relaxed) + signed;
+        self.total.fetch_add(bytes, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Account a release of `bytes`.
+    #[inline]
+    pub fn sub(&self, bytes: u64) {
+        self.current.fetch_sub(bytes as i64, Ordering::Relaxed);
+    }
+
+    /// Start from an inherited heap (a fork child): current and peak = `bytes`.
+    pub fn reset_to(&self, bytes: i64) {
+        self.current.store(bytes, Ordering::Relaxed);
+        self.peak.store(bytes, Ordering::Relaxed);
+        self.total.store(0, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+    }
+}
+
+/// An atomic on a cache line of its own, so writers and the reader do not false-share.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Padded(pub AtomicU64);
+
+/// The fixed start of a channel file. Written by the target; read by the collector.
+#[repr(C, align(64))]
+pub struct Header {
+    /// [`MAGIC`], stored last (release) once everything else is initialised.
+    pub magic: AtomicU64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// `size_of::<Header>()` as the writer saw it.
+    pub header_bytes: u32,
+    /// Number of ring slots (a power of two).
+    pub slots: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id at attach time.
+    pub ppid: u32,
+    /// `CLOCK_MONOTONIC` nanoseconds when the process attached.
+    pub start_ns: u64,
+    /// 1 if this process is a fork child that inherited its parent's heap.
+    pub forked: u32,
+    /// One of [`crate::state`].
+    pub state: AtomicU32,
+    /// Exit code, valid when `state` is `EXITED`.
+    pub exit_code: AtomicI32,
+    /// Padding.
+    pub _pad: u32,
+    /// `CLOCK_MONOTONIC` nanoseconds of the exit, valid when `state` is `EXITED`.
+    pub exit_ns: AtomicU64,
+    /// Python version (`3.11.7`), NUL-padded; empty if the process is not a Python interpreter.
+    pub python_version: [u8; PYVERSION_BYTES],
+    /// Valid bytes in `cmdline`.
+    pub cmdline_len: u32,
+    /// 1 if the command line did not fit.
+    pub cmdline_truncated: u32,
+    /// The command line, NUL-separated arguments.
+    pub cmdline: [u8; CMDLINE_BYTES],
+    /// Exact heap counters.
+    pub heap: HeapCounters,
+    /// Records dropped because the ring was full.
+    pub dropped: Padded,
+    /// Next slot position to reserve (writers).
+    pub head: Padded,
+    /// Next slot position to read (collector).
+    pub tail: Padded,
+}
+
+/// One ring slot: a sequence number (position + 1 once published) and a record.
+#[repr(C, align(64))]
+pub struct Slot {
+    seq: AtomicU64,
+    record: UnsafeCell<Record>,
+}
+
+const _: () = assert!(core::mem::size_of::<Slot>() == 64);
+
+/// Why a channel file cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// The file is shorter than a header, or than its declared ring.
+    TooShort,
+    /// The header is not initialised yet (magic still zero).
+    NotReady,
+    /// The magic is not ours: not an mlprof channel.
+    BadMagic,
+    /// Written by another version of mlprof.
+    VersionMismatch {
+        /// The version in the file.
+        found: u32,
+    },
+    /// The header's sizes are inconsistent.
+    BadLayout,
+}
+
+impl core::fmt::Display for WireError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WireError::TooShort => write!(f, "channel file is truncated"),
+            WireError::NotReady => write!(f, "channel file is not initialised yet"),
+            WireError::BadMagic => write!(f, "not an mlprof channel file (bad magic)"),
+            WireError::VersionMismatch { found } => write!(
+                f,
+                "channel written by wire version {found}, this mlprof reads version {VERSION}"
+            ),
+            WireError::BadLayout => write!(f, "channel header has an inconsistent layout"),
+        }
+    }
+}
+
+/// A view of one mapped channel file: header plus slots.
+#[derive(Clone, Copy)]
+pub struct Ring<'a> {
+    header: &'a Header,
+    slots: &'a [Slot],
+}
+
+// SAFETY: all shared state is accessed through atomics; a slot's record is written only by
+// the writer that reserved it and read only after its sequence number is published.
+unsafe impl Send for Ring<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Ring<'_> {}
+
+impl<'a> Ring<'a> {
+    /// Initialise a zero-filled mapping as a fresh channel and return a view of it.
+    /// `fill` sets the identity fields before the magic is published.
+    ///
+    /// # Safety
+    /// `base` must point to `len` writable bytes, 64-byte aligned, zero-filled, that stay
+    /// mapped for `'a`, and no other thread may use them until this returns.
+    pub unsafe fn init(
+        base: *mut u8,
+        len: usize,
+        slots: u64,
+        fill: impl FnOnce(&mut Header),
+    ) -> Option<Ring<'a>> {
+        if !slots.is_power_of_two() || crate::file_bytes(slots) > len {
+            return None;
+        }
+        // SAFETY: the caller guarantees exclusive, aligned, writable memory of `len` bytes,
+        // which holds a Header (checked above); all-zero bytes are a valid Header.
+        let header = unsafe { &mut *(base as *mut Header) };
+        header.version = VERSION;
+        header.header_bytes = core::mem::size_of::<Header>() as u32;
+        header.slots = slots;
+        fill(header);
+        header.magic.store(MAGIC, Ordering::Release);
+        // SAFETY: the same memory, now fully initialised and published.
+        unsafe { Ring::attach(base, len) }.ok()
+    }
+
+    /// View an existing channel file.
+    ///
+    /// # Safety
+    /// `base` must point to `len` readable and writable bytes, 64-byte aligned, mapped for
+    /// `'a`. The contents may be anything: they are validated.
+    pub unsafe fn attach(base: *mut u8, len: usize) -> Result<Ring<'a>, WireError> {
+        if len < core::mem::size_of::<Header>() {
+            return Err(WireError::TooShort);
+        }
+        // SAFETY: at least a Header's worth of bytes is mapped and aligned; every bit pattern
+        // is a valid Header (integers, byte arrays and atomics only).
+        let header = unsafe { &*(base as *const Header) };
+        let magic = header.magic.load(Ordering::Acquire);
+        if magic == 0 {
+            return Err(WireError::NotReady);
+        }
+        if magic != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if header.version != VERSION {
+            return Err(WireError::VersionMismatch {
+                found: header.version,
+            });
+        }
+        if header.header_bytes as usize != core::mem::size_of::<Header>()
+            || !header.slots.is_power_of_two()
+        {
+            return Err(WireError::BadLayout);
+        }
+        if crate::file_bytes(header.slots) > len {
+            return Err(WireError::TooShort);
+        }
+        // SAFETY: the slots follow the header and fit in the mapping (checked above);
+        // Slot is 64-byte aligned like the header size, and any bit pattern is valid.
+        let slots = unsafe {
+            core::slice::from_raw_parts(
+                base.add(core::mem::size_of::<Header>()) as *const Slot,
+                header.slots as usize,
+            )
+        };
+        Ok(Ring { header, slots })
+    }
+
+    /// The channel header.
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+
+    /// Append a record. Lock-free and async-signal-safe; returns `false` (and counts a drop)
+    /// when the ring is full.
+    pub fn push(&self, record: &Record) -> bool {
+        let cap = self.slots.len() as u64;
+        let mut pos = self.header.head.0.load(Ordering::Relaxed);
+        loop {
+            let tail = self.header.tail.0.load(Ordering::Acquire);
+            if pos.wrapping_sub(tail) >= cap {
+                self.header.dropped.0.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            match self.header.head.0.compare_exchange_weak(
+                pos,
+                pos + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => pos = now,
+            }
+        }
+        let slot = &self.slots[(pos & (cap - 1)) as usize];
+        // SAFETY: position `pos` was reserved by this writer alone (the CAS above), and the
+        // reader does not touch the slot until `seq` says it is published.
+        unsafe { *slot.record.get() = *record };
+        slot.seq.store(pos + 1, Ordering::Release);
+        true
+    }
+
+    /// Take the next published record, if any. Only one reader may call this.
+    pub fn pop(&self) -> Option<Record> {
+        let cap = self.slots.len() as u64;
+        let tail = self.header.tail.0.load(Ordering::Relaxed);
+        let slot = &self.slots[(tail & (cap - 1)) as usize];
+        if slot.seq.load(Ordering::Acquire) != tail + 1 {
+            return None;
+        }
+        // SAFETY: the writer published this slot (seq == tail + 1, acquire) and will not
+        // write it again until `tail` moves past it.
+        let record = unsafe { *slot.record.get() };
+        self.header.tail.0.store(tail + 1, Ordering::Release);
+        Some(record)
+    }
+
+    /// After the writing process is gone: skip one reserved-but-never-published slot, if the
+    /// reader is stuck on one. Returns whether a slot was skipped (count it as dropped).
+    pub fn skip_hole(&self) -> bool {
+        let tail = self.header.tail.0.load(Ordering::Relaxed);
+        let head = self.header.head.0.load(Ordering::Acquire);
+        if tail >= head {
+            return false;
+        }
+        self.header.tail.0.store(tail + 1, Ordering::Release);
+        self.header.dropped.0.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Records dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.header.dropped.0.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::record::Kind;
+    use std::vec;
+    use std::vec::Vec;
+
+    #[repr(C, align(64))]
+    struct Aligned([u8; 64]);
+
+    fn buffer(slots: u64) -> Vec<Aligned> {
+        let n = crate::file_bytes(slots).div_ceil(64);
+        (0..n).map(|_| Aligned([0; 64])).collect()
+    }
+
+    fn ring(buf: &mut [Aligned], slots: u64) -> Ring<'_> {
+        let len = buf.len() * 64;
+        // SAFETY: the buffer is zeroed, aligned, exclusively borrowed and large enough.
+        unsafe { Ring::init(buf.as_mut_ptr() as *mut u8, len, slots, |h| h.pid = 42) }.unwrap()
+    }
+
+    fn rec(n: u64) -> Record {
+        let mut r = Record::new(Kind::ProcessStart, 1, n);
+        r.a = n;
+        r
+    }
+
+    #[test]
+    fn records_come_out_in_order_and_full_ring_counts_drops() {
+        let mut buf = buffer(8);
+        let ring = ring(&mut buf, 8);
+        assert_eq!(ring.header().pid, 42);
+        for n in 0..10 {
+            let pushed = ring.push(&rec(n));
+            assert_eq!(pushed, n < 8);
+        }
+        assert_eq!(ring.dropped(), 2);
+        let got: Vec<u64> = core::iter::from_fn(|| ring.pop()).map(|r| r.a).collect();
+        assert_eq!(got, (0..8).collect::<Vec<_>>());
+        assert!(ring.push(&rec(99)));
+        assert_eq!(ring.pop().map(|r| r.a), Some(99));
+    }
+
+    #[test]
+    fn attach_validates_magic_version_and_size() {
+        let mut buf = buffer(8);
+        let len = buf.len() * 64;
+        let base = buf.as_mut_ptr() as *mut u8;
+        let attach = |len| {
+            // SAFETY: `base` is the aligned, live buffer of at least `len` bytes.
+            unsafe { Ring::attach(base, len) }.err()
+        };
+        assert_eq!(attach(len), Some(WireError::NotReady));
+        // SAFETY: the buffer is zeroed, aligned and large enough; nothing else uses it.
+        unsafe { Ring::init(base, len, 8, |_| ()) }.unwrap();
+        assert_eq!(attach(len), None);
+        assert_eq!(attach(len - 64), Some(WireError::TooShort));
+        let header = base as *mut Header;
+        // SAFETY: the header is at the start of the buffer; corrupting its version field.
+        unsafe { (*header).version = 77 };
+        assert_eq!(attach(len), Some(WireError::VersionMismatch { found: 77 }));
+        // SAFETY: as above, corrupting the magic.
+        unsafe { (*header).magic.store(7, Ordering::Relaxed) };
+        assert_eq!(attach(len), Some(WireError::BadMagic));
+    }
+
+    #[test]
+    fn hole_left_by_a_dead_writer_is_skipped() {
+        let mut buf = buffer(8);
+        let ring = ring(&mut buf, 8);
+        ring.header().head.0.store(1, Ordering::Relaxed); // reserved, never published
+        assert!(ring.pop().is_none());
+        assert!(ring.skip_hole());
+        assert!(!ring.skip_hole());
+        assert_eq!(ring.dropped(), 1);
+    }
+
+    #[test]
+    fn concurrent_writers_lose_nothing_that_fits() {
+        let mut buf = buffer(1024);
+        let ring = ring(&mut buf, 1024);
+        let mut seen = vec![0u32; 4];
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                s.spawn(move || {
+                    for n in 0..5000u64 {
+                        while !ring.push(&rec(t << 32 | n)) {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            let mut got = 0;
+            let mut last = [None::<u64>; 4];
+            while got < 20000 {
+                if let Some(r) = ring.pop() {
+                    let (t, n) = ((r.a >> 32) as usize, r.a & 0xffff_ffff);
+                    assert!(last[t].is_none_or(|l| n == l + 1), "per-writer order kept");
+                    last[t] = Some(n);
+                    seen[t] += 1;
+                    got += 1;
+                }
+            }
+        });
+        assert_eq!(seen, vec![5000; 4]);
+    }
+
+    #[test]
+    fn heap_counters_track_current_and_peak() {
+        let c = HeapCounters::new();
+        c.add(100);
+        c.add(50);
+        c.sub(120);
+        c.add(10);
+        assert_eq!(c.current.load(Ordering::Relaxed), 40);
+        assert_eq!(c.peak.load(Ordering::Relaxed), 150);
+        assert_eq!(c.total.load(Ordering::Relaxed), 160);
+    }
+}
