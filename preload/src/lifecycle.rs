@@ -2,7 +2,7 @@
 //! recording the exit status. The load-time constructor runs before `main`, single-threaded;
 //! the fork-child handler runs in the only thread of the child. Neither allocates.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicI64, Ordering};
 
 use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
 
@@ -15,7 +15,7 @@ extern "C" fn on_load() {
     }
     // SAFETY: registering plain `extern "C"` callbacks that live as long as the library.
     unsafe {
-        libc::pthread_atfork(None, None, Some(on_fork_child));
+        libc::pthread_atfork(Some(on_fork_prepare), None, Some(on_fork_child));
         on_exit(on_normal_exit, core::ptr::null_mut());
     }
 }
@@ -35,6 +35,18 @@ extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
     record_exit(code, false);
 }
 
+/// The parent's heap at the moment of the fork, which the child inherits. Taken before the
+/// fork: in the child, the counters still point into the parent's shared channel, which the
+/// parent keeps changing.
+static HEAP_AT_FORK: AtomicI64 = AtomicI64::new(0);
+
+extern "C" fn on_fork_prepare() {
+    HEAP_AT_FORK.store(
+        heap::counters().current.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+}
+
 extern "C" fn on_fork_child() {
     attach(true);
 }
@@ -43,7 +55,7 @@ extern "C" fn on_fork_child() {
 fn attach(forked: bool) -> Option<()> {
     let mut dir = [0u8; 400];
     copy_env(c"MLPROF_DIR", &mut dir)?;
-    let inherited = forked.then(|| heap::counters().current.load(Ordering::Relaxed));
+    let inherited = forked.then(|| HEAP_AT_FORK.load(Ordering::Relaxed));
     let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
         fill_identity(h, forked)
     })?;

@@ -87,11 +87,17 @@ impl ChannelSummary {
     /// The identity part of a channel header.
     pub fn from_header(h: &Header, launch_ns: u64) -> ChannelSummary {
         let len = (h.cmdline_len as usize).min(h.cmdline.len());
-        let command = h.cmdline[..len]
-            .split(|&b| b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        // NUL-terminated arguments: drop only the empty piece after the final NUL.
+        let raw = h.cmdline[..len]
+            .strip_suffix(&[0])
+            .unwrap_or(&h.cmdline[..len]);
+        let command = if raw.is_empty() {
+            Vec::new()
+        } else {
+            raw.split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        };
         let version_len = h.python_version.iter().position(|&b| b == 0).unwrap_or(0);
         let python = (version_len > 0)
             .then(|| String::from_utf8_lossy(&h.python_version[..version_len]).into_owned());

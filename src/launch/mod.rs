@@ -42,6 +42,7 @@ pub fn spawn(session: &Session, command: &[OsString], stdout_to_stderr: bool) ->
                 .map_err(|e| Error::new(format!("cannot duplicate stderr: {e}")))?,
         ));
     }
+    signals::unblock_in_child(&mut cmd);
     let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
     let pid = child.id();
     Ok(Launched {

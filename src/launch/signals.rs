@@ -28,11 +28,26 @@ fn forwarded_set() -> libc::sigset_t {
 }
 
 /// Block the forwarded signals in this thread and every thread it creates later. Call first
-/// thing, before any thread exists. The child's mask is reset by `Command`, so it gets them.
+/// thing, before any thread exists. The child gets them unblocked ([`unblock_in_child`]).
 pub fn block_forwarded_signals() {
     let set = forwarded_set();
     // SAFETY: a valid set; changing only this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Give the command the signal mask mlprof itself started with: empty for the forwarded
+/// signals (a blocked mask is inherited across exec, and `Command` does not reset it).
+pub fn unblock_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let set = forwarded_set();
+    // SAFETY: the closure runs between fork and exec; it only calls pthread_sigmask, which is
+    // async-signal-safe, on a set computed before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
 }
 
 /// Start a thread that passes forwarded signals on to `pid` until `stop` is set.

@@ -78,7 +78,9 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
             signal: rec.exit.signal,
         };
         peak_rss = peak_rss.max(rec.exit.usage.maxrss_bytes);
-        cpu_s = cpu_s.max(rec.exit.usage.user_s + rec.exit.usage.kernel_s);
+        if proc_stats.is_none() {
+            cpu_s = rec.exit.usage.user_s + rec.exit.usage.kernel_s; // never read: best we have
+        }
     }
     Process {
         pid,

@@ -17,13 +17,14 @@ pub struct Profile {
     pub exit: Exit,
     /// Wall-clock seconds from launch to the end of the command.
     pub wall_s: f64,
-    /// User-mode CPU seconds of the whole process tree (exact, from the kernel).
+    /// User-mode CPU seconds of the direct child and every descendant it waited for (exact,
+    /// from the kernel's `wait4`; orphaned or daemonised descendants are not included).
     #[serde(default)]
     pub cpu_user_s: f64,
-    /// Kernel-mode CPU seconds of the whole process tree (exact, from the kernel).
+    /// Kernel-mode CPU seconds, same scope as `cpu_user_s`.
     #[serde(default)]
     pub cpu_kernel_s: f64,
-    /// Every process of the tree that was seen.
+    /// The direct child and every descendant that loaded the preload library.
     pub processes: Vec<Process>,
     /// Memory summary and footprint timeline.
     pub memory: Memory,
@@ -73,7 +74,7 @@ pub struct Process {
     /// Number of allocations.
     #[serde(default)]
     pub alloc_count: u64,
-    /// CPU seconds (user + kernel) last seen for the process.
+    /// CPU seconds (user + kernel) of this process alone, last read from `/proc`.
     #[serde(default)]
     pub cpu_s: f64,
     /// Seconds from launch when the process was first seen.
@@ -83,7 +84,7 @@ pub struct Process {
     /// RSS and CPU from `/proc` were measured).
     #[serde(default)]
     pub instrumented: bool,
-    /// 1 for a fork child without exec (inherits its parent's heap), else 0.
+    /// True for a fork child that did not exec (it inherited its parent's heap).
     #[serde(default)]
     pub forked: bool,
 }

@@ -1,0 +1,210 @@
+//! Test fixture: the mlprof binary, the installed CPythons (3.9-3.13), the numpy-capable ones
+//! (virtual environments made by `scripts/test.sh`), and a helper to run a profiled command
+//! and read its profile.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use mlprof::model::{invariants, Profile};
+
+/// The `mlprof` binary under test.
+pub fn mlprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mlprof"))
+}
+
+/// Repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A test script by name (`tests/scripts/NAME`).
+pub fn script(name: &str) -> PathBuf {
+    root().join("tests/scripts").join(name)
+}
+
+/// One interpreter to test with.
+#[derive(Clone, Debug)]
+pub struct Python {
+    /// Path of the executable.
+    pub exe: PathBuf,
+    /// `3.11`.
+    pub minor: String,
+}
+
+fn found(var: &str, default: fn() -> Vec<PathBuf>) -> Vec<Python> {
+    let paths = match std::env::var_os(var) {
+        Some(list) => std::env::split_paths(&list)
+            .filter(|p| p.exists())
+            .collect(),
+        None => default(),
+    };
+    paths
+        .into_iter()
+        .filter_map(|exe| {
+            Some(Python {
+                minor: minor_version(&exe)?,
+                exe,
+            })
+        })
+        .collect()
+}
+
+fn minor_version(exe: &Path) -> Option<String> {
+    let out = Command::new(exe)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+const MINORS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
+
+/// Every installed CPython 3.9-3.13 (pyenv), or those in `MLPROF_TEST_PYTHONS` (a PATH-style
+/// list). Panics if there is none: these tests are about real interpreters.
+pub fn pythons() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let all = found("MLPROF_TEST_PYTHONS", || {
+            let home = std::env::var_os("PYENV_ROOT")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+                .unwrap_or_default();
+            MINORS
+                .iter()
+                .filter_map(|m| newest_pyenv(&home.join("versions"), m))
+                .collect()
+        });
+        assert!(
+            !all.is_empty(),
+            "no CPython 3.9-3.13 found (set MLPROF_TEST_PYTHONS)"
+        );
+        eprintln!("pythons under test: {}", names(&all));
+        all
+    })
+}
+
+/// The CPythons with numpy: `target/test-venvs/py3.X` made by `scripts/test.sh`, or
+/// `MLPROF_TEST_NUMPY_PYTHONS`. Panics if there is none.
+pub fn numpy_pythons() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let all = found("MLPROF_TEST_NUMPY_PYTHONS", || {
+            let venvs = root().join("target/test-venvs");
+            MINORS
+                .iter()
+                .map(|m| venvs.join(format!("py{m}/bin/python")))
+                .filter(|p| p.exists())
+                .collect()
+        });
+        assert!(
+            !all.is_empty(),
+            "no Python with numpy found: run scripts/test.sh (it creates target/test-venvs)"
+        );
+        eprintln!("numpy pythons under test: {}", names(&all));
+        all
+    })
+}
+
+fn names(all: &[Python]) -> String {
+    all.iter()
+        .map(|p| p.minor.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn newest_pyenv(versions: &Path, minor: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(versions)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(OsStr::to_str).unwrap_or("");
+            name.strip_prefix(minor)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|patch| patch.chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    dirs.sort();
+    let exe = dirs.pop()?.join("bin").join(format!("python{minor}"));
+    exe.exists().then_some(exe)
+}
+
+/// Result of one profiled run.
+pub struct Run {
+    /// What the mlprof process printed and its status.
+    pub output: Output,
+    /// The profile it wrote.
+    pub profile: Profile,
+}
+
+/// `mlprof run -o TMP -- args...`, checking the profile's invariants.
+pub fn profile(args: &[&OsStr]) -> Run {
+    let dir = tempdir();
+    let out_path = dir.join("profile.json");
+    let output = mlprof()
+        .arg("run")
+        .arg("-o")
+        .arg(&out_path)
+        .arg("--")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mlprof");
+    let text = std::fs::read_to_string(&out_path).unwrap_or_else(|e| {
+        panic!(
+            "no profile written ({e}); stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let profile = check_profile(&text);
+    let _ = std::fs::remove_dir_all(&dir);
+    Run { output, profile }
+}
+
+/// Parse a JSON profile, validate it against `docs/profile-schema.json`, check invariants.
+pub fn check_profile(text: &str) -> Profile {
+    static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+    let validator = SCHEMA.get_or_init(|| {
+        let schema = std::fs::read_to_string(root().join("docs/profile-schema.json")).unwrap();
+        jsonschema::validator_for(&serde_json::from_str(&schema).unwrap()).expect("valid schema")
+    });
+    let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "profile does not match docs/profile-schema.json: {errors:?}"
+    );
+    let profile = mlprof::render::json::parse(text, "profile").expect("valid profile");
+    assert_eq!(invariants::violations(&profile), Vec::<String>::new());
+    profile
+}
+
+/// A fresh private temporary directory.
+pub fn tempdir() -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "mlprof-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Shorthand: `OsStr` of anything path-like.
+pub fn os<S: AsRef<OsStr> + ?Sized>(s: &S) -> &OsStr {
+    s.as_ref()
+}
+
+/// |a - b| <= tolerance * b.
+pub fn within(a: f64, b: f64, tolerance: f64) -> bool {
+    (a - b).abs() <= tolerance * b
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests: real Python programs run under the real `mlprof` binary, with the profile
+//! checked against ground truth known by construction. One test binary; `fixture` finds the
+//! interpreters and runs things.
+
+mod fixture;
+mod foundation;
