@@ -273,6 +273,7 @@ def bench_workload(name, python, profilers, runs, warmup, log):
     total = warmup + runs
     for i in range(total):
         measured = i >= warmup
+        this_round = []
         for prof in order:
             r, _ = measure(cmds[prof], sample_own=prof in SEPARATE_PROCESS)
             clean_scratch()
@@ -280,10 +281,9 @@ def bench_workload(name, python, profilers, runs, warmup, log):
                 errors.setdefault(prof, []).append(r.rc)
             if measured:
                 results[prof].append(r)
-        tag = "run" if measured else "warm-up"
-        log(f"  {name}: {tag} {i + 1 - (warmup if measured else 0)}/"
-            f"{runs if measured else warmup} "
-            + " ".join(f"{p}={results[p][-1].wall:.2f}s" for p in order if measured and results[p]))
+            this_round.append(f"{prof}={r.wall:.2f}s" + (f"(exit {r.rc})" if r.rc else ""))
+        tag = f"run {i + 1 - warmup}/{runs}" if measured else f"warm-up {i + 1}/{warmup}"
+        log(f"  {name}: {tag} " + " ".join(this_round))
     return {"runs": results, "errors": errors, "cmds": cmds}
 
 
@@ -432,6 +432,12 @@ def main(argv=None):
             ap.error(f"--mlprof {mlprof}: not an executable")
     CONFIG["mlprof"] = mlprof
 
+    with tempfile.TemporaryDirectory(prefix="mlprof-bench-") as scratch:
+        CONFIG["scratch"] = scratch
+        return run_all(args, argv, workloads, wanted, mlprof)
+
+
+def run_all(args, argv, workloads, wanted, mlprof):
     # Resolve shims (pyenv) to the real interpreter so no wrapper shell is timed.
     py_exe, py_ver, numpy_ver = target_python_info(args.python)
 
@@ -458,10 +464,8 @@ def main(argv=None):
         log(f"note: {n}")
 
     results = {}
-    with tempfile.TemporaryDirectory(prefix="mlprof-bench-") as scratch:
-        CONFIG["scratch"] = scratch
-        for w in workloads:
-            results[w] = bench_workload(w, py_exe, profilers, args.runs, args.warmup, log)
+    for w in workloads:
+        results[w] = bench_workload(w, py_exe, profilers, args.runs, args.warmup, log)
 
     rows = summarize(results)
     table = markdown_table(rows)
