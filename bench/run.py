@@ -5,9 +5,10 @@
                          [--workloads a,b] [--profilers a,b] [--markdown FILE]
 
 Runs are interleaved (none, mlprof, [others], none, mlprof, ... ) so that drift on a shared
-machine hits every variant alike. Wall time is time.perf_counter() around spawn + os.wait4;
-peak RSS and CPU time come from the rusage that os.wait4 returns for that one child.
-Only the Python 3 standard library is used. See bench/README.md.
+machine hits every variant alike. Each command is started by a small launcher process (see
+LAUNCHER) that times fork..os.wait4 with time.perf_counter() and reports the rusage os.wait4
+returns for that one child (CPU time, peak RSS). Only the Python 3 standard library is used.
+See bench/README.md.
 """
 
 import argparse
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -191,41 +191,98 @@ def _read_vmhwm_kib(pid):
 
 
 def _sample_hwm(pid, stop, box, interval=0.02):
-    """Keep the last VmHWM of `pid` (monotonic, so the last reading is the best lower bound)."""
+    """Keep the last VmHWM of `pid`.
+
+    VmHWM only grows within one address space, so the last reading is the best lower bound of
+    the exec'ed program's peak. (The last, not the max: a reading taken between fork and exec
+    would show the launcher's copy.)
+    """
     while not stop.is_set():
         v = _read_vmhwm_kib(pid)
         if v is not None:
-            box[0] = max(box[0] or 0, v)
+            box[0] = v
         stop.wait(interval)
 
 
-def measure(cmd, sample_own=False, capture=False):
-    """Run cmd once. Returns (Run, stdout text or None).
+# The launcher that runs each measured command. Why not Popen + os.wait4 directly: on Linux a
+# child's ru_maxrss includes the address space it had *before* exec, which for a child of this
+# runner is a copy of the runner (~15 MiB, more after many runs), so a small workload would
+# report the runner's RSS. This launcher is a fresh `python -I -S` (a few MiB of anonymous
+# memory); it forks, the child execs the command, and it times fork..wait4 with
+# time.perf_counter and reports the child's rusage over a pipe. The floor it leaves in
+# ru_maxrss is measured once (see rss_floor_kib) and printed with the results.
+LAUNCHER = r"""
+import os, sys, time
+fd = int(sys.argv[1])
+argv = sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        os.write(2, ("exec %s: %s\n" % (argv[0], e)).encode())
+    os._exit(127)
+os.write(fd, b"pid %d\n" % pid)
+_, status, ru = os.wait4(pid, 0)
+t1 = time.perf_counter()
+os.write(fd, ("done %r %d %r %d\n" % (t1 - t0, os.waitstatus_to_exitcode(status),
+                                      ru.ru_utime + ru.ru_stime, ru.ru_maxrss)).encode())
+"""
 
-    ru_maxrss from os.wait4 is the peak RSS of the waited process *or* any descendant it
-    reaped (the maximum, not the sum), in KiB on Linux.
+
+def measure(cmd, sample_own=False, capture=False):
+    """Run cmd once through LAUNCHER. Returns (Run, stdout text or None).
+
+    Wall time: time.perf_counter() from fork to wait4 in the launcher. CPU time and
+    ru_maxrss: the rusage of the command's process, which covers every descendant it reaped;
+    ru_maxrss is then the largest peak in that tree (the maximum, not the sum), in KiB.
     """
-    stdout = subprocess.PIPE if capture else subprocess.DEVNULL
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.DEVNULL)
-    stop = threading.Event()
-    box = [None]
-    sampler = None
-    if sample_own:
-        sampler = threading.Thread(target=_sample_hwm, args=(p.pid, stop, box), daemon=True)
-        sampler.start()
-    out = None
-    if capture:
-        out = p.stdout.read().decode(errors="replace")  # EOF when the tree closes stdout
-        p.stdout.close()
-    _, status, ru = os.wait4(p.pid, 0)
-    t1 = time.perf_counter()
-    p.returncode = os.waitstatus_to_exitcode(status)  # keep Popen from waiting again
-    if sampler is not None:
-        stop.set()
-        sampler.join()
-    run = Run(t1 - t0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, box[0], p.returncode)
-    return run, out
+    rfd, wfd = os.pipe()
+    out_file = tempfile.TemporaryFile() if capture else None
+    try:
+        launcher = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", LAUNCHER, str(wfd), *cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=out_file if capture else subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(wfd,),
+        )
+        os.close(wfd)
+        stop = threading.Event()
+        box = [None]
+        sampler = None
+        with os.fdopen(rfd) as report:
+            first = report.readline().split()
+            if sample_own and len(first) == 2 and first[0] == "pid":
+                sampler = threading.Thread(target=_sample_hwm, args=(int(first[1]), stop, box),
+                                           daemon=True)
+                sampler.start()
+            last = report.readline().split()
+        launcher.wait()
+        if sampler is not None:
+            stop.set()
+            sampler.join()
+        if len(last) == 5 and last[0] == "done":
+            run = Run(float(last[1]), float(last[3]), int(last[4]), box[0], int(last[2]))
+        else:  # the launcher itself failed
+            run = Run(float("nan"), float("nan"), 0, None, launcher.returncode or -1)
+        out = None
+        if capture:
+            out_file.seek(0)
+            out = out_file.read().decode(errors="replace")
+        return run, out
+    finally:
+        if out_file is not None:
+            out_file.close()
+
+
+def rss_floor_kib():
+    """ru_maxrss that LAUNCHER reports for a trivial program: the measurement's floor."""
+    true = shutil.which("true") or "/bin/true"
+    run, _ = measure([true])
+    return run.maxrss_kib if run.rc == 0 else None
 
 
 def clean_scratch():
@@ -467,6 +524,7 @@ def run_all(args, argv, workloads, wanted, mlprof):
     for w in workloads:
         results[w] = bench_workload(w, py_exe, profilers, args.runs, args.warmup, log)
 
+    floor = rss_floor_kib()
     rows = summarize(results)
     table = markdown_table(rows)
     footnotes = [
@@ -477,6 +535,8 @@ def run_all(args, argv, workloads, wanted, mlprof):
         "Peak RSS (tree max) is os.wait4's ru_maxrss: the largest peak of the launched "
         "process and every descendant it reaped - the maximum over the tree, not the sum. "
         "For mlprof it is usually the profiled Python (preload library included).",
+        f"Measurement floor of peak RSS: {_mib(floor, 1)} MiB (ru_maxrss of `true` started "
+        "the same way: the launcher's memory copied by fork); values near it mean 'at most this'.",
         "Profiler own peak RSS: VmHWM of the profiler process itself (mlprof's collector, "
         "py-spy), sampled from /proc every 20 ms until it exits - a lower bound; "
         "'in-process' profilers run inside the Python process and are in the tree max.",
@@ -500,7 +560,7 @@ def run_all(args, argv, workloads, wanted, mlprof):
             f"Command: `python3 bench/run.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
             "",
         ]
-        md = "\n".join(header) + "\n" + table + "\n\n" + "\n".join(f"- {f}" for f in footnotes) + "\n"
+        md = "\n".join(header + [table, ""] + [f"- {f}" for f in footnotes]) + "\n"
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(md)
         log(f"wrote {args.markdown}")

@@ -11,3 +11,4 @@ pub mod error;
 pub mod launch;
 pub mod model;
 pub mod render;
+pub mod symbolize;

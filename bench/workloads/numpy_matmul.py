@@ -5,7 +5,7 @@ threads, with a modest number of large allocations. Each round multiplies two 10
 float64 matrices (8 MB each; the result is a fresh 8 MB array) and adds a freshly allocated
 random matrix, then drops the temporaries.
 
-Known truth (by construction; default size N = 16 rounds):
+Known truth (by construction; default size N = 24 rounds):
   - most CPU time is native (BLAS `matmul`) in the line `c = a @ b`, possibly on several
     BLAS threads;
   - each round allocates about 3 arrays of 8,000,000 bytes (matmul result, random matrix,
@@ -41,7 +41,7 @@ def run(rounds, size=1000):
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 24
     print(f"numpy_matmul rounds={rounds} total={run(rounds):.6f}")
 
 

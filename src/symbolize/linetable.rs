@@ -1,0 +1,699 @@
+//! Decodes CPython line tables (3.9 `co_lnotab`, 3.10 `co_linetable`, 3.11+ PEP 657 location table) into source line numbers; pure, no I/O.
+//!
+//! Every lookup mirrors what CPython's own `PyCode_Addr2Line` returns for
+//! `frame.f_lineno`:
+//!
+//! * the instruction offset (`lasti`) is in 2-byte code units from the start
+//!   of the bytecode on every version (the sampler normalises 3.9's byte
+//!   `f_lasti`); internally the tables are walked in bytes, as CPython does;
+//! * a negative `lasti` (a frame that was just pushed has -1) yields
+//!   `co_firstlineno` on every version (3.10+ special-case `addrq < 0`; 3.9's
+//!   loop breaks on the first pair);
+//! * on 3.10+ an offset past the last entry has no line (`None`); on 3.9 it
+//!   gets the line reached after the last pair;
+//! * a computed line below zero is reported as `None` (CPython's `-1`).
+//!
+//! Corrupt or truncated tables never panic: decoding stops at the end of the
+//! bytes and returns what it has (best effort).
+
+/// Line-table encoding used by a CPython minor version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineTableFormat {
+    /// 3.9 `co_lnotab`: `(addr_incr u8 bytes, line_incr i8)` pairs.
+    Lnotab39,
+    /// 3.10 `co_linetable` (PEP 626): `(byte_delta u8, line_delta i8)`
+    /// pairs; a line delta of -128 means "no line" while the address still
+    /// advances.
+    Linetable310,
+    /// 3.11+ location table (PEP 657, `Objects/locations.md`).
+    Locations311,
+}
+
+impl LineTableFormat {
+    /// The format for CPython `major.minor`; `None` if unsupported.
+    /// 3.14 keeps the 3.11 location table (`Objects/locations.md` unchanged).
+    pub fn for_version(major: u8, minor: u8) -> Option<Self> {
+        match (major, minor) {
+            (3, 9) => Some(Self::Lnotab39),
+            (3, 10) => Some(Self::Linetable310),
+            (3, 11..=14) => Some(Self::Locations311),
+            _ => None,
+        }
+    }
+}
+
+/// Line for instruction `lasti_units` (code units), or `None` when CPython
+/// reports no line for it. Walks the table once; use [`LineIndex`] for
+/// repeated lookups in the same code object.
+pub fn line_for(
+    format: LineTableFormat,
+    table: &[u8],
+    firstlineno: i32,
+    lasti_units: i32,
+) -> Option<u32> {
+    if lasti_units < 0 {
+        return to_line(firstlineno);
+    }
+    let addr = i64::from(lasti_units) * 2;
+    Ranges::new(format, table, firstlineno)
+        .find(|r| addr < r.end)
+        .and_then(|r| to_line(r.line))
+}
+
+/// A code object's line table decoded into sorted address ranges, for
+/// binary-searched lookups. Gives the same answers as [`line_for`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LineIndex {
+    firstlineno: i32,
+    /// Exclusive end byte address of each range; ranges are contiguous from
+    /// address 0, so range `i` starts at `ends[i - 1]` (or 0).
+    ends: Vec<i64>,
+    /// Line of each range; negative means no line.
+    lines: Vec<i32>,
+}
+
+impl LineIndex {
+    /// Decodes `table` once. Adjacent ranges with the same line are merged.
+    pub fn new(format: LineTableFormat, table: &[u8], firstlineno: i32) -> Self {
+        let mut ends: Vec<i64> = Vec::new();
+        let mut lines: Vec<i32> = Vec::new();
+        for r in Ranges::new(format, table, firstlineno) {
+            let line = if r.line < 0 { -1 } else { r.line };
+            match (lines.last(), ends.last_mut()) {
+                (Some(&last), Some(end)) if last == line => *end = r.end,
+                _ => {
+                    ends.push(r.end);
+                    lines.push(line);
+                }
+            }
+        }
+        Self {
+            firstlineno,
+            ends,
+            lines,
+        }
+    }
+
+    /// Line for instruction `lasti_units` (code units); see [`line_for`].
+    pub fn line(&self, lasti_units: i32) -> Option<u32> {
+        if lasti_units < 0 {
+            return to_line(self.firstlineno);
+        }
+        let addr = i64::from(lasti_units) * 2;
+        let idx = self.ends.partition_point(|&end| end <= addr);
+        self.lines.get(idx).copied().and_then(to_line)
+    }
+}
+
+/// CPython's line numbers are `int`s with -1 (any negative) meaning none.
+fn to_line(line: i32) -> Option<u32> {
+    u32::try_from(line).ok()
+}
+
+/// One decoded address range. It starts where the previous one ended (the
+/// first at 0) and runs to `end` (bytes, exclusive); `line < 0` = no line.
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    end: i64,
+    line: i32,
+}
+
+/// Iterator over the non-empty address ranges of a line table, in address
+/// order, mirroring CPython's `PyLineTable_NextAddressRange` (3.10+) and the
+/// `PyCode_Addr2Line` loop (3.9).
+struct Ranges<'a> {
+    format: LineTableFormat,
+    table: &'a [u8],
+    pos: usize,
+    addr: i64,
+    line: i32,
+    done: bool,
+}
+
+impl<'a> Ranges<'a> {
+    fn new(format: LineTableFormat, table: &'a [u8], firstlineno: i32) -> Self {
+        Self {
+            format,
+            table,
+            pos: 0,
+            addr: 0,
+            line: firstlineno,
+            done: false,
+        }
+    }
+
+    /// The next two table bytes as `(unsigned, signed)`, advancing past them.
+    fn next_pair(&mut self) -> Option<(u8, i8)> {
+        let end = self.pos.checked_add(2)?;
+        let pair = self.table.get(self.pos..end)?;
+        self.pos = end;
+        match *pair {
+            [a, l] => Some((a, i8::from_le_bytes([l]))),
+            _ => None,
+        }
+    }
+
+    /// 3.9: the line in force at address `q` is firstlineno plus every line
+    /// increment whose cumulative address is `<= q`. After the last pair the
+    /// final line covers every higher address.
+    fn next_lnotab(&mut self) -> Option<Range> {
+        while !self.done {
+            let Some((a, l)) = self.next_pair() else {
+                self.done = true;
+                return Some(Range {
+                    end: i64::MAX,
+                    line: self.line,
+                });
+            };
+            let start = self.addr;
+            let line = self.line;
+            self.addr = self.addr.saturating_add(i64::from(a));
+            self.line = self.line.wrapping_add(i32::from(l));
+            if self.addr > start {
+                return Some(Range {
+                    end: self.addr,
+                    line,
+                });
+            }
+        }
+        None
+    }
+
+    /// 3.10: `end = start + delta` first; then -128 = no line (the computed
+    /// line is unchanged), else the line moves by the delta. Zero-length
+    /// entries only move the line.
+    fn next_linetable(&mut self) -> Option<Range> {
+        loop {
+            let (a, l) = self.next_pair()?;
+            let start = self.addr;
+            self.addr = self.addr.saturating_add(i64::from(a));
+            let line = if l == -128 {
+                -1
+            } else {
+                self.line = self.line.wrapping_add(i32::from(l));
+                self.line
+            };
+            if self.addr > start {
+                return Some(Range {
+                    end: self.addr,
+                    line,
+                });
+            }
+        }
+    }
+
+    /// 3.11+: one entry per call, as CPython's `advance()`: the line delta
+    /// comes from the entry's code, the length from its low 3 bits, and the
+    /// next entry starts at the next byte with bit 7 set.
+    fn next_location(&mut self) -> Option<Range> {
+        let first = *self.table.get(self.pos)?;
+        let code = (first >> 3) & 15;
+        let delta = match code {
+            13 | 14 => read_signed_varint(self.table, self.pos.saturating_add(1)),
+            10..=12 => i32::from(code) - 10,
+            _ => 0, // short forms (same line) and 15 (NONE)
+        };
+        self.line = self.line.wrapping_add(delta);
+        let line = if first >> 3 == 0x1f { -1 } else { self.line };
+        self.addr = self.addr.saturating_add((i64::from(first & 7) + 1) * 2);
+        self.pos = self.pos.saturating_add(1);
+        while self.table.get(self.pos).is_some_and(|b| b & 0x80 == 0) {
+            self.pos = self.pos.saturating_add(1);
+        }
+        Some(Range {
+            end: self.addr,
+            line,
+        })
+    }
+}
+
+impl Iterator for Ranges<'_> {
+    type Item = Range;
+
+    fn next(&mut self) -> Option<Range> {
+        match self.format {
+            LineTableFormat::Lnotab39 => self.next_lnotab(),
+            LineTableFormat::Linetable310 => self.next_linetable(),
+            LineTableFormat::Locations311 => self.next_location(),
+        }
+    }
+}
+
+/// Unsigned varint at `pos`: 6-bit chunks, least significant first, bit 6 =
+/// more follows. Stops at the end of the table (CPython would read past it);
+/// bits beyond 32 are dropped.
+fn read_varint(table: &[u8], mut pos: usize) -> u32 {
+    let Some(&first) = table.get(pos) else {
+        return 0;
+    };
+    let mut read = first;
+    let mut val = u32::from(read & 63);
+    let mut shift: u32 = 0;
+    while read & 64 != 0 {
+        pos = pos.saturating_add(1);
+        let Some(&b) = table.get(pos) else { break };
+        read = b;
+        shift = shift.saturating_add(6);
+        val |= u32::from(read & 63).checked_shl(shift).unwrap_or(0);
+    }
+    val
+}
+
+/// Signed varint: the low bit is the sign, the rest the magnitude.
+fn read_signed_varint(table: &[u8], pos: usize) -> i32 {
+    let uval = read_varint(table, pos);
+    // uval >> 1 <= i32::MAX, so neither conversion nor negation can fail.
+    let mag = i32::try_from(uval >> 1).unwrap_or(i32::MAX);
+    if uval & 1 != 0 {
+        -mag
+    } else {
+        mag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use LineTableFormat::{Linetable310, Lnotab39, Locations311};
+
+    /// Checks `line_for` and `LineIndex` agree with `want` at every unit.
+    fn check(format: LineTableFormat, table: &[u8], first: i32, want: &[(i32, Option<u32>)]) {
+        let index = LineIndex::new(format, table, first);
+        for &(unit, line) in want {
+            assert_eq!(
+                line_for(format, table, first, unit),
+                line,
+                "line_for {format:?} unit {unit}"
+            );
+            assert_eq!(index.line(unit), line, "LineIndex {format:?} unit {unit}");
+        }
+    }
+
+    #[test]
+    fn for_version_maps_minor_versions() {
+        assert_eq!(LineTableFormat::for_version(3, 9), Some(Lnotab39));
+        assert_eq!(LineTableFormat::for_version(3, 10), Some(Linetable310));
+        for minor in 11..=14 {
+            assert_eq!(LineTableFormat::for_version(3, minor), Some(Locations311));
+        }
+        assert_eq!(LineTableFormat::for_version(3, 8), None);
+        assert_eq!(LineTableFormat::for_version(3, 15), None);
+        assert_eq!(LineTableFormat::for_version(2, 7), None);
+    }
+
+    /// Expected values were confirmed with `PyCode_Addr2Line` on 3.9.18.
+    #[test]
+    fn lnotab39_multi_pair_jumps() {
+        // (6,+1); address +300 as (255,0),(45,+3); line +300 as
+        // (4,+127),(0,+127),(0,+46); then (2,-3).
+        let t = [6, 1, 255, 0, 45, 3, 4, 127, 0, 127, 0, 46, 2, 0xfd];
+        let s = Some;
+        let want = [
+            (-1, s(10)),
+            (0, s(10)),
+            (2, s(10)),
+            (3, s(11)),
+            (152, s(11)),
+            (153, s(14)),
+            (154, s(14)),
+            (155, s(314)),
+            (156, s(311)),
+            (1000, s(311)),
+        ];
+        check(Lnotab39, &t, 10, &want);
+        // Empty table: every offset is on firstlineno; odd trailing byte ignored.
+        check(Lnotab39, &[], 7, &[(0, s(7)), (50, s(7))]);
+        check(Lnotab39, &[2, 1, 9], 7, &[(0, s(7)), (1, s(8)), (9, s(8))]);
+    }
+
+    /// Expected values were confirmed with `co_lines()` on 3.10.13.
+    #[test]
+    fn linetable310_minus_128_still_advances() {
+        // (6,+1) (4,-128: no line) (0,+5: zero length) (2,+1) (254,0) (2,-2)
+        let t = [6, 1, 4, 0x80, 0, 5, 2, 1, 254, 0, 2, 0xfe];
+        let s = Some;
+        let want = [
+            (-1, s(10)),
+            (0, s(11)),
+            (2, s(11)),
+            (3, None),
+            (4, None),
+            (5, s(17)),
+            (6, s(17)),
+            (132, s(17)),
+            (133, s(15)),
+            (134, None),
+            (i32::MAX, None),
+        ];
+        check(Linetable310, &t, 10, &want);
+        check(Linetable310, &[], 3, &[(-1, s(3)), (0, None)]);
+    }
+
+    /// Expected values were confirmed with `co_lines()` / `PyCode_Addr2Line`
+    /// on 3.11.7, 3.12.1 and 3.13.0.
+    #[test]
+    fn locations311_all_entry_kinds() {
+        let t = [
+            0x81, 0x00, // SHORT code 0, 2 units, same line
+            0xd8, 0x04, 0x08, // ONE_LINE1, 1 unit, +1
+            0xf8, // NONE, 1 unit
+            0xea, 0x07, // NO_COLUMNS, 3 units, svarint 7 = -3
+            0xf1, 0x49, 0x03, 0x00, 0x05, 0x0a, // LONG, 2 units, svarint 201 = -100
+            0xf0, 0x58, 0x09, 0x00, 0x41, 0x01, 0x02, // LONG, 1 unit, +300, 2-byte column
+            0xe0, 0x01, 0x02, // ONE_LINE2, 1 unit, +2
+        ];
+        let s = Some;
+        let want = [
+            (-1, s(200)),
+            (0, s(200)),
+            (1, s(200)),
+            (2, s(201)),
+            (3, None),
+            (4, s(198)),
+            (6, s(198)),
+            (7, s(98)),
+            (8, s(98)),
+            (9, s(398)),
+            (10, s(400)),
+            (11, None),
+        ];
+        check(Locations311, &t, 200, &want);
+        check(Locations311, &[], 5, &[(-1, s(5)), (0, None)]);
+    }
+
+    #[test]
+    fn negative_lasti_is_firstlineno_and_negative_lines_are_none() {
+        for format in [Lnotab39, Linetable310, Locations311] {
+            assert_eq!(line_for(format, &[0x81, 0], 42, i32::MIN), Some(42));
+            assert_eq!(line_for(format, &[], -1, -1), None);
+            assert_eq!(LineIndex::new(format, &[], -5).line(-1), None);
+        }
+        // A line that goes below zero has no line, like CPython's -1.
+        check(Linetable310, &[2, 0xfe], 1, &[(0, None), (1, None)]);
+    }
+
+    #[test]
+    fn truncated_varints_do_not_panic() {
+        for t in [
+            &[0xf0u8][..],
+            &[0xf0, 0x40],
+            &[0xe8, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f],
+        ] {
+            let _ = line_for(Locations311, t, 1, 0);
+            let _ = LineIndex::new(Locations311, t, 1).line(0);
+        }
+        assert_eq!(line_for(Locations311, &[0xe8, 0x40], 1, 0), Some(1));
+    }
+
+    /// Tiny xorshift64 PRNG (no crates).
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic_and_index_agrees() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let formats = [Lnotab39, Linetable310, Locations311];
+        for _ in 0..3000 {
+            let len = (rng.next() % if rng.next() % 16 == 0 { 4096 } else { 64 }) as usize;
+            let table: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let first = match rng.next() % 4 {
+                0 => i32::MAX,
+                1 => i32::MIN,
+                _ => (rng.next() % 1000) as i32 - 10,
+            };
+            let format = formats[(rng.next() % 3) as usize];
+            let index = LineIndex::new(format, &table, first);
+            let probes = [-1, 0, 1, 7, 100, 5000, i32::MAX, i32::MIN];
+            for lasti in probes
+                .into_iter()
+                .chain((0..8).map(|_| (rng.next() % 300) as i32))
+            {
+                assert_eq!(
+                    line_for(format, &table, first, lasti),
+                    index.line(lasti),
+                    "{format:?} {table:x?} {first} {lasti}"
+                );
+            }
+        }
+    }
+
+    // ---- Differential test against CPython (tests/scripts/dump_linetables.py) ----
+
+    /// Per-Python tally of what the differential test compared.
+    #[derive(Default)]
+    struct Tally {
+        version: String,
+        code_objects: u64,
+        units: u64,
+        line_for_checked: u64,
+        minus_one_checked: u64,
+        mismatches: u64,
+        examples: Vec<String>,
+        trailer: Option<[u64; 4]>,
+        timing: String,
+    }
+
+    impl Tally {
+        fn mismatch(&mut self, what: String) {
+            self.mismatches += 1;
+            if self.examples.len() < 10 {
+                self.examples.push(what);
+            }
+        }
+    }
+
+    /// `MLPROF_TEST_PYTHONS` (colon-separated) or every pyenv 3.9-3.14.
+    fn find_pythons() -> Vec<String> {
+        if let Ok(list) = std::env::var("MLPROF_TEST_PYTHONS") {
+            return list
+                .split(':')
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect();
+        }
+        let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".to_string());
+        let versions = format!("{root}/versions");
+        let mut names: Vec<String> = match std::fs::read_dir(&versions) {
+            Ok(dir) => dir
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort();
+        let mut found = Vec::new();
+        for minor in 9..=14 {
+            let prefix = format!("3.{minor}.");
+            for name in names.iter().filter(|n| n.starts_with(&prefix)) {
+                let exe = format!("{versions}/{name}/bin/python3.{minor}");
+                if std::path::Path::new(&exe).is_file() {
+                    found.push(exe);
+                }
+            }
+        }
+        found
+    }
+
+    fn run_dump(python: &str) -> String {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/scripts/dump_linetables.py"
+        );
+        let stride = std::env::var("MLPROF_LINETABLE_STRIDE").unwrap_or_else(|_| "2".to_string());
+        let out = std::process::Command::new(python)
+            .args(["-I", "-S", script, "--stride", &stride])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        assert!(
+            out.status.success(),
+            "{python} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("dump is ASCII")
+    }
+
+    fn hex_decode(hex: &str) -> Vec<u8> {
+        if hex == "." {
+            return Vec::new();
+        }
+        let nib = |c: u8| match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => panic!("bad hex digit {c}"),
+        };
+        hex.as_bytes()
+            .chunks(2)
+            .map(|p| (nib(p[0]) << 4) | nib(p[1]))
+            .collect()
+    }
+
+    /// Expands `LINE[*COUNT],...` (`-` = no line, `.` = nothing).
+    fn expand_rle(rle: &str) -> Vec<Option<u32>> {
+        let mut out = Vec::new();
+        if rle == "." {
+            return out;
+        }
+        for tok in rle.split(',') {
+            let (line, count) = tok.split_once('*').unwrap_or((tok, "1"));
+            let line = if line == "-" {
+                None
+            } else {
+                Some(line.parse().expect("line"))
+            };
+            out.extend(std::iter::repeat(line).take(count.parse().expect("count")));
+        }
+        out
+    }
+
+    fn parse_m1(field: &str) -> Option<Option<u32>> {
+        match field {
+            "?" => None,
+            "-" => Some(None),
+            n => Some(Some(n.parse().expect("minus-one line"))),
+        }
+    }
+
+    /// One `C first units m1 hex rle` record: LineIndex at every code unit,
+    /// line_for at every unit (or an even spread on huge code objects), and
+    /// lasti = -1 when the dump has CPython's answer.
+    fn check_code(format: LineTableFormat, rec: &str, t: &mut Tally) {
+        let f: Vec<&str> = rec.split(' ').collect();
+        assert_eq!(f.len(), 5, "bad record {rec}");
+        let first: i32 = f[0].parse().expect("firstlineno");
+        let units: usize = f[1].parse().expect("units");
+        let table = hex_decode(f[3]);
+        let want = expand_rle(f[4]);
+        assert_eq!(want.len(), units, "rle length in {rec}");
+        let index = LineIndex::new(format, &table, first);
+        let step = (units * table.len() / 1_000).max(1);
+        for (u, &line) in want.iter().enumerate() {
+            let lasti = i32::try_from(u).expect("offset fits i32");
+            let got = index.line(lasti);
+            if got != line {
+                t.mismatch(format!(
+                    "LineIndex unit {u}: got {got:?} want {line:?} (first {first} table {})",
+                    f[3]
+                ));
+            }
+            if u % step == 0 {
+                t.line_for_checked += 1;
+                let got = line_for(format, &table, first, lasti);
+                if got != line {
+                    t.mismatch(format!(
+                        "line_for unit {u}: got {got:?} want {line:?} (first {first} table {})",
+                        f[3]
+                    ));
+                }
+            }
+        }
+        if let Some(line) = parse_m1(f[2]) {
+            t.minus_one_checked += 1;
+            let (a, b) = (line_for(format, &table, first, -1), index.line(-1));
+            if a != line || b != line {
+                t.mismatch(format!(
+                    "lasti -1: got {a:?}/{b:?} want {line:?} (first {first})"
+                ));
+            }
+        }
+        t.code_objects += 1;
+        t.units += units as u64;
+    }
+
+    fn run_and_check(python: &str) -> Tally {
+        let start = std::time::Instant::now();
+        let dump = run_dump(python);
+        let python_time = start.elapsed();
+        let mut t = check_dump(&dump);
+        t.timing = format!(
+            "python {python_time:.1?}, check {:.1?}",
+            start.elapsed() - python_time
+        );
+        t
+    }
+
+    fn check_dump(dump: &str) -> Tally {
+        let mut t = Tally::default();
+        let mut lines = dump.lines();
+        let header: Vec<u8> = lines
+            .next()
+            .and_then(|h| h.strip_prefix("V "))
+            .expect("header")
+            .split(' ')
+            .map(|n| n.parse().expect("version"))
+            .collect();
+        t.version = format!("{}.{}", header[0], header[1]);
+        let format = LineTableFormat::for_version(header[0], header[1])
+            .unwrap_or_else(|| panic!("no line-table format for {}", t.version));
+        for line in lines {
+            if let Some(rec) = line.strip_prefix("C ") {
+                check_code(format, rec, &mut t);
+            } else if let Some(end) = line.strip_prefix("E ") {
+                let n: Vec<u64> = end
+                    .split(' ')
+                    .map(|n| n.parse().expect("trailer"))
+                    .collect();
+                t.trailer = n.try_into().ok();
+            }
+        }
+        t
+    }
+
+    /// Runs tests/scripts/dump_linetables.py under every CPython found and
+    /// compares against CPython's own per-offset lines. By default the script
+    /// takes every 2nd stdlib file (about 35-40k code objects per version, to
+    /// keep the test near 20 s on 2 cores); `MLPROF_LINETABLE_STRIDE=1` takes
+    /// all of them. `MLPROF_TEST_PYTHONS=/a/python3.X:/b/python3.Y` overrides
+    /// the pyenv discovery.
+    #[test]
+    fn matches_cpython_on_stdlib() {
+        let pythons = find_pythons();
+        assert!(
+            !pythons.is_empty(),
+            "no CPython 3.9-3.14 found (set MLPROF_TEST_PYTHONS)"
+        );
+        let tallies: Vec<(String, Tally)> = std::thread::scope(|s| {
+            let handles: Vec<_> = pythons
+                .iter()
+                .map(|py| s.spawn(move || (py.clone(), run_and_check(py))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("checker thread"))
+                .collect()
+        });
+        let mut failed = false;
+        for (py, t) in &tallies {
+            eprintln!(
+                "{py} ({}): {} code objects, {} offsets via LineIndex, {} via line_for, {} lasti=-1; {} mismatches ({})",
+                t.version,
+                t.code_objects,
+                t.units,
+                t.line_for_checked,
+                t.minus_one_checked,
+                t.mismatches,
+                t.timing
+            );
+            for e in &t.examples {
+                eprintln!("  {e}");
+            }
+            let [n_code, n_units, x_checked, x_bad] =
+                t.trailer.expect("dump trailer (truncated output?)");
+            eprintln!(
+                "  CPython self-check: co_lines/findlinestarts vs PyCode_Addr2Line at {x_checked} offsets, {x_bad} differ"
+            );
+            failed |=
+                t.mismatches > 0 || x_bad > 0 || n_code != t.code_objects || n_units != t.units;
+        }
+        assert!(
+            !failed,
+            "line-table decoding differs from CPython (see above)"
+        );
+    }
+}
