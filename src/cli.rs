@@ -11,7 +11,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, Result};
 use crate::render::{self, Format};
-use crate::{collect, launch, model};
+use crate::{collect, launch, model, symbolize};
+
+/// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
+pub const DEFAULT_RATE_HZ: u32 = 100;
 
 #[derive(Parser)]
 #[command(
@@ -70,6 +73,15 @@ struct RunArgs {
     /// Print no report (use with -o to only save the profile).
     #[arg(short, long)]
     quiet: bool,
+    /// CPU samples per second of CPU time, per thread (0: no CPU sampling).
+    #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
+    rate: u32,
+    /// Attribute time to any file, the standard library and installed packages included.
+    #[arg(long, conflicts_with = "profile_only")]
+    profile_all: bool,
+    /// Attribute time only to files whose path contains one of these (comma-separated).
+    #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
+    profile_only: Vec<String>,
     /// The command to profile, after `--`.
     #[arg(
         required = true,
@@ -124,7 +136,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let session = launch::Session::create()?;
     let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
     let launch_ns = collect::monotonic_ns();
-    let launched = launch::spawn(&session, &args.command, to_stderr)?;
+    let launched = launch::spawn(&session, &args.command, to_stderr, args.rate)?;
     let stop = Arc::new(AtomicBool::new(false));
     launch::forward_signals(launched.pid, stop.clone());
     let recorded = collect::record(&session, launched, launch_ns);
@@ -135,7 +147,13 @@ fn run_command(args: RunArgs) -> Result<i32> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let profile = model::attribute(&recording);
+    let natives = symbolize::native_names(&recording);
+    let filter = model::Filter {
+        all: args.profile_all,
+        only: args.profile_only.clone(),
+    };
+    let mut profile = model::attribute(&recording, &natives, &filter);
+    symbolize::sources::attach(&mut profile);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             eprintln!("mlprof: warning: {warning}");

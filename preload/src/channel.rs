@@ -30,6 +30,12 @@ pub fn send(record: &Record) {
     }
 }
 
+/// The Python status of the channel in use (a fork child copies its parent's before
+/// replacing the channel).
+pub fn previous_python_status() -> u32 {
+    ring().map_or(0, |r| r.header().python_status.load(Ordering::Relaxed))
+}
+
 /// Create, map and initialise a new channel in `dir` (a NUL-terminated path), publish it,
 /// and return its header. Replaces (and unmaps) any previous channel of this process image.
 pub fn open(dir: &[u8], slots: u64, fill: impl FnOnce(&mut Header)) -> Option<&'static Header> {

@@ -4,15 +4,25 @@
 
 use core::sync::atomic::{AtomicI64, Ordering};
 
+use libc::c_int;
 use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
 
-use crate::{channel, clock, heap};
+use crate::python::{codes, runtime};
+use crate::{channel, clock, heap, hooks, real, sampler};
 
 /// Runs when the dynamic loader initialises the library (`.init_array`).
 extern "C" fn on_load() {
-    if attach(false).is_none() {
+    real::resolve();
+    let Some(header) = attach(false) else {
         return; // not launched by mlprof (no MLPROF_DIR): count nothing, send nothing
-    }
+    };
+    let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
+    header.python_status.store(status, Ordering::Relaxed);
+    let interval = sampler::start(rate_hz());
+    header
+        .sample_interval_ns
+        .store(interval as u32, Ordering::Relaxed);
+    hooks::thread::announce();
     // SAFETY: registering plain `extern "C"` callbacks that live as long as the library.
     unsafe {
         libc::pthread_atfork(Some(on_fork_prepare), None, Some(on_fork_child));
@@ -27,9 +37,8 @@ static ON_LOAD: extern "C" fn() = on_load;
 extern "C" {
     /// glibc's `on_exit`: like `atexit`, but the handler receives the exit status, also when
     /// `main` returns.
-    fn on_exit(f: extern "C" fn(c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+    fn on_exit(f: extern "C" fn(c_int, *mut libc::c_void), arg: *mut libc::c_void) -> c_int;
 }
-use libc::c_int;
 
 extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
     record_exit(code, false);
@@ -48,11 +57,20 @@ extern "C" fn on_fork_prepare() {
 }
 
 extern "C" fn on_fork_child() {
-    attach(true);
+    let Some(header) = attach(true) else { return };
+    codes::new_epoch(); // the new channel has seen no code object yet
+    let parent = channel::previous_python_status();
+    header.python_status.store(parent, Ordering::Relaxed);
+    sampler::timer::forget_this_thread(); // timers are not inherited across fork
+    sampler::timer::arm_this_thread();
+    header
+        .sample_interval_ns
+        .store(sampler::timer::mean_interval() as u32, Ordering::Relaxed);
+    hooks::thread::announce();
 }
 
 /// Create this process's channel and move the heap counters into it.
-fn attach(forked: bool) -> Option<()> {
+fn attach(forked: bool) -> Option<&'static Header> {
     let mut dir = [0u8; 400];
     copy_env(c"MLPROF_DIR", &mut dir)?;
     let inherited = forked.then(|| HEAP_AT_FORK.load(Ordering::Relaxed));
@@ -65,7 +83,7 @@ fn attach(forked: bool) -> Option<()> {
     start.b = header.ppid as u64;
     start.c = forked as u64;
     channel::send(&start);
-    Some(())
+    Some(header)
 }
 
 fn fill_identity(h: &mut Header, forked: bool) {
@@ -75,7 +93,11 @@ fn fill_identity(h: &mut Header, forked: bool) {
     let (len, truncated) = read_cmdline(&mut h.cmdline);
     h.cmdline_len = len as u32;
     h.cmdline_truncated = truncated as u32;
-    python_version(&mut h.python_version);
+    if let Some(text) = python_version_text() {
+        let version = text.split(|&b| b == b' ').next().unwrap_or(&[]);
+        let n = version.len().min(PYVERSION_BYTES - 1);
+        h.python_version[..n].copy_from_slice(&version[..n]);
+    }
 }
 
 /// Record the exit status in the channel header (idempotent: the first call wins).
@@ -93,6 +115,19 @@ pub fn record_exit(code: c_int, immediate: bool) {
     rec.a = code as i64 as u64;
     rec.b = immediate as u64;
     ring.push(&rec);
+}
+
+/// CPU sampling rate from `MLPROF_RATE_HZ` (0 = off, also when unset or malformed).
+fn rate_hz() -> u64 {
+    let mut buf = [0u8; 16];
+    if copy_env(c"MLPROF_RATE_HZ", &mut buf).is_none() {
+        return 0;
+    }
+    let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
+    core::str::from_utf8(&buf[..digits])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Copy an environment variable into `out`, NUL-terminated. `None` if unset or too long.
@@ -142,23 +177,17 @@ fn read_cmdline(out: &mut [u8; CMDLINE_BYTES]) -> (usize, bool) {
     (len, more)
 }
 
-/// If this process contains a CPython interpreter, its version (`3.11.7`) into `out`.
-fn python_version(out: &mut [u8; PYVERSION_BYTES]) {
+/// `Py_GetVersion()`'s text if this process contains a CPython interpreter.
+fn python_version_text() -> Option<&'static [u8]> {
     // SAFETY: dlsym with a valid C string; looking up a symbol, not calling anything yet.
     let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"Py_GetVersion".as_ptr()) };
     if sym.is_null() {
-        return;
+        return None;
     }
     // SAFETY: `Py_GetVersion` has the C signature `const char *(void)` in every CPython; it
     // formats a static buffer and is documented as callable before `Py_Initialize`.
     let get: extern "C" fn() -> *const libc::c_char = unsafe { core::mem::transmute(sym) };
     let text = get();
-    if text.is_null() {
-        return;
-    }
     // SAFETY: Py_GetVersion returns a NUL-terminated static string.
-    let bytes = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
-    let version = bytes.split(|&b| b == b' ').next().unwrap_or(&[]);
-    let n = version.len().min(out.len() - 1);
-    out[..n].copy_from_slice(&version[..n]);
+    (!text.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes())
 }

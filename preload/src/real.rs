@@ -89,3 +89,70 @@ pub fn exit_group(code: c_int) -> ! {
     // SAFETY: unreachable in practice; abort if the kernel ever returned.
     unsafe { libc::abort() }
 }
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> c_int;
+
+/// A thread's start routine. "C-unwind": `pthread_exit` force-unwinds through it.
+pub type StartRoutine = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+type PthreadExit = unsafe extern "C-unwind" fn(*mut c_void) -> !;
+
+static PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+static PTHREAD_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Resolve the functions that need `dlsym(RTLD_NEXT)` (the thread functions, which have no
+/// `__libc_` alias). Called at load time and again lazily if a hook runs first.
+pub fn resolve() {
+    // SAFETY: dlsym with valid C strings, outside any signal handler.
+    unsafe {
+        let create = libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) as usize;
+        let exit = libc::dlsym(libc::RTLD_NEXT, c"pthread_exit".as_ptr()) as usize;
+        PTHREAD_CREATE.store(create, Ordering::Release);
+        PTHREAD_EXIT.store(exit, Ordering::Release);
+    }
+}
+
+/// The real `pthread_create`.
+///
+/// # Safety
+/// The C contract of `pthread_create`.
+pub unsafe fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    if PTHREAD_CREATE.load(Ordering::Acquire) == 0 {
+        resolve();
+    }
+    let f = PTHREAD_CREATE.load(Ordering::Acquire);
+    if f == 0 {
+        return libc::EAGAIN;
+    }
+    // SAFETY: `f` is libc's pthread_create, which has exactly this signature.
+    let f: PthreadCreate = unsafe { core::mem::transmute(f) };
+    // SAFETY: forwarded caller contract.
+    unsafe { f(thread, attr, start, arg) }
+}
+
+/// The real `pthread_exit`.
+pub fn pthread_exit(value: *mut c_void) -> ! {
+    if PTHREAD_EXIT.load(Ordering::Acquire) == 0 {
+        resolve();
+    }
+    let f = PTHREAD_EXIT.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: no real pthread_exit can be found: abort rather than return.
+        unsafe { libc::abort() }
+    }
+    // SAFETY: `f` is libc's pthread_exit, which has exactly this signature.
+    let f: PthreadExit = unsafe { core::mem::transmute(f) };
+    // SAFETY: called from the exiting thread, as pthread_exit requires.
+    unsafe { f(value) }
+}

@@ -7,13 +7,16 @@ use std::sync::atomic::Ordering;
 
 use mlprof_wire::{state, Kind, WireError, FILE_SUFFIX};
 
+use super::decode::Decoder;
 use super::mapping::Mapping;
 use super::recording::ChannelSummary;
 use crate::error::{Error, Result};
+use crate::symbolize::native;
 
 struct Channel {
     mapping: Mapping,
     summary: ChannelSummary,
+    decoder: Decoder,
 }
 
 /// Every channel of the run, keyed by file name (`<pid>.<start_ns>.ring`: unique per image).
@@ -51,12 +54,20 @@ impl Channels {
             let Ok(mapping) = Mapping::open(&path) else {
                 continue;
             };
-            let summary = match mapping.ring() {
+            let mut summary = match mapping.ring() {
                 Ok(ring) => ChannelSummary::from_header(ring.header(), self.launch_ns),
                 Err(WireError::NotReady) => continue,
                 Err(err) => return Err(Error::new(format!("{}: {err}", path.display()))),
             };
-            self.open.insert(path, Channel { mapping, summary });
+            summary.maps = native::read_maps(summary.pid).unwrap_or_default();
+            self.open.insert(
+                path,
+                Channel {
+                    mapping,
+                    summary,
+                    decoder: Decoder::default(),
+                },
+            );
         }
         Ok(())
     }
@@ -100,11 +111,23 @@ impl Channels {
             while channel.mapping.ring().is_ok_and(|ring| ring.skip_hole()) {
                 channel.drain(now_ns, self.launch_ns);
             }
-            out.push(channel.summary.clone());
+            channel.decoder.finish_pending();
+            let decoded = std::mem::take(&mut channel.decoder.out);
+            let mut summary = channel.summary.clone();
+            summary.samples = decoded.samples;
+            summary.codes = decoded.codes;
+            summary.threads = decoded.threads;
+            out.push(summary);
         }
         out.sort_by_key(|s| s.start_ns);
         out
     }
+}
+
+/// Whether `ip` falls in an executable mapping of `maps`.
+fn covers(maps: &[native::Mapping], ip: u64) -> bool {
+    maps.iter()
+        .any(|m| m.executable && m.start <= ip && ip < m.end)
 }
 
 impl Channel {
@@ -113,11 +136,24 @@ impl Channel {
             return;
         };
         let s = &mut self.summary;
+        let mut unmapped_ip = false;
         while let Some(record) = ring.pop() {
             s.records += 1;
-            if Kind::from_u16(record.kind) == Some(Kind::ProcessExit) {
-                s.exit_code = Some(record.a as i64 as i32);
-                s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns));
+            match Kind::from_u16(record.kind) {
+                Some(Kind::ProcessExit) => {
+                    s.exit_code = Some(record.a as i64 as i32);
+                    s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns));
+                }
+                Some(Kind::Sample) => unmapped_ip |= !covers(&s.maps, record.a),
+                _ => {}
+            }
+            self.decoder.feed(&record, launch_ns);
+        }
+        if unmapped_ip && s.exit_code.is_none() {
+            // A library loaded since the last look (dlopen): read the map again while the
+            // process is alive.
+            if let Ok(maps) = native::read_maps(s.pid) {
+                s.maps = maps;
             }
         }
         let header = ring.header();

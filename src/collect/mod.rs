@@ -3,6 +3,7 @@
 //! [`Recording`] of raw facts.
 
 mod channels;
+mod decode;
 mod mapping;
 pub mod procfs;
 pub mod recording;
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-pub use recording::{ChannelSummary, ProcSummary, Recording, Tick};
+pub use recording::{ChannelSummary, CodeInfo, CpuSample, ProcSummary, Recording, Tick};
 
 use crate::error::Result;
 use crate::launch::{ChildExit, Launched, Session};

@@ -1,7 +1,12 @@
 //! What the collector observed during a run, as raw facts. `model::attribute` turns it into a
 //! profile; nothing here interprets.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
 use mlprof_wire::Header;
+
+use crate::symbolize::native::Mapping;
 
 use crate::launch::ChildExit;
 
@@ -81,6 +86,52 @@ pub struct ChannelSummary {
     pub records: u64,
     /// Records dropped by a full ring.
     pub dropped: u64,
+    /// One of `mlprof_wire::python_status`.
+    pub python_status: u32,
+    /// Mean CPU sampling interval (0: not sampled).
+    pub sample_interval_ns: u64,
+    /// CPU samples.
+    pub samples: Vec<CpuSample>,
+    /// Code objects sent by this image, by id.
+    pub codes: BTreeMap<u32, CodeInfo>,
+    /// Threads seen: (tid, pthread_self).
+    pub threads: Vec<(u32, u64)>,
+    /// The image's memory map, last read while it ran (for native symbols).
+    pub maps: Vec<Mapping>,
+}
+
+/// One CPU sample: a thread burned `weight_ns` of CPU ending at `t_ns`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuSample {
+    /// Nanoseconds from launch.
+    pub t_ns: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Interrupted instruction pointer.
+    pub ip: u64,
+    /// CPU nanoseconds this sample stands for.
+    pub weight_ns: u64,
+    /// `mlprof_wire::sample_flags`.
+    pub flags: u32,
+    /// Python frames, innermost first: (code id, instruction offset in code units).
+    pub frames: Vec<(u32, i32)>,
+}
+
+/// A code object as the process described it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CodeInfo {
+    /// `co_firstlineno`.
+    pub firstlineno: i32,
+    /// `co_filename`.
+    pub filename: String,
+    /// `co_qualname` (3.11+) or `co_name`.
+    pub qualname: String,
+    /// Raw line table (`co_lnotab` on 3.9, `co_linetable` after).
+    pub linetable: Vec<u8>,
+    /// String kind of the file name as sent (1, 2, 4).
+    pub filename_kind: u8,
+    /// String kind of the qualified name as sent.
+    pub qualname_kind: u8,
 }
 
 impl ChannelSummary {
@@ -108,6 +159,8 @@ impl ChannelSummary {
             command,
             python,
             forked: h.forked != 0,
+            python_status: h.python_status.load(Ordering::Relaxed),
+            sample_interval_ns: h.sample_interval_ns.load(Ordering::Relaxed) as u64,
             ..ChannelSummary::default()
         }
     }

@@ -24,16 +24,23 @@ pub struct Launched {
     pub exited: Receiver<ChildExit>,
 }
 
-/// Start `command` under the preload library. With `stdout_to_stderr`, the command's stdout
-/// goes to our stderr (so our stdout carries only the report).
-pub fn spawn(session: &Session, command: &[OsString], stdout_to_stderr: bool) -> Result<Launched> {
+/// Start `command` under the preload library, sampling CPU at `rate_hz`. With
+/// `stdout_to_stderr`, the command's stdout goes to our stderr (so our stdout carries only
+/// the report).
+pub fn spawn(
+    session: &Session,
+    command: &[OsString],
+    stdout_to_stderr: bool,
+    rate_hz: u32,
+) -> Result<Launched> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Error::new("no command given"))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("LD_PRELOAD", preload_value(session))
-        .env(mlprof_wire::ENV_DIR, session.dir());
+        .env(mlprof_wire::ENV_DIR, session.dir())
+        .env(mlprof_wire::ENV_RATE, rate_hz.to_string());
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
             std::io::stderr()

@@ -3,16 +3,21 @@
 
 use std::collections::BTreeMap;
 
+use super::cpu::NativeNames;
+use super::filter::Filter;
 use super::profile::*;
 use super::timeline;
 use crate::collect::{ChannelSummary, Recording};
 
 const NS: f64 = 1e9;
 
-/// Build the profile of a run.
-pub fn attribute(rec: &Recording) -> Profile {
+/// Build the profile of a run. `natives` names the sampled instruction pointers; `filter`
+/// says which files lines are attributed to.
+pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Profile {
     let processes = processes(rec);
     let mut warnings = rec.warnings.clone();
+    warnings.extend(python_warnings(rec));
+    let (lines, functions) = super::cpu::attribute(rec, natives, filter);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)
@@ -40,8 +45,16 @@ pub fn attribute(rec: &Recording) -> Profile {
             reason: Some("GPU polling is not implemented in this version".to_string()),
             ..Gpu::default()
         },
-        lines: Vec::new(),
-        functions: Vec::new(),
+        lines,
+        functions,
+        sample_interval_s: rec
+            .channels
+            .iter()
+            .map(|c| c.sample_interval_ns)
+            .max()
+            .unwrap_or(0) as f64
+            / NS,
+        cpu_samples: rec.channels.iter().map(|c| c.samples.len() as u64).sum(),
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         warnings,
     }
@@ -133,4 +146,29 @@ fn memory(rec: &Recording, processes: &[Process]) -> Memory {
         peak_at_s: at_ns as f64 / NS,
         timeline: timeline::build(&rec.ticks, timeline::MAX_POINTS),
     }
+}
+
+/// One warning per distinct reason Python frames could not be walked.
+fn python_warnings(rec: &Recording) -> Vec<String> {
+    use mlprof_wire::python_status as status;
+    let mut out: Vec<String> = Vec::new();
+    for c in &rec.channels {
+        let why = match c.python_status {
+            status::UNSUPPORTED_VERSION => {
+                "this CPython build has no supported layout (debug build or unsupported version)"
+            }
+            status::FREE_THREADED => "free-threaded CPython builds are not supported yet",
+            status::OFFSETS_MISMATCH => {
+                "the interpreter's debug offsets differ from mlprof's table"
+            }
+            status::MISSING_SYMBOL => "a required interpreter symbol was not found",
+            _ => continue,
+        };
+        let version = c.python.as_deref().unwrap_or("?");
+        let text = format!("Python {version} (pid {}): {why}; Python lines are not attributed, native and memory profiling go on", c.pid);
+        if !out.iter().any(|w| w.contains(why)) {
+            out.push(text);
+        }
+    }
+    out
 }

@@ -1,9 +1,13 @@
 //! The profile model and the pure code that builds it from a recording. No I/O here.
 
 pub mod attribute;
+pub mod cpu;
+pub mod filter;
 pub mod invariants;
 pub mod profile;
 pub mod timeline;
 
 pub use attribute::attribute;
+pub use cpu::NativeNames;
+pub use filter::Filter;
 pub use profile::*;

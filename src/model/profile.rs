@@ -36,6 +36,12 @@ pub struct Profile {
     pub functions: Vec<FunctionStats>,
     /// Events lost because a channel was full.
     pub dropped_events: u64,
+    /// Mean CPU sampling interval in seconds (0: CPU sampling was off).
+    #[serde(default)]
+    pub sample_interval_s: f64,
+    /// CPU samples taken (all processes and threads).
+    #[serde(default)]
+    pub cpu_samples: u64,
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -160,6 +166,9 @@ pub struct LineStats {
     pub line: u32,
     /// Qualified name of the function the line belongs to.
     pub function: String,
+    /// The source text of the line, if the file could be read when the profile was made.
+    #[serde(default)]
+    pub source: String,
     /// The measures.
     #[serde(flatten)]
     pub measures: Measures,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::units::{bytes, seconds};
-use crate::model::{Exit, Profile};
+use crate::model::{Exit, Measures, Profile};
 
 /// Render the terminal report.
 pub fn render(p: &Profile) -> String {
@@ -12,6 +12,8 @@ pub fn render(p: &Profile) -> String {
     if p.processes.len() > 1 {
         processes(&mut out, p);
     }
+    lines(&mut out, p);
+    functions(&mut out, p);
     for warning in &p.warnings {
         let _ = writeln!(out, "warning: {warning}");
     }
@@ -48,6 +50,116 @@ fn header(out: &mut String, p: &Profile) {
     };
     let _ = writeln!(out, "  GPU             {gpu}");
     let _ = writeln!(out, "  dropped events  {}", p.dropped_events);
+}
+
+/// Lines below this share of the sampled time are left out of the tables.
+const MIN_SHARE: f64 = 0.005;
+/// Source text is cut to this many characters.
+const SOURCE_CHARS: usize = 60;
+
+fn total_time(m: &Measures) -> f64 {
+    m.cpu_python_s + m.cpu_native_s + m.cpu_system_s
+}
+
+fn pct(part: f64, whole: f64) -> String {
+    if whole <= 0.0 {
+        return "-".to_string();
+    }
+    format!("{:.0}%", 100.0 * part / whole)
+}
+
+fn lines(out: &mut String, p: &Profile) {
+    let whole: f64 = p.lines.iter().map(|l| total_time(&l.measures)).sum();
+    if whole <= 0.0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nCPU by line ({} sampled, {} samples; shares of sampled time)",
+        seconds(whole),
+        p.cpu_samples
+    );
+    let mut file = "";
+    for line in p
+        .lines
+        .iter()
+        .filter(|l| total_time(&l.measures) >= MIN_SHARE * whole)
+    {
+        if line.file != file {
+            file = &line.file;
+            let _ = writeln!(out, "  {file}");
+            let _ = writeln!(
+                out,
+                "    {:>6} {:>7} {:>7} {:>7} {:>9}  source",
+                "line", "Python", "native", "system", "time"
+            );
+        }
+        let m = &line.measures;
+        let source: String = line.source.trim().chars().take(SOURCE_CHARS).collect();
+        let _ = writeln!(
+            out,
+            "    {:>6} {:>7} {:>7} {:>7} {:>9}  {}",
+            line.line,
+            pct(m.cpu_python_s, whole),
+            pct(m.cpu_native_s, whole),
+            pct(m.cpu_system_s, whole),
+            seconds(total_time(m)),
+            if source.is_empty() {
+                line.function.as_str()
+            } else {
+                source.as_str()
+            }
+        );
+        for native in m
+            .native
+            .iter()
+            .filter(|n| n.cpu_s >= MIN_SHARE * whole)
+            .take(3)
+        {
+            let _ = writeln!(
+                out,
+                "    {:>6} {:>7} {:>7}   {} ({})",
+                "",
+                "",
+                pct(native.cpu_s, whole),
+                native.symbol,
+                native.library
+            );
+        }
+    }
+}
+
+fn functions(out: &mut String, p: &Profile) {
+    let whole: f64 = p.functions.iter().map(|f| total_time(&f.measures)).sum();
+    if whole <= 0.0 {
+        return;
+    }
+    let mut top: Vec<_> = p
+        .functions
+        .iter()
+        .filter(|f| total_time(&f.measures) >= MIN_SHARE * whole)
+        .collect();
+    top.sort_by(|a, b| total_time(&b.measures).total_cmp(&total_time(&a.measures)));
+    let _ = writeln!(out, "\nCPU by function");
+    let _ = writeln!(
+        out,
+        "    {:>7} {:>7} {:>7} {:>9}  function",
+        "Python", "native", "system", "time"
+    );
+    for f in top.iter().take(20) {
+        let m = &f.measures;
+        let _ = writeln!(
+            out,
+            "    {:>7} {:>7} {:>7} {:>9}  {} ({}:{})",
+            pct(m.cpu_python_s, whole),
+            pct(m.cpu_native_s, whole),
+            pct(m.cpu_system_s, whole),
+            seconds(total_time(m)),
+            f.function,
+            f.file,
+            f.line
+        );
+    }
 }
 
 fn processes(out: &mut String, p: &Profile) {

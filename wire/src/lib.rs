@@ -10,13 +10,13 @@
 pub mod record;
 pub mod ring;
 
-pub use record::{Kind, Record};
-pub use ring::{Header, HeapCounters, Ring, Slot, WireError};
+pub use record::{sample_flags, Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE};
+pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
 pub const CMDLINE_BYTES: usize = 4096;
 /// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.
@@ -25,8 +25,26 @@ pub const PYVERSION_BYTES: usize = 32;
 pub const DEFAULT_SLOTS: u64 = 16384;
 /// Environment variable naming the private directory where channel files are created.
 pub const ENV_DIR: &str = "MLPROF_DIR";
+/// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
+pub const ENV_RATE: &str = "MLPROF_RATE_HZ";
 /// File name suffix of channel files: `<pid>.<start_ns>.ring`.
 pub const FILE_SUFFIX: &str = ".ring";
+
+/// What the preload library could do with the process's Python ([`Header::python_status`]).
+pub mod python_status {
+    /// Not a Python process (no CPython symbols).
+    pub const NONE: u32 = 0;
+    /// Python frames are walked.
+    pub const WALKED: u32 = 1;
+    /// A CPython version without a layout table: Python attribution is off.
+    pub const UNSUPPORTED_VERSION: u32 = 2;
+    /// A free-threaded build: Python attribution is off.
+    pub const FREE_THREADED: u32 = 3;
+    /// 3.13+: the interpreter's `_Py_DebugOffsets` disagree with our table.
+    pub const OFFSETS_MISMATCH: u32 = 4;
+    /// A required interpreter symbol was not found.
+    pub const MISSING_SYMBOL: u32 = 5;
+}
 
 /// Process states stored in [`Header::state`].
 pub mod state {

@@ -11,6 +11,41 @@ pub enum Kind {
     /// The process is exiting. `a` = exit code (as i64), `b` = 1 if through `_exit`
     /// (no interpreter shutdown), else 0.
     ProcessExit = 2,
+    /// A CPU-time sample of the writing thread. `a` = interrupted instruction pointer,
+    /// `b` = CPU nanoseconds this sample stands for, `c` = number of Python frames that follow
+    /// in [`Kind::Frames`] records (innermost first) | [`sample_flags`] << 32,
+    /// `d` = the thread's `PyThreadState` address (0 if none).
+    Sample = 3,
+    /// Up to [`FRAMES_PER_RECORD`] Python frames of the preceding sample, each word
+    /// `code_id << 32 | lasti` (lasti in 2-byte code units, as `i32`).
+    Frames = 4,
+    /// A code object, sent once, before or (when two threads race) soon after its id is first
+    /// used in frames. `a` = code id, `b` = first line (`i32`) | filename kind << 32 | qualname
+    /// kind << 40 (string kinds: 0 none, 1 latin-1, 2 UCS-2, 4 UCS-4), `c` = filename bytes |
+    /// qualname bytes << 32, `d` = line-table bytes, `e` = code object address. The bytes
+    /// follow in [`Kind::Data`] records: filename, qualname, line table, concatenated.
+    Code = 5,
+    /// 40 raw bytes continuing the preceding record (`a`..`e`, little-endian).
+    Data = 6,
+    /// A thread started. `a` = kernel tid, `b` = `pthread_self()`.
+    ThreadStart = 7,
+}
+
+/// Frames packed in one [`Kind::Frames`] record.
+pub const FRAMES_PER_RECORD: usize = 5;
+/// Bytes carried by one [`Kind::Data`] record.
+pub const DATA_BYTES: usize = 40;
+/// Code id meaning "unknown code object" (the code table was full).
+pub const UNKNOWN_CODE: u32 = u32::MAX;
+
+/// Flags of a [`Kind::Sample`] (bits of `c >> 32`).
+pub mod sample_flags {
+    /// The frame walk stopped at the depth limit: outer frames are missing.
+    pub const TRUNCATED: u32 = 1;
+    /// The walk met a pointer that failed validation; the frames before it are kept.
+    pub const WALK_FAILED: u32 = 2;
+    /// The thread has no Python thread state (a native thread, or before `Py_Initialize`).
+    pub const NO_PYTHON: u32 = 4;
 }
 
 impl Kind {
@@ -19,6 +54,11 @@ impl Kind {
         match tag {
             1 => Some(Kind::ProcessStart),
             2 => Some(Kind::ProcessExit),
+            3 => Some(Kind::Sample),
+            4 => Some(Kind::Frames),
+            5 => Some(Kind::Code),
+            6 => Some(Kind::Data),
+            7 => Some(Kind::ThreadStart),
             _ => None,
         }
     }

@@ -99,6 +99,10 @@ pub struct Header {
     pub exit_ns: AtomicU64,
     /// Python version (`3.11.7`), NUL-padded; empty if the process is not a Python interpreter.
     pub python_version: [u8; PYVERSION_BYTES],
+    /// One of [`crate::python_status`].
+    pub python_status: AtomicU32,
+    /// CPU sampling interval in nanoseconds (mean; 0 if not sampling).
+    pub sample_interval_ns: AtomicU32,
     /// Valid bytes in `cmdline`.
     pub cmdline_len: u32,
     /// 1 if the command line did not fit.
@@ -123,6 +127,38 @@ pub struct Slot {
 }
 
 const _: () = assert!(core::mem::size_of::<Slot>() == 64);
+
+/// Consecutive slots reserved by one writer ([`Ring::reserve`]).
+pub struct Group<'a> {
+    slots: &'a [Slot],
+    start: u64,
+    len: u64,
+}
+
+impl Group<'_> {
+    /// Number of slots in the group.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the group has no slots (never true for a reserved group).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Write and publish slot `i` of the group. Out-of-range `i` is ignored.
+    pub fn set(&self, i: u64, record: &Record) {
+        if i >= self.len {
+            return;
+        }
+        let pos = self.start + i;
+        let slot = &self.slots[(pos & (self.slots.len() as u64 - 1)) as usize];
+        // SAFETY: position `pos` belongs to this group alone (reserved by the CAS in
+        // `reserve`), and the reader does not touch the slot until `seq` says it is published.
+        unsafe { *slot.record.get() = *record };
+        slot.seq.store(pos + 1, Ordering::Release);
+    }
+}
 
 /// Why a channel file cannot be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,30 +285,43 @@ impl<'a> Ring<'a> {
     /// Append a record. Lock-free and async-signal-safe; returns `false` (and counts a drop)
     /// when the ring is full.
     pub fn push(&self, record: &Record) -> bool {
+        match self.reserve(1) {
+            Some(group) => {
+                group.set(0, record);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reserve `n` consecutive slots, so that a multi-record event is never interleaved with
+    /// other writers' records. `None` (and `n` drops counted) when they do not fit. Every slot
+    /// of the group must then be [`Group::set`] exactly once.
+    pub fn reserve(&self, n: u64) -> Option<Group<'a>> {
         let cap = self.slots.len() as u64;
         let mut pos = self.header.head.0.load(Ordering::Relaxed);
         loop {
             let tail = self.header.tail.0.load(Ordering::Acquire);
-            if pos.wrapping_sub(tail) >= cap {
-                self.header.dropped.0.fetch_add(1, Ordering::Relaxed);
-                return false;
+            if n == 0 || pos.wrapping_sub(tail) + n > cap {
+                self.header.dropped.0.fetch_add(n, Ordering::Relaxed);
+                return None;
             }
             match self.header.head.0.compare_exchange_weak(
                 pos,
-                pos + 1,
+                pos + n,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => {
+                    return Some(Group {
+                        slots: self.slots,
+                        start: pos,
+                        len: n,
+                    })
+                }
                 Err(now) => pos = now,
             }
         }
-        let slot = &self.slots[(pos & (cap - 1)) as usize];
-        // SAFETY: position `pos` was reserved by this writer alone (the CAS above), and the
-        // reader does not touch the slot until `seq` says it is published.
-        unsafe { *slot.record.get() = *record };
-        slot.seq.store(pos + 1, Ordering::Release);
-        true
     }
 
     /// Take the next published record, if any. Only one reader may call this.
@@ -415,6 +464,22 @@ mod tests {
             }
         });
         assert_eq!(seen, vec![5000; 4]);
+    }
+
+    #[test]
+    fn groups_are_contiguous_and_all_or_nothing() {
+        let mut buf = buffer(8);
+        let ring = ring(&mut buf, 8);
+        let g = ring.reserve(3).unwrap();
+        assert!(ring.push(&rec(100)));
+        assert!(ring.pop().is_none(), "group not published yet");
+        for i in 0..3 {
+            g.set(i, &rec(i));
+        }
+        let got: Vec<u64> = core::iter::from_fn(|| ring.pop()).map(|r| r.a).collect();
+        assert_eq!(got, vec![0, 1, 2, 100]);
+        assert!(ring.reserve(9).is_none());
+        assert_eq!(ring.dropped(), 9);
     }
 
     #[test]

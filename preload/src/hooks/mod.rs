@@ -6,5 +6,5 @@
 //! exists, inside signal handlers' callees: no allocation, no locks, no panics.
 
 pub mod alloc;
-#[cfg_attr(test, allow(dead_code))] // exported only outside unit tests
 pub mod process;
+pub mod thread;

@@ -1,0 +1,250 @@
+//! Code objects → small ids. The first time a code object is seen in this channel, its file
+//! name, qualified name, first line and line table are sent once ([`Kind::Code`] + data
+//! records); later samples carry only the id. A lock-free open-addressing table, keyed by the
+//! code object's address and checked against its first line and file-name pointer so that an
+//! address reused by a new code object gets a new id.
+//! Runs inside signal handlers: no allocation, no locks.
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+
+use mlprof_wire::{Kind, Record, Ring, DATA_BYTES, UNKNOWN_CODE};
+
+use super::read;
+use super::runtime::Runtime;
+use crate::clock;
+
+const SLOTS: usize = 1 << 16;
+const PROBES: usize = 32;
+/// Longest string or line table sent; longer ones are cut (a line table is then decoded as far
+/// as it goes).
+const MAX_BYTES: usize = 16 * 1024;
+
+const EMPTY: u32 = 0;
+const BUSY: u32 = 1;
+const READY: u32 = 2;
+
+struct Entry {
+    key: AtomicUsize,
+    state: AtomicU32,
+    generation: AtomicU32,
+    /// [`EPOCH`] when this entry was last sent: a fork child's new channel has not seen it.
+    epoch: AtomicU32,
+    firstlineno: AtomicI32,
+    filename: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // used only as an array initialiser
+const NEW: Entry = Entry {
+    key: AtomicUsize::new(0),
+    state: AtomicU32::new(EMPTY),
+    generation: AtomicU32::new(0),
+    epoch: AtomicU32::new(0),
+    firstlineno: AtomicI32::new(0),
+    filename: AtomicUsize::new(0),
+};
+
+static TABLE: [Entry; SLOTS] = [NEW; SLOTS];
+static EPOCH: AtomicU32 = AtomicU32::new(1);
+
+/// A new channel (fork child): every code object must be sent again.
+pub fn new_epoch() {
+    EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The id of the code object at `code`, sending its description first if this channel has not
+/// seen it. [`UNKNOWN_CODE`] if the table is full.
+pub fn id(rt: &Runtime, ring: &Ring<'_>, code: usize) -> u32 {
+    let start = (code >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48;
+    for probe in 0..PROBES {
+        let slot = (start + probe) & (SLOTS - 1);
+        let entry = &TABLE[slot];
+        let key = entry.key.load(Ordering::Acquire);
+        if key == 0
+            && entry
+                .key
+                .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            && entry.key.load(Ordering::Acquire) != code
+        {
+            continue; // another thread took this slot for another code object
+        }
+        if key != 0 && key != code {
+            continue;
+        }
+        return claim(rt, ring, entry, slot, code, key == 0);
+    }
+    UNKNOWN_CODE
+}
+
+fn claim(
+    rt: &Runtime,
+    ring: &Ring<'_>,
+    entry: &Entry,
+    slot: usize,
+    code: usize,
+    fresh: bool,
+) -> u32 {
+    let l = rt.layout;
+    let firstlineno = read::int(code + l.code_firstlineno).unwrap_or(0);
+    let filename = read::word(code + l.code_filename).unwrap_or(0);
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    let id_of = |e: &Entry| slot as u32 | (e.generation.load(Ordering::Relaxed) & 0xffff) << 16;
+    if !fresh {
+        let state = entry.state.load(Ordering::Acquire);
+        let same = entry.firstlineno.load(Ordering::Relaxed) == firstlineno
+            && entry.filename.load(Ordering::Relaxed) == filename;
+        let sent = entry.epoch.load(Ordering::Relaxed) == epoch;
+        if state == BUSY || (state == READY && same && sent) {
+            return id_of(entry);
+        }
+        if entry
+            .state
+            .compare_exchange(state, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return id_of(entry); // another thread is (re)sending it
+        }
+        if !same {
+            entry.generation.fetch_add(1, Ordering::Relaxed); // a new object at an old address
+        }
+    } else {
+        entry.state.store(BUSY, Ordering::Release);
+    }
+    entry.firstlineno.store(firstlineno, Ordering::Relaxed);
+    entry.filename.store(filename, Ordering::Relaxed);
+    entry.epoch.store(epoch, Ordering::Relaxed);
+    let id = id_of(entry);
+    send(rt, ring, id, code, firstlineno);
+    entry.state.store(READY, Ordering::Release);
+    id
+}
+
+/// A string or bytes object's raw data: (address, byte length, kind).
+#[derive(Clone, Copy, Default)]
+struct Blob {
+    addr: usize,
+    len: usize,
+    kind: u8,
+}
+
+fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) {
+    let l = rt.layout;
+    let filename = read::pointer(code + l.code_filename).map_or(Blob::default(), |s| string(rt, s));
+    let name_field = l.code_qualname.unwrap_or(l.code_name);
+    let qualname = read::pointer(code + name_field).map_or(Blob::default(), |s| string(rt, s));
+    let table =
+        read::pointer(code + l.code_linetable).map_or(Blob::default(), |b| bytes_object(rt, b));
+    let total = filename.len + qualname.len + table.len;
+    let data_records = total.div_ceil(DATA_BYTES) as u64;
+    let Some(group) = ring.reserve(1 + data_records) else {
+        return;
+    };
+    let mut head = Record::new(Kind::Code, clock::tid(), clock::monotonic_ns());
+    head.a = id as u64;
+    head.b =
+        firstlineno as u32 as u64 | (filename.kind as u64) << 32 | (qualname.kind as u64) << 40;
+    head.c = filename.len as u64 | (qualname.len as u64) << 32;
+    head.d = table.len as u64;
+    head.e = code as u64;
+    group.set(0, &head);
+    let mut chunk = Chunker {
+        group: &group,
+        next: 1,
+        buf: [0; DATA_BYTES],
+        used: 0,
+    };
+    for blob in [filename, qualname, table] {
+        chunk.copy(blob);
+    }
+    chunk.flush();
+}
+
+/// Fills data records 40 bytes at a time.
+struct Chunker<'g, 'r> {
+    group: &'g mlprof_wire::Group<'r>,
+    next: u64,
+    buf: [u8; DATA_BYTES],
+    used: usize,
+}
+
+impl Chunker<'_, '_> {
+    fn copy(&mut self, blob: Blob) {
+        let mut done = 0;
+        while done < blob.len {
+            let n = (DATA_BYTES - self.used).min(blob.len - done);
+            if read::bytes(blob.addr + done, &mut self.buf[self.used..self.used + n]).is_none() {
+                self.buf[self.used..self.used + n].fill(b'?');
+            }
+            self.used += n;
+            done += n;
+            if self.used == DATA_BYTES {
+                self.flush();
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.used == 0 {
+            return;
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&self.buf[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        let mut rec = Record::new(Kind::Data, 0, 0);
+        (rec.a, rec.b, rec.c, rec.d, rec.e) = (word(0), word(1), word(2), word(3), word(4));
+        self.group.set(self.next, &rec);
+        self.next += 1;
+        self.buf = [0; DATA_BYTES];
+        self.used = 0;
+    }
+}
+
+/// A compact `str`'s data. Legacy (non-compact) strings are not read.
+fn string(rt: &Runtime, s: usize) -> Blob {
+    string_at(rt, s).unwrap_or_default()
+}
+
+fn string_at(rt: &Runtime, s: usize) -> Option<Blob> {
+    use super::layouts::{
+        UNICODE_STATE_ASCII_BIT, UNICODE_STATE_COMPACT_BIT, UNICODE_STATE_KIND_MASK,
+        UNICODE_STATE_KIND_SHIFT,
+    };
+    let l = rt.layout;
+    let state = read::uint(s + l.unicode_state)?;
+    let length = read::word(s + l.unicode_length)?;
+    let kind = ((state >> UNICODE_STATE_KIND_SHIFT) & UNICODE_STATE_KIND_MASK) as u8;
+    if state >> UNICODE_STATE_COMPACT_BIT & 1 == 0 || !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let ascii = state >> UNICODE_STATE_ASCII_BIT & 1 == 1;
+    // PyCompactUnicodeObject adds utf8_length and utf8 (and wstr_length before 3.12).
+    let extra = if ascii {
+        0
+    } else if l.minor >= 12 {
+        16
+    } else {
+        24
+    };
+    let len = length
+        .checked_mul(kind as usize)?
+        .min(MAX_BYTES / kind as usize * kind as usize);
+    Some(Blob {
+        addr: s + l.ascii_object_size + extra,
+        len,
+        kind,
+    })
+}
+
+fn bytes_object(rt: &Runtime, b: usize) -> Blob {
+    let l = rt.layout;
+    match read::word(b + l.bytes_size) {
+        Some(size) if size <= isize::MAX as usize => Blob {
+            addr: b + l.bytes_data,
+            len: size.min(MAX_BYTES),
+            kind: 1,
+        },
+        _ => Blob::default(),
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-thread CPU-time timers: each thread gets a POSIX timer on its own CPU clock
+//! (`CLOCK_THREAD_CPUTIME_ID`) that signals that same thread (`SIGEV_THREAD_ID`), so every
+//! thread is sampled in proportion to the CPU it burns and idle threads cost nothing. Each
+//! expiry re-arms with a randomised interval (uniform in [0.5, 1.5] x mean) against aliasing.
+//! Raw syscalls only; safe to call from the signal handler.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// `sigev_value` of our timers: tells our expiries from anyone else's SIGPROF.
+pub const MAGIC: usize = 0x6d6c_7072_6f66; // "mlprof"
+
+/// Mean interval in nanoseconds; 0 = sampling off.
+static MEAN_NS: AtomicU64 = AtomicU64::new(0);
+
+std::thread_local! {
+    static TIMER: Cell<i32> = const { Cell::new(-1) };
+    static LAST_CPU_NS: Cell<u64> = const { Cell::new(0) };
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Set the mean sampling interval (before arming any thread).
+pub fn set_mean_interval(ns: u64) {
+    MEAN_NS.store(ns, Ordering::Relaxed);
+}
+
+/// The mean interval, 0 if sampling is off.
+pub fn mean_interval() -> u64 {
+    MEAN_NS.load(Ordering::Relaxed)
+}
+
+/// Create and arm the calling thread's timer (no-op if sampling is off or already armed).
+pub fn arm_this_thread() {
+    if mean_interval() == 0 || TIMER.with(|t| t.get()) >= 0 {
+        return;
+    }
+    let tid = crate::clock::tid();
+    // SAFETY: sigevent is plain data; zeroed is a valid starting value.
+    let mut sev: libc::sigevent = unsafe { core::mem::zeroed() };
+    sev.sigev_notify = libc::SIGEV_THREAD_ID;
+    sev.sigev_signo = libc::SIGPROF;
+    sev.sigev_value = libc::sigval {
+        sival_ptr: MAGIC as *mut libc::c_void,
+    };
+    sev.sigev_notify_thread_id = tid as i32;
+    let mut id: i32 = -1;
+    // SAFETY: the kernel timer_create syscall with valid pointers to a sigevent and an int.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_timer_create,
+            libc::CLOCK_THREAD_CPUTIME_ID,
+            &mut sev,
+            &mut id,
+        )
+    };
+    if r != 0 {
+        return;
+    }
+    TIMER.with(|t| t.set(id));
+    RNG.with(|r| r.set(0x9E37_79B9_7F4A_7C15 ^ (tid as u64) << 17 | 1));
+    LAST_CPU_NS.with(|l| l.set(thread_cpu_ns()));
+    rearm();
+}
+
+/// Arm the calling thread's timer for the next randomised interval. Returns the interval.
+pub fn rearm() -> u64 {
+    let id = TIMER.with(|t| t.get());
+    let mean = mean_interval();
+    if id < 0 || mean == 0 {
+        return 0;
+    }
+    let next = mean / 2 + next_random() % mean.max(1);
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: (next / 1_000_000_000) as libc::time_t,
+            tv_nsec: (next % 1_000_000_000) as libc::c_long,
+        },
+    };
+    // SAFETY: timer_settime syscall on our own timer id with a valid itimerspec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_timer_settime,
+            id,
+            0,
+            &spec,
+            core::ptr::null_mut::<libc::itimerspec>(),
+        )
+    };
+    next
+}
+
+/// CPU nanoseconds this thread used since its previous sample (or since it was armed). Timers
+/// expire on scheduler ticks, after their interval: weighting a sample by the interval would
+/// undercount by up to a tick per sample, so the thread's CPU clock is read instead.
+pub fn cpu_since_last_sample() -> u64 {
+    let now = thread_cpu_ns();
+    LAST_CPU_NS.with(|l| now.saturating_sub(l.replace(now)))
+}
+
+/// The calling thread's CPU time (user + system) in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Delete the calling thread's timer (thread exit).
+pub fn disarm_this_thread() {
+    let id = TIMER.with(|t| t.replace(-1));
+    if id >= 0 {
+        // SAFETY: deleting our own timer id.
+        unsafe { libc::syscall(libc::SYS_timer_delete, id) };
+    }
+}
+
+/// After fork: the child inherits no timers, but does inherit this thread's TLS.
+pub fn forget_this_thread() {
+    TIMER.with(|t| t.set(-1));
+}
+
+fn next_random() -> u64 {
+    RNG.with(|r| {
+        let mut x = r.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.set(x);
+        x
+    })
+}

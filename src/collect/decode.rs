@@ -1,0 +1,252 @@
+//! Reassembling multi-record events of one channel: a CPU sample and its frame records, a
+//! code object and its data records. Records of one event are contiguous (reserved as a
+//! group by the writer), so a small state machine per channel is enough.
+
+use std::collections::BTreeMap;
+
+use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD};
+
+use super::recording::{CodeInfo, CpuSample};
+
+/// Decoded events of one channel.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    /// CPU samples in arrival order.
+    pub samples: Vec<CpuSample>,
+    /// Code objects by id.
+    pub codes: BTreeMap<u32, CodeInfo>,
+    /// Threads seen: (tid, pthread_self).
+    pub threads: Vec<(u32, u64)>,
+    /// Records that did not fit the expected sequence (a bug or a corrupt channel).
+    pub malformed: u64,
+}
+
+enum Pending {
+    None,
+    Sample {
+        sample: CpuSample,
+        frames_left: usize,
+    },
+    Code {
+        id: u32,
+        info: CodeInfo,
+        lens: [usize; 3],
+        bytes: Vec<u8>,
+    },
+}
+
+/// The decoder state of one channel.
+pub struct Decoder {
+    pending: Pending,
+    /// Everything decoded so far.
+    pub out: Decoded,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder {
+            pending: Pending::None,
+            out: Decoded::default(),
+        }
+    }
+}
+
+impl Decoder {
+    /// Feed one record; `launch_ns` makes sample times relative to launch.
+    pub fn feed(&mut self, r: &Record, launch_ns: u64) {
+        match Kind::from_u16(r.kind) {
+            Some(Kind::Frames) => self.frames(r),
+            Some(Kind::Data) => self.data(r),
+            kind => {
+                self.finish_pending();
+                match kind {
+                    Some(Kind::Sample) => self.sample(r, launch_ns),
+                    Some(Kind::Code) => self.code(r),
+                    Some(Kind::ThreadStart) => self.out.threads.push((r.a as u32, r.b)),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn sample(&mut self, r: &Record, launch_ns: u64) {
+        let depth = (r.c & 0xffff_ffff) as usize;
+        let sample = CpuSample {
+            t_ns: r.ts_ns.saturating_sub(launch_ns),
+            tid: r.tid,
+            ip: r.a,
+            weight_ns: r.b,
+            flags: (r.c >> 32) as u32,
+            frames: Vec::with_capacity(depth),
+        };
+        self.pending = Pending::Sample {
+            sample,
+            frames_left: depth,
+        };
+        if depth == 0 {
+            self.finish_pending();
+        }
+    }
+
+    fn frames(&mut self, r: &Record) {
+        let Pending::Sample {
+            sample,
+            frames_left,
+        } = &mut self.pending
+        else {
+            self.out.malformed += 1;
+            return;
+        };
+        for word in [r.a, r.b, r.c, r.d, r.e]
+            .into_iter()
+            .take((*frames_left).min(FRAMES_PER_RECORD))
+        {
+            sample
+                .frames
+                .push(((word >> 32) as u32, word as u32 as i32));
+            *frames_left -= 1;
+        }
+        if *frames_left == 0 {
+            self.finish_pending();
+        }
+    }
+
+    fn code(&mut self, r: &Record) {
+        let info = CodeInfo {
+            firstlineno: r.b as u32 as i32,
+            filename_kind: (r.b >> 32) as u8,
+            qualname_kind: (r.b >> 40) as u8,
+            ..CodeInfo::default()
+        };
+        let lens = [
+            (r.c & 0xffff_ffff) as usize,
+            (r.c >> 32) as usize,
+            r.d as usize,
+        ];
+        let total: usize = lens.iter().sum();
+        self.pending = Pending::Code {
+            id: r.a as u32,
+            info,
+            lens,
+            bytes: Vec::with_capacity(total),
+        };
+        if total == 0 {
+            self.finish_pending();
+        }
+    }
+
+    fn data(&mut self, r: &Record) {
+        let Pending::Code { lens, bytes, .. } = &mut self.pending else {
+            self.out.malformed += 1;
+            return;
+        };
+        let total: usize = lens.iter().sum();
+        for word in [r.a, r.b, r.c, r.d, r.e] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        debug_assert_eq!(DATA_BYTES, 40);
+        if bytes.len() >= total {
+            bytes.truncate(total);
+            self.finish_pending();
+        }
+    }
+
+    /// Close the event in progress (also at the end of the stream: a truncated event is kept
+    /// with what arrived).
+    pub fn finish_pending(&mut self) {
+        match std::mem::replace(&mut self.pending, Pending::None) {
+            Pending::None => {}
+            Pending::Sample { sample, .. } => self.out.samples.push(sample),
+            Pending::Code {
+                id,
+                mut info,
+                lens,
+                bytes,
+            } => {
+                let (name, rest) = bytes.split_at(lens[0].min(bytes.len()));
+                let (qual, table) = rest.split_at(lens[1].min(rest.len()));
+                info.filename = decode_str(name, info.filename_kind);
+                info.qualname = decode_str(qual, info.qualname_kind);
+                info.linetable = table.to_vec();
+                self.out.codes.insert(id, info);
+            }
+        }
+    }
+}
+
+/// A CPython compact string's raw data (1, 2 or 4 bytes per code point) as UTF-8.
+fn decode_str(raw: &[u8], kind: u8) -> String {
+    match kind {
+        2 => raw
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .map(char_of)
+            .collect(),
+        4 => raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .map(char_of)
+            .collect(),
+        _ => raw.iter().map(|&b| b as char).collect(),
+    }
+}
+
+fn char_of(code: u32) -> char {
+    char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: Kind) -> Record {
+        Record::new(kind, 7, 1_000)
+    }
+
+    #[test]
+    fn samples_and_codes_are_reassembled() {
+        let mut d = Decoder::default();
+        let mut code = record(Kind::Code);
+        code.a = 3;
+        code.b = 12 | 1 << 32 | 1 << 40;
+        code.c = 5 | 1 << 32;
+        code.d = 2;
+        d.feed(&code, 0);
+        let mut data = record(Kind::Data);
+        data.a = u64::from_le_bytes(*b"a.pyfxy\0");
+        d.feed(&data, 0);
+        let mut s = record(Kind::Sample);
+        s.a = 0xdead;
+        s.b = 10_000;
+        s.c = 6;
+        d.feed(&s, 400);
+        let mut f = record(Kind::Frames);
+        (f.a, f.b, f.c, f.d, f.e) = (3 << 32 | 4, 3 << 32 | 0xffff_ffff, 1, 2, 3);
+        d.feed(&f, 0);
+        let mut f2 = record(Kind::Frames);
+        f2.a = 9 << 32 | 1;
+        d.feed(&f2, 0);
+        let c = &d.out.codes[&3];
+        assert_eq!(
+            (c.filename.as_str(), c.qualname.as_str(), c.firstlineno),
+            ("a.pyf", "x", 12)
+        );
+        assert_eq!(c.linetable, b"y\0");
+        let sample = &d.out.samples[0];
+        assert_eq!(
+            (sample.ip, sample.weight_ns, sample.t_ns),
+            (0xdead, 10_000, 600)
+        );
+        assert_eq!(sample.frames.len(), 6);
+        assert_eq!(sample.frames[1], (3, -1));
+        assert_eq!(sample.frames[5], (9, 1));
+        assert_eq!(d.out.malformed, 0);
+    }
+
+    #[test]
+    fn wide_strings_decode() {
+        assert_eq!(decode_str(&[0xe9, 0], 2), "é");
+        assert_eq!(decode_str(&0x1F600u32.to_le_bytes(), 4), "😀");
+        assert_eq!(decode_str(&[0xe9], 1), "é");
+    }
+}

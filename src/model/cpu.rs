@@ -1,0 +1,207 @@
+//! CPU samples → per-line and per-function time. Each sample goes to the innermost frame in a
+//! profiled file (the user's code by default), and is Python time or native time by where the
+//! interrupted instruction was. Pure: native names are resolved beforehand.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::filter::Filter;
+use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
+use crate::collect::{ChannelSummary, CodeInfo, CpuSample, Recording};
+use crate::symbolize::linetable::{LineIndex, LineTableFormat};
+use crate::symbolize::native::{CodeClass, Resolved};
+
+/// Native names of sampled instruction pointers, by (channel index, ip).
+pub type NativeNames = HashMap<(usize, u64), Resolved>;
+
+/// Pseudo-file for samples of threads without Python (BLAS pools, native threads).
+pub const NATIVE_THREAD: &str = "<native thread>";
+/// Pseudo-file for Python samples with no frame in a profiled file.
+pub const OUTSIDE: &str = "<outside profiled code>";
+/// Native functions kept per line.
+const NATIVE_PER_LINE: usize = 5;
+
+/// Where a sample is attributed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Place {
+    file: String,
+    line: u32,
+    function: String,
+    first_line: u32,
+}
+
+#[derive(Default)]
+struct Acc {
+    python_ns: u64,
+    native_ns: u64,
+    natives: HashMap<(String, String), u64>,
+}
+
+/// Per-line and per-function CPU measures of the whole recording.
+pub fn attribute(
+    rec: &Recording,
+    natives: &NativeNames,
+    filter: &Filter,
+) -> (Vec<LineStats>, Vec<FunctionStats>) {
+    let mut places: HashMap<Place, Acc> = HashMap::new();
+    for (ci, channel) in rec.channels.iter().enumerate() {
+        let mut lines = Lines::new(rec, ci);
+        for sample in &channel.samples {
+            let place = place_of(sample, &mut lines, filter);
+            let acc = places.entry(place).or_default();
+            match natives.get(&(ci, sample.ip)) {
+                Some(r) if r.class == CodeClass::Interpreter => acc.python_ns += sample.weight_ns,
+                named => {
+                    acc.native_ns += sample.weight_ns;
+                    let (symbol, library) = match named {
+                        Some(r) => (
+                            r.symbol
+                                .clone()
+                                .unwrap_or_else(|| format!("{:#x}", sample.ip)),
+                            r.library.clone(),
+                        ),
+                        None => ("?".to_string(), "?".to_string()),
+                    };
+                    *acc.natives.entry((symbol, library)).or_default() += sample.weight_ns;
+                }
+            }
+        }
+    }
+    summarise(places)
+}
+
+fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>) {
+    let mut functions: BTreeMap<(String, String), FunctionStats> = BTreeMap::new();
+    let mut lines: Vec<LineStats> = places
+        .into_iter()
+        .map(|(place, acc)| {
+            let mut native: Vec<NativeFrame> = acc
+                .natives
+                .into_iter()
+                .map(|((symbol, library), ns)| NativeFrame {
+                    symbol,
+                    library,
+                    cpu_s: ns as f64 / 1e9,
+                })
+                .collect();
+            native.sort_by(|a, b| {
+                b.cpu_s
+                    .total_cmp(&a.cpu_s)
+                    .then_with(|| a.symbol.cmp(&b.symbol))
+            });
+            native.truncate(NATIVE_PER_LINE);
+            let measures = Measures {
+                cpu_python_s: acc.python_ns as f64 / 1e9,
+                cpu_native_s: acc.native_ns as f64 / 1e9,
+                native,
+                ..Measures::default()
+            };
+            let f = functions
+                .entry((place.file.clone(), place.function.clone()))
+                .or_insert_with(|| FunctionStats {
+                    file: place.file.clone(),
+                    function: place.function.clone(),
+                    line: place.first_line,
+                    measures: Measures::default(),
+                });
+            f.measures.cpu_python_s += measures.cpu_python_s;
+            f.measures.cpu_native_s += measures.cpu_native_s;
+            LineStats {
+                file: place.file,
+                line: place.line,
+                function: place.function,
+                measures,
+                ..LineStats::default()
+            }
+        })
+        .collect();
+    lines.sort_by(|a, b| {
+        a.file
+            .cmp(&b.file)
+            .then(a.line.cmp(&b.line))
+            .then(a.function.cmp(&b.function))
+    });
+    (lines, functions.into_values().collect())
+}
+
+fn place_of(sample: &CpuSample, lines: &mut Lines<'_>, filter: &Filter) -> Place {
+    for &(code, lasti) in &sample.frames {
+        let Some((info, line)) = lines.line(code, lasti) else {
+            continue;
+        };
+        let place = Place {
+            file: info.filename.clone(),
+            line,
+            function: info.qualname.clone(),
+            first_line: info.firstlineno.max(0) as u32,
+        };
+        if filter.profiles(&info.filename) {
+            return place;
+        }
+    }
+    let pseudo = if sample.frames.is_empty() {
+        NATIVE_THREAD
+    } else {
+        OUTSIDE
+    };
+    Place {
+        file: pseudo.to_string(),
+        line: 0,
+        function: pseudo.to_string(),
+        first_line: 0,
+    }
+}
+
+/// Line lookup for the code ids of one channel (falling back to the channel's fork parents,
+/// whose code ids a fork child inherits), with decoded line tables cached.
+struct Lines<'r> {
+    chain: Vec<&'r ChannelSummary>,
+    format: Option<LineTableFormat>,
+    cache: HashMap<u32, Option<(&'r CodeInfo, LineIndex)>>,
+}
+
+impl<'r> Lines<'r> {
+    fn new(rec: &'r Recording, ci: usize) -> Lines<'r> {
+        let mut chain = vec![&rec.channels[ci]];
+        while let Some(child) = chain.last().filter(|c| c.forked) {
+            let parent = rec
+                .channels
+                .iter()
+                .filter(|p| p.pid == child.ppid && p.start_ns <= child.start_ns)
+                .max_by_key(|p| p.start_ns);
+            match parent {
+                Some(p) if chain.len() < 64 => chain.push(p),
+                _ => break,
+            }
+        }
+        let format = rec.channels[ci]
+            .python
+            .as_deref()
+            .and_then(parse_minor)
+            .and_then(|(ma, mi)| LineTableFormat::for_version(ma, mi));
+        Lines {
+            chain,
+            format,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn line(&mut self, code: u32, lasti: i32) -> Option<(&'r CodeInfo, u32)> {
+        let format = self.format?;
+        let chain = &self.chain;
+        let entry = self.cache.entry(code).or_insert_with(|| {
+            let info = chain.iter().find_map(|c| c.codes.get(&code))?;
+            Some((
+                info,
+                LineIndex::new(format, &info.linetable, info.firstlineno),
+            ))
+        });
+        let (info, index) = entry.as_ref()?;
+        let line = index.line(lasti).unwrap_or(info.firstlineno.max(0) as u32);
+        Some((info, line))
+    }
+}
+
+fn parse_minor(version: &str) -> Option<(u8, u8)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}

@@ -1,0 +1,63 @@
+//! Which source files are "profiled": the user's code by default (not the standard library,
+//! not installed packages); `--profile-all` takes everything, `--profile-only` given patterns.
+
+/// The file filter of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Attribute to any file.
+    pub all: bool,
+    /// If not empty: only files whose path contains one of these.
+    pub only: Vec<String>,
+}
+
+impl Filter {
+    /// Whether samples may be attributed to `file`.
+    pub fn profiles(&self, file: &str) -> bool {
+        if !self.only.is_empty() {
+            return self.only.iter().any(|p| file.contains(p.as_str()));
+        }
+        self.all || !is_library(file)
+    }
+}
+
+/// The standard library, frozen modules and installed packages.
+fn is_library(file: &str) -> bool {
+    if file.starts_with("<frozen ") {
+        return true;
+    }
+    if file.contains("/site-packages/") || file.contains("/dist-packages/") {
+        return true;
+    }
+    // The standard library: .../lib/python3.X/... (and lib64).
+    file.split('/')
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| (w[0] == "lib" || w[0] == "lib64") && w[1].starts_with("python3"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_code_is_profiled_and_libraries_are_not() {
+        let f = Filter::default();
+        assert!(f.profiles("/home/me/train.py"));
+        assert!(f.profiles("<string>"));
+        assert!(!f.profiles("/usr/lib/python3.11/threading.py"));
+        assert!(!f.profiles("/root/.pyenv/versions/3.9.18/lib/python3.9/json/decoder.py"));
+        assert!(!f.profiles("/venv/lib/python3.12/site-packages/numpy/core/numeric.py"));
+        assert!(!f.profiles("<frozen importlib._bootstrap>"));
+        assert!(Filter {
+            all: true,
+            ..Filter::default()
+        }
+        .profiles("<frozen importlib._bootstrap>"));
+        let only = Filter {
+            only: vec!["numpy/".into()],
+            ..Filter::default()
+        };
+        assert!(only.profiles("/venv/lib/python3.12/site-packages/numpy/core/numeric.py"));
+        assert!(!only.profiles("/home/me/train.py"));
+    }
+}

@@ -1,0 +1,1004 @@
+//! Maps native instruction pointers of a profiled process to library + symbol; reads ELF files
+//! from disk and caches each file's parsed symbol table; knows nothing about Python frames.
+//!
+//! The collector snapshots `/proc/PID/maps` ([`read_maps`]) while the target lives, then
+//! [`Symbolizer::resolve`] works from the files on disk, so it also works after the target
+//! exited. Per IP:
+//!
+//! 1. the mapping that contains it names the library and the [`CodeClass`] ([`classify`]);
+//! 2. `file_offset = ip - map.start + map.offset`; the `PT_LOAD` segment holding that offset
+//!    turns it into an ELF virtual address (`vaddr = file_offset - p_offset + p_vaddr`), which
+//!    is right for PIE executables, shared objects and fixed-address executables alike;
+//! 3. the function symbol (`STT_FUNC`, `STT_GNU_IFUNC`) containing that address is found by
+//!    binary search in the file's `.symtab` (or `.dynsym` when `.symtab` has no functions);
+//!    a size-0 symbol extends to the next symbol; names are demangled (Itanium C++, Rust).
+//!
+//! Choices:
+//! * files are cached per (device, inode, size, mtime), so a file is parsed once per run even
+//!   when reached under two paths; only the ELF headers, the symbol table and its string table
+//!   are read (never the whole file), so a libtorch-size library costs its symbol table only;
+//!   symbols are 16-byte entries with their names in one arena;
+//! * a mapping whose path ends in ` (deleted)` keeps its library name but gets no symbol: the
+//!   file now at that path (if any) is not what the process ran;
+//! * `[vdso]` gets no symbol (it is not a file);
+//! * paths are opened as seen from this process (a target in another mount namespace would
+//!   need a `/proc/PID/root` prefix: not handled yet);
+//! * missing, unreadable, non-regular or corrupt files give `symbol: None` but still a library;
+//! * DWARF (file/line, inlined frames) is not read here: that comes later, on demand, through
+//!   `addr2line` (which shares this module's `object` version), because libtorch-size DWARF
+//!   costs seconds and gigabytes.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym as _};
+use object::read::{ReadCache, ReadRef, StringTable};
+use object::{Endianness, FileKind};
+
+/// One line of `/proc/PID/maps` that is backed by a file (or is `[vdso]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address of the mapping in the target.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset that `start` maps.
+    pub offset: u64,
+    /// Path as the kernel prints it, including a ` (deleted)` suffix; or `[vdso]`.
+    pub path: String,
+    /// The mapping is executable (`x` in the permissions).
+    pub executable: bool,
+}
+
+/// Parses `/proc/PID/maps` text. Keeps file-backed mappings (path starting with `/`, which may
+/// contain spaces) and `[vdso]`; drops anonymous, `[heap]`, `[stack]` and garbage lines.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+/// Reads and parses `/proc/PID/maps` (non-UTF-8 path bytes are replaced, not an error).
+pub fn read_maps(pid: u32) -> std::io::Result<Vec<Mapping>> {
+    let bytes = std::fs::read(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&String::from_utf8_lossy(&bytes)))
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let (range, rest) = split_field(line)?;
+    let (perms, rest) = split_field(rest)?;
+    let (offset, rest) = split_field(rest)?;
+    let (_dev, rest) = split_field(rest)?;
+    let (_inode, rest) = split_field(rest)?;
+    let path = rest.trim_start();
+    if !path.starts_with('/') && path != "[vdso]" {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    if end <= start {
+        return None;
+    }
+    Some(Mapping {
+        start,
+        end,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: path.to_owned(),
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+    })
+}
+
+/// The next whitespace-delimited field and what follows it (untrimmed).
+fn split_field(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    Some(s.split_at(end))
+}
+
+/// Whether time at an instruction pointer counts as the interpreter's or native code's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeClass {
+    /// The Python executable, libpython, and the runtime the interpreter itself calls
+    /// (ld.so, libc, libm, libpthread, libdl, libutil, `[vdso]`).
+    Interpreter,
+    /// Everything else: extension modules, BLAS, OpenMP, onnxruntime, torch, ...
+    Native,
+}
+
+/// File name of a mapping path, without a ` (deleted)` suffix.
+pub fn library_name(path: &str) -> &str {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Classifies a mapping path by its file name.
+///
+/// Interpreter: `python`, `python3`, `python3.X` (and suffixed names such as `python3.13t`,
+/// `python3.11-dbg`), `libpython*.so*`, `ld-*.so*` (ld-linux, ld-musl, old `ld-2.31.so`),
+/// `libc`, `libm`, `libpthread`, `libdl`, `libutil` (`libX.so*` or old `libX-2.NN.so`), and
+/// `[vdso]`. Everything else is Native, including CPython's own extension modules in
+/// `lib-dynload` (`_json.cpython-311-x86_64-linux-gnu.so`, `math.cpython-*.so`): they are C
+/// code doing the work of one call, like any third-party extension.
+pub fn classify(path: &str) -> CodeClass {
+    let name = library_name(path);
+    if name == "[vdso]" || is_python_executable(name) || is_interpreter_library(name) {
+        CodeClass::Interpreter
+    } else {
+        CodeClass::Native
+    }
+}
+
+fn is_python_executable(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("python") else {
+        return false;
+    };
+    !name.contains(".so") && (rest.is_empty() || rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+fn is_interpreter_library(name: &str) -> bool {
+    if (name.starts_with("libpython") || name.starts_with("ld-")) && name.contains(".so") {
+        return true;
+    }
+    ["c", "m", "pthread", "dl", "util"].iter().any(|stem| {
+        let Some(rest) = name.strip_prefix("lib").and_then(|r| r.strip_prefix(stem)) else {
+            return false;
+        };
+        let old_glibc = rest
+            .strip_prefix('-')
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()) && v.ends_with(".so"));
+        rest.starts_with(".so") || old_glibc
+    })
+}
+
+/// What an instruction pointer resolved to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// File name only, e.g. `libopenblas64_p-r0-5e0b5b9a.3.23.dev.so` (no ` (deleted)`).
+    pub library: String,
+    /// The mapping's path as in the maps snapshot.
+    pub path: String,
+    /// Demangled function name (`dgemm_kernel_HASWELL`, `ns::f(int)`), if one was found.
+    pub symbol: Option<String>,
+    /// Interpreter or native time.
+    pub class: CodeClass,
+}
+
+/// One function symbol: `[start, start + len)` in ELF virtual addresses; its name starts at
+/// `name` in the arena and ends at the next NUL.
+#[derive(Clone, Copy, Debug)]
+struct Sym {
+    start: u64,
+    len: u32,
+    name: u32,
+}
+
+/// A `PT_LOAD` segment: file range `[offset, offset + filesz)` is loaded at `vaddr`.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    offset: u64,
+    filesz: u64,
+    vaddr: u64,
+    executable: bool,
+}
+
+/// What the symbolizer keeps of one ELF file.
+#[derive(Debug, Default)]
+struct FileSymbols {
+    segments: Vec<Segment>,
+    /// Sorted by `start`, one symbol per start address.
+    syms: Vec<Sym>,
+    /// NUL-separated raw (mangled) names.
+    names: String,
+    build_id: Option<Vec<u8>>,
+    /// Demangled names of the symbols looked up so far, by index in `syms`.
+    demangled: HashMap<u32, Box<str>>,
+}
+
+/// File identity for the parse cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+/// Resolves instruction pointers against a maps snapshot, caching each file's symbols.
+#[derive(Debug, Default)]
+pub struct Symbolizer {
+    /// Path → index in `files`; `None` when the path has no readable regular file.
+    by_path: HashMap<String, Option<usize>>,
+    by_key: HashMap<FileKey, usize>,
+    files: Vec<FileSymbols>,
+}
+
+impl Symbolizer {
+    /// An empty symbolizer; files are parsed on first use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Library, class and (when found) function for `ip`; `None` if no mapping contains it.
+    pub fn resolve(&mut self, maps: &[Mapping], ip: u64) -> Option<Resolved> {
+        let map = find_mapping(maps, ip)?;
+        let symbol = self.symbol_for(map, ip);
+        Some(Resolved {
+            library: library_name(&map.path).to_owned(),
+            path: map.path.clone(),
+            symbol,
+            class: classify(&map.path),
+        })
+    }
+
+    /// GNU build-id of the file at `path` (parsing it if needed), for recording
+    /// `build-id + offset` so that symbolization can be redone elsewhere.
+    pub fn build_id(&mut self, path: &str) -> Option<Vec<u8>> {
+        let index = self.file_index(path)?;
+        self.files[index].build_id.clone()
+    }
+
+    fn symbol_for(&mut self, map: &Mapping, ip: u64) -> Option<String> {
+        if !map.path.starts_with('/') || map.path.ends_with(" (deleted)") {
+            return None;
+        }
+        let index = self.file_index(&map.path)?;
+        let file = &mut self.files[index];
+        let file_offset = ip.checked_sub(map.start)?.checked_add(map.offset)?;
+        let vaddr = file.vaddr_of(file_offset)?;
+        let sym = file.lookup(vaddr)?;
+        Some(file.demangled_name(sym))
+    }
+
+    fn file_index(&mut self, path: &str) -> Option<usize> {
+        if let Some(&entry) = self.by_path.get(path) {
+            return entry;
+        }
+        let entry = self.load_path(path);
+        self.by_path.insert(path.to_owned(), entry);
+        entry
+    }
+
+    fn load_path(&mut self, path: &str) -> Option<usize> {
+        // stat before open: never open a device node or FIFO that a mapping may name.
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let key = FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        };
+        if let Some(&index) = self.by_key.get(&key) {
+            return Some(index);
+        }
+        let file = File::open(path).ok()?;
+        let symbols = FileSymbols::load(file).unwrap_or_default();
+        self.files.push(symbols);
+        let index = self.files.len() - 1;
+        self.by_key.insert(key, index);
+        Some(index)
+    }
+}
+
+/// The mapping containing `ip`: binary search when `maps` is sorted (as the kernel prints
+/// it), linear scan otherwise.
+fn find_mapping(maps: &[Mapping], ip: u64) -> Option<&Mapping> {
+    let contains = |m: &&Mapping| m.start <= ip && ip < m.end;
+    let pos = maps.partition_point(|m| m.start <= ip);
+    pos.checked_sub(1)
+        .and_then(|i| maps.get(i))
+        .filter(contains)
+        .or_else(|| maps.iter().find(contains))
+}
+
+impl FileSymbols {
+    /// Parses an ELF file's segments, build-id and function symbols; `None` if not ELF.
+    fn load(file: File) -> Option<FileSymbols> {
+        let data = ReadCache::new(file);
+        match FileKind::parse(&data).ok()? {
+            FileKind::Elf32 => load_elf::<elf::FileHeader32<Endianness>>(&data),
+            FileKind::Elf64 => load_elf::<elf::FileHeader64<Endianness>>(&data),
+            _ => None,
+        }
+    }
+
+    /// ELF virtual address of a file offset, via the `PT_LOAD` segment holding it
+    /// (an executable one if several do).
+    fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
+        let seg = self
+            .segments
+            .iter()
+            .filter(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
+            .min_by_key(|s| !s.executable)?;
+        (file_offset - seg.offset).checked_add(seg.vaddr)
+    }
+
+    /// Index of the symbol containing `vaddr`. Looks a few symbols back so that an address
+    /// past a small symbol nested in a larger one still finds the larger one.
+    fn lookup(&self, vaddr: u64) -> Option<u32> {
+        let pos = self.syms.partition_point(|s| s.start <= vaddr);
+        (pos.saturating_sub(8)..pos)
+            .rev()
+            .find(|&i| vaddr - self.syms[i].start < u64::from(self.syms[i].len))
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
+    fn demangled_name(&mut self, sym: u32) -> String {
+        if let Some(name) = self.demangled.get(&sym) {
+            return name.to_string();
+        }
+        let start = self.syms.get(sym as usize).map_or(0, |s| s.name as usize);
+        let raw = self.names.get(start..).unwrap_or("");
+        let raw = raw.split('\0').next().unwrap_or("");
+        let name = demangle(raw);
+        self.demangled.insert(sym, name.clone().into_boxed_str());
+        name
+    }
+}
+
+fn load_elf<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Option<FileSymbols> {
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let mut out = FileSymbols::default();
+    if let Ok(phdrs) = header.program_headers(endian, data) {
+        out.segments = phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| Segment {
+                offset: p.p_offset(endian).into(),
+                filesz: p.p_filesz(endian).into(),
+                vaddr: p.p_vaddr(endian).into(),
+                executable: p.p_flags(endian) & elf::PF_X != 0,
+            })
+            .collect();
+    }
+    let Ok(sections) = header.sections(endian, data) else {
+        return Some(out);
+    };
+    out.build_id = find_build_id(&sections, endian, data);
+    let table = read_functions(&sections, endian, data, elf::SHT_SYMTAB)
+        .filter(|(syms, _)| !syms.is_empty())
+        .or_else(|| read_functions(&sections, endian, data, elf::SHT_DYNSYM));
+    if let Some((syms, names)) = table {
+        out.syms = syms;
+        out.names = names;
+    }
+    Some(out)
+}
+
+fn find_build_id<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
+    endian: Endianness,
+    data: R,
+) -> Option<Vec<u8>> {
+    for section in sections.iter() {
+        let Ok(Some(mut notes)) = section.notes(endian, data) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
+                return Some(note.desc().to_vec());
+            }
+        }
+    }
+    None
+}
+
+/// A function symbol before the table is built.
+struct Candidate<'data> {
+    start: u64,
+    size: u64,
+    /// End of the symbol's section (bounds a size-0 symbol that is last).
+    section_end: u64,
+    /// Lower is preferred among symbols at one address.
+    rank: (bool, u8, usize, usize),
+    name: &'data [u8],
+}
+
+/// Function symbols of the first section of type `sh_type` (one bulk read each for the
+/// symbols and their string table).
+fn read_functions<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
+    endian: Endianness,
+    data: R,
+    sh_type: u32,
+) -> Option<(Vec<Sym>, String)> {
+    let section = sections.iter().find(|s| s.sh_type(endian) == sh_type)?;
+    let raw: &[Elf::Sym] = section.data_as_array(endian, data).ok()?;
+    let strdata = sections
+        .section(section.link(endian))
+        .ok()?
+        .data(endian, data)
+        .ok()?;
+    let strings = StringTable::new(strdata, 0, strdata.len() as u64);
+    let mut candidates = Vec::new();
+    for sym in raw {
+        let kind = sym.st_type();
+        let shndx = sym.st_shndx(endian);
+        if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC) || shndx == elf::SHN_UNDEF {
+            continue;
+        }
+        let start: u64 = sym.st_value(endian).into();
+        let name = sym.name(endian, strings).unwrap_or_default();
+        if start == 0 || name.is_empty() {
+            continue;
+        }
+        let size: u64 = sym.st_size(endian).into();
+        let section_end = section_end(sections, endian, shndx);
+        let bind_rank = match sym.st_bind() {
+            elf::STB_GLOBAL => 0,
+            elf::STB_WEAK => 1,
+            _ => 2,
+        };
+        let underscores = name.iter().take_while(|&&b| b == b'_').count();
+        let rank = (size == 0, bind_rank, underscores, name.len());
+        candidates.push(Candidate {
+            start,
+            size,
+            section_end,
+            rank,
+            name,
+        });
+    }
+    Some(build_table(candidates))
+}
+
+fn section_end<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
+    endian: Endianness,
+    shndx: u16,
+) -> u64 {
+    if shndx >= elf::SHN_LORESERVE {
+        return 0;
+    }
+    let index = object::SectionIndex(usize::from(shndx));
+    sections.section(index).map_or(0, |s| {
+        let addr: u64 = s.sh_addr(endian).into();
+        addr.saturating_add(s.sh_size(endian).into())
+    })
+}
+
+/// Sorts candidates, keeps the preferred one per address, gives size-0 symbols the room up
+/// to the next symbol (or their section's end), and moves names into one arena.
+fn build_table(mut candidates: Vec<Candidate<'_>>) -> (Vec<Sym>, String) {
+    candidates.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(a.rank.cmp(&b.rank)));
+    candidates.dedup_by_key(|c| c.start);
+    let mut syms = Vec::with_capacity(candidates.len());
+    let mut names = String::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let end = if c.size > 0 {
+            c.start.saturating_add(c.size)
+        } else {
+            let next = candidates.get(i + 1).map_or(u64::MAX, |n| n.start);
+            let limit = if c.section_end > c.start {
+                c.section_end
+            } else {
+                u64::MAX
+            };
+            match next.min(limit) {
+                u64::MAX => c.start.saturating_add(1),
+                end => end,
+            }
+        };
+        let Ok(name) = u32::try_from(names.len()) else {
+            break; // a 4 GiB name arena: keep what fits
+        };
+        names.push_str(&String::from_utf8_lossy(c.name));
+        names.push('\0');
+        let len = u32::try_from(end - c.start).unwrap_or(u32::MAX);
+        syms.push(Sym {
+            start: c.start,
+            len,
+            name,
+        });
+    }
+    syms.shrink_to_fit();
+    names.shrink_to_fit();
+    (syms, names)
+}
+
+/// Demangles Rust (legacy and v0, hash dropped) and Itanium C++ names; others unchanged.
+fn demangle(raw: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(raw) {
+        return format!("{rust:#}");
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(symbol) = cpp_demangle::Symbol::new(raw.as_bytes()) {
+            let options = cpp_demangle::DemangleOptions::new().no_return_type();
+            if let Ok(name) = symbol.demangle(&options) {
+                return name;
+            }
+        }
+    }
+    raw.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::time::Instant;
+
+    const SAMPLE_MAPS: &str = "\
+55d0c8a00000-55d0c8a01000 r--p 00000000 08:01 1234                       /usr/bin/python3.11
+55d0c8a01000-55d0c8a02000 r-xp 00001000 08:01 1234                       /usr/bin/python3.11
+55d0c9000000-55d0c9100000 rw-p 00000000 00:00 0                          [heap]
+7f1c00000000-7f1c00021000 rw-p 00000000 00:00 0 
+7f1c10000000-7f1c10200000 r-xp 00010000 08:01 777                        /opt/my libs/lib with space.so
+7f1c20000000-7f1c20400000 r-xp 00028000 08:01 555                        /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1c30000000-7f1c30001000 r-xp 00000000 00:05 999                        /tmp/jit-1234.so (deleted)
+7ffd6e5f0000-7ffd6e611000 rw-p 00000000 00:00 0                          [stack]
+7ffd6e7d2000-7ffd6e7d6000 r--p 00000000 00:00 0                          [vvar]
+7ffd6e7d6000-7ffd6e7d8000 r-xp 00000000 00:00 0                          [vdso]
+this is not a maps line
+zzzz-1000 r-xp 00000000 08:01 1 /bad/start
+2000-1000 r-xp 00000000 08:01 1 /bad/order
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+
+    #[test]
+    fn parse_maps_keeps_files_and_vdso() {
+        let maps = parse_maps(SAMPLE_MAPS);
+        let paths: Vec<&str> = maps.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/usr/bin/python3.11",
+                "/usr/bin/python3.11",
+                "/opt/my libs/lib with space.so",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "/tmp/jit-1234.so (deleted)",
+                "[vdso]",
+            ]
+        );
+        assert_eq!(
+            maps[1],
+            Mapping {
+                start: 0x55d0c8a01000,
+                end: 0x55d0c8a02000,
+                offset: 0x1000,
+                path: "/usr/bin/python3.11".into(),
+                executable: true,
+            }
+        );
+        assert!(!maps[0].executable);
+        assert_eq!(maps[3].offset, 0x28000);
+        assert_eq!(library_name(&maps[4].path), "jit-1234.so");
+        assert!(parse_maps("").is_empty());
+        assert!(parse_maps("\n\n  \n00-").is_empty());
+    }
+
+    #[test]
+    fn classify_table() {
+        use CodeClass::{Interpreter as I, Native as N};
+        let table = [
+            ("/usr/bin/python", I),
+            ("/usr/bin/python3", I),
+            ("/root/.pyenv/versions/3.11.7/bin/python3.11", I),
+            ("/usr/local/bin/python3.13t", I),
+            ("/usr/bin/python3.11-dbg", I),
+            ("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0", I),
+            ("/usr/lib/libpython3.13t.so.1.0 (deleted)", I),
+            ("/lib64/ld-linux-x86-64.so.2", I),
+            ("/lib/ld-linux-aarch64.so.1", I),
+            ("/lib/x86_64-linux-gnu/libc.so.6", I),
+            ("/lib/x86_64-linux-gnu/libc-2.31.so", I),
+            ("/lib/x86_64-linux-gnu/libm.so.6", I),
+            ("/lib/x86_64-linux-gnu/libpthread.so.0", I),
+            ("/lib/x86_64-linux-gnu/libdl.so.2", I),
+            ("/lib/x86_64-linux-gnu/libutil.so.1", I),
+            ("[vdso]", I),
+            (
+                "/x/numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
+                N,
+            ),
+            ("/x/numpy.libs/libscipy_openblas64_-32a4b2a6.so", N),
+            ("/x/libopenblas64_p-r0-5e0b5b9a.3.23.dev.so", N),
+            ("/usr/lib/x86_64-linux-gnu/libgomp.so.1", N),
+            ("/x/onnxruntime/capi/libonnxruntime.so.1.17.0", N),
+            ("/x/torch/lib/libtorch_cpu.so", N),
+            ("/x/lib-dynload/zlib.cpython-311-x86_64-linux-gnu.so", N),
+            ("/x/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", N),
+            ("/x/lib-dynload/math.cpython-311-x86_64-linux-gnu.so", N),
+            ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", N),
+            ("/usr/lib/x86_64-linux-gnu/libc++.so.1", N),
+            ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", N),
+            ("/usr/lib/x86_64-linux-gnu/libmvec.so.1", N),
+            ("/x/python_helper.so", N),
+            ("/usr/bin/pythonista", N),
+            ("", N),
+        ];
+        for (path, want) in table {
+            assert_eq!(classify(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn demangles_rust_and_cpp_and_keeps_c() {
+        assert_eq!(demangle("dgemm_kernel_HASWELL"), "dgemm_kernel_HASWELL");
+        assert_eq!(demangle("_ZN2ns1fEi"), "ns::f(int)");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_Z"), "_Z");
+        assert_eq!(demangle("_ZN2ns1fEi.cold"), demangle("_ZN2ns1fEi.cold"));
+    }
+
+    fn own_maps() -> Vec<Mapping> {
+        read_maps(std::process::id()).expect("read own maps")
+    }
+
+    /// Address of libc's `getpid` (not a PLT stub of the test binary).
+    fn getpid_address() -> u64 {
+        let name = c"getpid";
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up.
+        let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+        assert_ne!(addr, 0);
+        addr
+    }
+
+    #[test]
+    fn resolves_libc_function_in_this_process() {
+        let addr = getpid_address();
+        let mut symbolizer = Symbolizer::new();
+        let r = symbolizer
+            .resolve(&own_maps(), addr)
+            .expect("getpid is mapped");
+        assert!(r.library.starts_with("libc.so"), "{r:?}");
+        assert_eq!(r.class, CodeClass::Interpreter);
+        let symbol = r.symbol.as_deref().unwrap_or("");
+        assert!(symbol == "getpid" || symbol == "__getpid", "{r:?}");
+        assert!(symbolizer
+            .build_id(&r.path)
+            .is_some_and(|id| !id.is_empty()));
+        // Inside the function, not only at its start.
+        let inside = symbolizer.resolve(&own_maps(), addr + 1).expect("mapped");
+        assert_eq!(inside.symbol, r.symbol);
+    }
+
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn mlprof_native_test_marker(x: u64) -> u64 {
+        std::hint::black_box(x.wrapping_mul(31).rotate_left(7))
+    }
+
+    #[inline(never)]
+    fn rust_marker_function(x: u64) -> u64 {
+        std::hint::black_box(x.wrapping_mul(17).rotate_left(3))
+    }
+
+    #[test]
+    fn resolves_functions_of_the_test_binary() {
+        let maps = own_maps();
+        let mut symbolizer = Symbolizer::new();
+        let c_addr = mlprof_native_test_marker as *const () as usize as u64;
+        let r = symbolizer.resolve(&maps, c_addr).expect("mapped");
+        assert_eq!(
+            r.symbol.as_deref(),
+            Some("mlprof_native_test_marker"),
+            "{r:?}"
+        );
+        assert_eq!(r.class, CodeClass::Native);
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(r.library, exe.file_name().unwrap().to_str().unwrap());
+        let rust_addr = rust_marker_function as *const () as usize as u64;
+        let r = symbolizer.resolve(&maps, rust_addr + 2).expect("mapped");
+        let symbol = r.symbol.unwrap_or_default();
+        assert!(symbol.contains("rust_marker_function"), "{symbol}");
+        assert!(!symbol.contains("17h"), "hash kept: {symbol}");
+        assert_eq!(
+            mlprof_native_test_marker(1) ^ rust_marker_function(1),
+            mlprof_native_test_marker(1) ^ rust_marker_function(1)
+        );
+    }
+
+    #[test]
+    fn unmapped_anon_vdso_and_deleted_give_none_symbols() {
+        let maps = parse_maps(SAMPLE_MAPS);
+        let mut symbolizer = Symbolizer::new();
+        assert_eq!(symbolizer.resolve(&maps, 0x10), None);
+        assert_eq!(symbolizer.resolve(&maps, 0x7f1c00000010), None); // anonymous
+        assert_eq!(symbolizer.resolve(&maps, 0x55d0c9000010), None); // [heap]
+        let vdso = symbolizer.resolve(&maps, 0x7ffd6e7d6100).unwrap();
+        assert_eq!((vdso.library.as_str(), vdso.symbol), ("[vdso]", None));
+        assert_eq!(vdso.class, CodeClass::Interpreter);
+        let deleted = symbolizer.resolve(&maps, 0x7f1c30000010).unwrap();
+        assert_eq!(
+            (deleted.library.as_str(), deleted.symbol),
+            ("jit-1234.so", None)
+        );
+        let spaced = symbolizer.resolve(&maps, 0x7f1c10000010).unwrap(); // missing file
+        assert_eq!(spaced.library, "lib with space.so");
+        assert_eq!((spaced.symbol, spaced.class), (None, CodeClass::Native));
+        // Unsorted maps still resolve.
+        let mut reversed = maps.clone();
+        reversed.reverse();
+        assert_eq!(
+            symbolizer
+                .resolve(&reversed, 0x7f1c10000010)
+                .unwrap()
+                .library,
+            spaced.library
+        );
+    }
+
+    fn scratch_file(tag: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("mlprof-native-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(tag);
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(bytes)
+            .unwrap();
+        path
+    }
+
+    fn resolve_in_file(path: &str, ip_offset: u64) -> Option<Resolved> {
+        let map = Mapping {
+            start: 0x7000_0000_0000,
+            end: 0x7000_1000_0000,
+            offset: 0,
+            path: path.to_owned(),
+            executable: true,
+        };
+        Symbolizer::new().resolve(&[map], 0x7000_0000_0000 + ip_offset)
+    }
+
+    #[test]
+    fn corrupt_elf_gives_none_symbol_without_panic() {
+        let libc_path = own_maps()
+            .into_iter()
+            .find(|m| library_name(&m.path).starts_with("libc.so"))
+            .map(|m| m.path)
+            .unwrap();
+        let real = std::fs::read(&libc_path).unwrap();
+        let mut cases: Vec<(String, Vec<u8>)> = vec![
+            ("empty".into(), vec![]),
+            ("magic-only".into(), b"\x7fELF".to_vec()),
+            (
+                "ident-only".into(),
+                b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0".to_vec(),
+            ),
+            ("text".into(), b"not an elf at all".to_vec()),
+            ("truncated-header".into(), real[..40].to_vec()),
+            ("truncated-4k".into(), real[..4096].to_vec()),
+            ("truncated-half".into(), real[..real.len() / 2].to_vec()),
+        ];
+        // Scribble over the header fields and the section header table.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for round in 0..24 {
+            let mut bytes = real.clone();
+            let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap()) as usize;
+            for _ in 0..64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = if round % 2 == 0 {
+                    (seed % 64) as usize
+                } else {
+                    shoff + (seed % 4096) as usize
+                };
+                if let Some(b) = bytes.get_mut(at) {
+                    *b = (seed >> 32) as u8;
+                }
+            }
+            cases.push((format!("fuzz-{round}"), bytes));
+        }
+        for (tag, bytes) in cases {
+            let path = scratch_file(&tag, &bytes);
+            let path = path.to_str().unwrap();
+            for off in [0u64, 0x40, 0x1000, 0x28000, 0x30000, 0x100000] {
+                let r = resolve_in_file(path, off).expect("mapped");
+                assert_eq!(r.library, tag);
+                if !tag.starts_with("fuzz") {
+                    assert_eq!(r.symbol, None, "{tag} {off:#x}");
+                }
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("mlprof-native-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn one_parse_per_file_across_paths() {
+        let maps = own_maps();
+        let libc = find_mapping(&maps, getpid_address()).unwrap();
+        let dir = std::env::temp_dir().join(format!("mlprof-native-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("libc-link.so.6");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&libc.path, &link).unwrap();
+        let mut linked = libc.clone();
+        linked.path = link.to_string_lossy().into_owned();
+        let mut symbolizer = Symbolizer::new();
+        let ip = getpid_address();
+        let direct = symbolizer.resolve(&maps, ip).unwrap();
+        let via_link = symbolizer
+            .resolve(std::slice::from_ref(&linked), ip)
+            .unwrap();
+        assert_eq!(direct.symbol, via_link.symbol);
+        assert!(direct.symbol.is_some());
+        assert_eq!(symbolizer.files.len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn device_node_and_directory_are_not_opened() {
+        assert_eq!(resolve_in_file("/dev/zero", 0x10).unwrap().symbol, None);
+        assert_eq!(resolve_in_file("/tmp", 0x10).unwrap().symbol, None);
+        assert_eq!(
+            resolve_in_file("/nonexistent/libfoo.so", 0x10)
+                .unwrap()
+                .library,
+            "libfoo.so"
+        );
+    }
+
+    #[test]
+    fn timing_10k_ips() {
+        let maps = own_maps();
+        let texts: Vec<&Mapping> = maps
+            .iter()
+            .filter(|m| m.executable && m.path.starts_with('/'))
+            .collect();
+        let ips: Vec<u64> = (0..10_000u64)
+            .map(|i| {
+                let m = texts[(i as usize) % texts.len()];
+                m.start + (i.wrapping_mul(7919 * 16)) % (m.end - m.start)
+            })
+            .collect();
+        let mut symbolizer = Symbolizer::new();
+        let t0 = Instant::now();
+        for m in &texts {
+            symbolizer.resolve(&maps, m.start);
+        }
+        let load = t0.elapsed();
+        let t1 = Instant::now();
+        let hits = ips
+            .iter()
+            .filter(|&&ip| {
+                symbolizer
+                    .resolve(&maps, ip)
+                    .and_then(|r| r.symbol)
+                    .is_some()
+            })
+            .count();
+        let warm = t1.elapsed();
+        let t2 = Instant::now();
+        for &ip in &ips {
+            std::hint::black_box(symbolizer.resolve(&maps, ip));
+        }
+        let cached = t2.elapsed();
+        eprintln!(
+            "native symbolizer: {} text mappings loaded in {load:?}; 10k IPs: first pass {:.0} ns/ip \
+             ({hits} with a symbol), second pass {:.0} ns/ip",
+            texts.len(),
+            warm.as_nanos() as f64 / 1e4,
+            cached.as_nanos() as f64 / 1e4,
+        );
+        assert!(hits > 0);
+    }
+
+    /// A ~150 MB Rust + C++ library, if a rustup toolchain is installed.
+    fn rustc_driver_library() -> Option<String> {
+        let home = std::env::var("HOME").unwrap_or_default();
+        let toolchains = std::fs::read_dir(format!("{home}/.rustup/toolchains"));
+        let path = toolchains.into_iter().flatten().flatten().find_map(|t| {
+            let dir = std::fs::read_dir(t.path().join("lib")).ok()?;
+            dir.flatten().map(|e| e.path()).find(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                name.starts_with("librustc_driver-") && name.ends_with(".so")
+            })
+        })?;
+        Some(path.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn large_library_loads_once() {
+        let mut candidates = vec![
+            "/usr/lib/llvm-14/lib/libclang-cpp.so.14".to_owned(),
+            "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0".to_owned(),
+        ];
+        candidates.extend(rustc_driver_library());
+        for path in candidates
+            .iter()
+            .filter(|p| std::path::Path::new(p).exists())
+        {
+            let mut symbolizer = Symbolizer::new();
+            let map = Mapping {
+                start: 0x1000_0000,
+                end: 0x9000_0000,
+                offset: 0,
+                path: path.to_string(),
+                executable: true,
+            };
+            let t0 = Instant::now();
+            symbolizer.resolve(std::slice::from_ref(&map), 0x1000_0000);
+            let load = t0.elapsed();
+            let file = &symbolizer.files[0];
+            let bytes = file.syms.len() * std::mem::size_of::<Sym>() + file.names.len();
+            let nsyms = file.syms.len();
+            let text = file
+                .segments
+                .iter()
+                .find(|s| s.executable)
+                .copied()
+                .unwrap();
+            let t1 = Instant::now();
+            let mut named = 0;
+            for i in 0..10_000u64 {
+                let ip = map.start + text.offset + (i * 4099) % text.filesz;
+                named += usize::from(
+                    symbolizer
+                        .resolve(std::slice::from_ref(&map), ip)
+                        .unwrap()
+                        .symbol
+                        .is_some(),
+                );
+            }
+            let per = t1.elapsed().as_nanos() as f64 / 1e4;
+            eprintln!(
+                "{path}: load {load:?}, {} function symbols, {:.1} MiB kept; 10k lookups {per:.0} ns/ip, {named} named",
+                nsyms,
+                bytes as f64 / 1048576.0
+            );
+            assert_eq!(symbolizer.files.len(), 1);
+        }
+    }
+
+    #[test]
+    fn numpy_process_classification() {
+        let python = "/work/main/target/test-venvs/py3.11/bin/python";
+        if !std::path::Path::new("/root/.pyenv/versions/3.11.7").exists()
+            || !std::path::Path::new(python).exists()
+        {
+            eprintln!("skipped: no pyenv 3.11.7 or no numpy venv at {python}");
+            return;
+        }
+        let script = "import numpy, sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n";
+        let mut child = std::process::Command::new(python)
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start python");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let maps = read_maps(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let maps = maps.expect("maps of the python child");
+        assert_eq!(line.trim(), "ready");
+        let find = |needle: &str| {
+            maps.iter()
+                .find(|m| m.executable && library_name(&m.path).contains(needle))
+                .unwrap_or_else(|| panic!("no executable mapping for {needle}"))
+        };
+        let libpython = find("libpython3.11");
+        let umath = find("_multiarray_umath");
+        let blas = find("openblas");
+        assert_eq!(classify(&libpython.path), CodeClass::Interpreter);
+        assert_eq!(classify(&find("python3.11").path), CodeClass::Interpreter);
+        assert_eq!(classify(&umath.path), CodeClass::Native);
+        assert_eq!(classify(&blas.path), CodeClass::Native);
+        let mut symbolizer = Symbolizer::new();
+        for (m, frac) in [(blas, 0), (blas, 3), (umath, 2), (libpython, 2)] {
+            let ip = m.start + (m.end - m.start) * frac / 7;
+            let r = symbolizer.resolve(&maps, ip).expect("mapped");
+            eprintln!("{ip:#x} -> {} {:?} {:?}", r.library, r.symbol, r.class);
+            assert_eq!(r.library, library_name(&m.path));
+        }
+        let mid = libpython.start + (libpython.end - libpython.start) / 2;
+        assert!(symbolizer.resolve(&maps, mid).unwrap().symbol.is_some());
+    }
+}
