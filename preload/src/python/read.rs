@@ -73,14 +73,14 @@ mod tests {
 
     #[test]
     fn reads_valid_memory_and_refuses_bad_addresses() {
-        let value: [usize; 2] = [0x12340, 0x5678];
+        let value: [usize; 2] = [0x12340, 0x5674];
         let base = value.as_ptr() as usize;
-        assert_eq!(word(base + 8), Some(0x5678));
+        assert_eq!(word(base + 8), Some(0x5674));
         assert_eq!(word(base + 1), None, "misaligned");
         assert_eq!(word(0), None);
         assert_eq!(word(usize::MAX - 3), None);
         assert_eq!(pointer(base), Some(0x12340));
-        assert_eq!(pointer(base + 8), None, "0x5678 is not 8-byte aligned");
+        assert_eq!(pointer(base + 8), None, "0x5674 is not 8-byte aligned");
         let mut out = [0u8; 2];
         assert_eq!(bytes(base, &mut out), Some(()));
         assert_eq!(out, [0x40, 0x23]);
