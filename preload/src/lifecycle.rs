@@ -18,6 +18,7 @@ extern "C" fn on_load() {
     };
     let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
     header.python_status.store(status, Ordering::Relaxed);
+    publish_addresses(header);
     let interval = sampler::start(rate_hz());
     header
         .sample_interval_ns
@@ -61,12 +62,21 @@ extern "C" fn on_fork_child() {
     codes::new_epoch(); // the new channel has seen no code object yet
     let parent = channel::previous_python_status();
     header.python_status.store(parent, Ordering::Relaxed);
+    publish_addresses(header);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork
     sampler::timer::arm_this_thread();
     header
         .sample_interval_ns
         .store(sampler::timer::mean_interval() as u32, Ordering::Relaxed);
     hooks::thread::announce();
+}
+
+fn publish_addresses(header: &Header) {
+    let (runtime, code_type) = runtime::addresses();
+    header.py_runtime.store(runtime as u64, Ordering::Relaxed);
+    header
+        .py_code_type
+        .store(code_type as u64, Ordering::Relaxed);
 }
 
 /// Create this process's channel and move the heap counters into it.

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use mlprof_wire::{state, Kind, WireError, FILE_SUFFIX};
+use mlprof_wire::{python_status, state, Kind, WireError, FILE_SUFFIX};
 
 use super::decode::Decoder;
 use super::mapping::Mapping;
 use super::recording::ChannelSummary;
+use super::waits;
 use crate::error::{Error, Result};
 use crate::symbolize::native;
 
@@ -80,6 +81,50 @@ impl Channels {
         }
     }
 
+    /// Off-CPU samples of every live Python process (see `waits`).
+    pub fn sample_waits(&mut self, now_ns: u64) {
+        let newest = self.newest_live();
+        for (path, channel) in self.open.iter_mut() {
+            let s = &mut channel.summary;
+            if !newest.contains(path)
+                || s.py_runtime == 0
+                || s.python_status != python_status::WALKED
+            {
+                continue;
+            }
+            let weight = if s.last_wait_ns == 0 {
+                TICK_NS
+            } else {
+                now_ns.saturating_sub(s.last_wait_ns)
+            };
+            s.last_wait_ns = now_ns;
+            let target = waits::Target {
+                pid: s.pid,
+                python: s.python.as_deref().unwrap_or(""),
+                runtime: s.py_runtime as usize,
+                code_type: s.py_code_type as usize,
+            };
+            waits::sample(&target, weight, now_ns, &mut channel.decoder.out);
+        }
+    }
+
+    /// The newest channel of each pid that has not exited.
+    fn newest_live(&self) -> Vec<PathBuf> {
+        let mut newest: BTreeMap<u32, (u64, &PathBuf)> = BTreeMap::new();
+        for (path, channel) in &self.open {
+            let s = &channel.summary;
+            let slot = newest.entry(s.pid).or_insert((s.start_ns, path));
+            if s.start_ns >= slot.0 {
+                *slot = (s.start_ns, path);
+            }
+        }
+        newest
+            .into_values()
+            .filter(|(_, p)| self.open[*p].summary.exit_code.is_none())
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
     /// Current heap of each live process (the newest image of each pid that has not exited).
     pub fn live_heaps(&self) -> BTreeMap<u32, i64> {
         let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();
@@ -124,6 +169,9 @@ impl Channels {
     }
 }
 
+/// The collector tick in nanoseconds (weight of the first off-CPU look at a process).
+const TICK_NS: u64 = super::TICK.as_nanos() as u64;
+
 /// Whether `ip` falls in an executable mapping of `maps`.
 fn covers(maps: &[native::Mapping], ip: u64) -> bool {
     maps.iter()
@@ -166,6 +214,10 @@ impl Channel {
                     .saturating_sub(launch_ns),
             );
         }
+        s.python_status = header.python_status.load(Ordering::Relaxed);
+        s.py_runtime = header.py_runtime.load(Ordering::Relaxed);
+        s.py_code_type = header.py_code_type.load(Ordering::Relaxed);
+        s.sample_interval_ns = header.sample_interval_ns.load(Ordering::Relaxed) as u64;
         let peak = header.heap.peak.load(Ordering::Relaxed);
         if peak > s.heap_peak {
             s.heap_peak = peak;

@@ -2,7 +2,7 @@
 //! code object and its data records. Records of one event are contiguous (reserved as a
 //! group by the writer), so a small state machine per channel is enough.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD};
 
@@ -19,6 +19,10 @@ pub struct Decoded {
     pub threads: Vec<(u32, u64)>,
     /// Records that did not fit the expected sequence (a bug or a corrupt channel).
     pub malformed: u64,
+    /// Code ids by code object address (the newest object at each address).
+    pub by_address: HashMap<u64, u32>,
+    /// Code objects the collector read itself (ids from 2^31 up).
+    pub own_codes: u32,
 }
 
 enum Pending {
@@ -113,6 +117,7 @@ impl Decoder {
 
     fn code(&mut self, r: &Record) {
         let info = CodeInfo {
+            address: r.e,
             firstlineno: r.b as u32 as i32,
             filename_kind: (r.b >> 32) as u8,
             qualname_kind: (r.b >> 40) as u8,
@@ -168,6 +173,7 @@ impl Decoder {
                 info.filename = decode_str(name, info.filename_kind);
                 info.qualname = decode_str(qual, info.qualname_kind);
                 info.linetable = table.to_vec();
+                self.out.by_address.insert(info.address, id);
                 self.out.codes.insert(id, info);
             }
         }
@@ -175,7 +181,7 @@ impl Decoder {
 }
 
 /// A CPython compact string's raw data (1, 2 or 4 bytes per code point) as UTF-8.
-fn decode_str(raw: &[u8], kind: u8) -> String {
+pub fn decode_str(raw: &[u8], kind: u8) -> String {
     match kind {
         2 => raw
             .chunks_exact(2)

@@ -7,6 +7,8 @@ mod decode;
 mod mapping;
 pub mod procfs;
 pub mod recording;
+mod remote;
+mod waits;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::RecvTimeoutError;
@@ -41,6 +43,7 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         let now = monotonic_ns().saturating_sub(launch_ns);
         channels.scan()?;
         channels.drain(now);
+        channels.sample_waits(now);
         ticks.push(poll(&channels, launched.pid, &mut procs, now));
         match launched.exited.recv_timeout(TICK) {
             Ok(exit) => break exit,

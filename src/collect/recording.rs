@@ -98,6 +98,12 @@ pub struct ChannelSummary {
     pub threads: Vec<(u32, u64)>,
     /// The image's memory map, last read while it ran (for native symbols).
     pub maps: Vec<Mapping>,
+    /// Address of `_PyRuntime` (0: Python frames not walked).
+    pub py_runtime: u64,
+    /// Address of `PyCode_Type`.
+    pub py_code_type: u64,
+    /// Collector time (ns from launch) of the last off-CPU look at this process.
+    pub last_wait_ns: u64,
 }
 
 /// One CPU sample: a thread burned `weight_ns` of CPU ending at `t_ns`.
@@ -132,6 +138,8 @@ pub struct CodeInfo {
     pub filename_kind: u8,
     /// String kind of the qualified name as sent.
     pub qualname_kind: u8,
+    /// Address of the code object in the process.
+    pub address: u64,
 }
 
 impl ChannelSummary {

@@ -54,7 +54,12 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .max()
             .unwrap_or(0) as f64
             / NS,
-        cpu_samples: rec.channels.iter().map(|c| c.samples.len() as u64).sum(),
+        cpu_samples: rec
+            .channels
+            .iter()
+            .flat_map(|c| &c.samples)
+            .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
+            .count() as u64,
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         warnings,
     }

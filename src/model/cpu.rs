@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use mlprof_wire::sample_flags;
+
 use super::filter::Filter;
 use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
 use crate::collect::{ChannelSummary, CodeInfo, CpuSample, Recording};
@@ -15,6 +17,9 @@ pub type NativeNames = HashMap<(usize, u64), Resolved>;
 
 /// Pseudo-file for samples of threads without Python (BLAS pools, native threads).
 pub const NATIVE_THREAD: &str = "<native thread>";
+/// Pseudo-file for the main thread while it has no Python frame (interpreter start-up and
+/// shutdown).
+pub const INTERPRETER: &str = "<interpreter start-up and shutdown>";
 /// Pseudo-file for Python samples with no frame in a profiled file.
 pub const OUTSIDE: &str = "<outside profiled code>";
 /// Native functions kept per line.
@@ -33,6 +38,7 @@ struct Place {
 struct Acc {
     python_ns: u64,
     native_ns: u64,
+    system_ns: u64,
     natives: HashMap<(String, String), u64>,
 }
 
@@ -46,8 +52,12 @@ pub fn attribute(
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         for sample in &channel.samples {
-            let place = place_of(sample, &mut lines, filter);
+            let place = place_of(sample, channel.pid, &mut lines, filter);
             let acc = places.entry(place).or_default();
+            if sample.flags & sample_flags::WAITING != 0 {
+                acc.system_ns += sample.weight_ns;
+                continue;
+            }
             match natives.get(&(ci, sample.ip)) {
                 Some(r) if r.class == CodeClass::Interpreter => acc.python_ns += sample.weight_ns,
                 named => {
@@ -92,6 +102,7 @@ fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>
             let measures = Measures {
                 cpu_python_s: acc.python_ns as f64 / 1e9,
                 cpu_native_s: acc.native_ns as f64 / 1e9,
+                cpu_system_s: acc.system_ns as f64 / 1e9,
                 native,
                 ..Measures::default()
             };
@@ -105,6 +116,7 @@ fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>
                 });
             f.measures.cpu_python_s += measures.cpu_python_s;
             f.measures.cpu_native_s += measures.cpu_native_s;
+            f.measures.cpu_system_s += measures.cpu_system_s;
             LineStats {
                 file: place.file,
                 line: place.line,
@@ -123,7 +135,7 @@ fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>
     (lines, functions.into_values().collect())
 }
 
-fn place_of(sample: &CpuSample, lines: &mut Lines<'_>, filter: &Filter) -> Place {
+fn place_of(sample: &CpuSample, pid: u32, lines: &mut Lines<'_>, filter: &Filter) -> Place {
     for &(code, lasti) in &sample.frames {
         let Some((info, line)) = lines.line(code, lasti) else {
             continue;
@@ -138,10 +150,10 @@ fn place_of(sample: &CpuSample, lines: &mut Lines<'_>, filter: &Filter) -> Place
             return place;
         }
     }
-    let pseudo = if sample.frames.is_empty() {
-        NATIVE_THREAD
-    } else {
-        OUTSIDE
+    let pseudo = match (sample.frames.is_empty(), sample.tid == pid) {
+        (false, _) => OUTSIDE,
+        (true, true) => INTERPRETER,
+        (true, false) => NATIVE_THREAD,
     };
     Place {
         file: pseudo.to_string(),

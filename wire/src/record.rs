@@ -46,6 +46,8 @@ pub mod sample_flags {
     pub const WALK_FAILED: u32 = 2;
     /// The thread has no Python thread state (a native thread, or before `Py_Initialize`).
     pub const NO_PYTHON: u32 = 4;
+    /// Set by the collector, never on the wire: an off-CPU (waiting) sample taken from outside.
+    pub const WAITING: u32 = 8;
 }
 
 impl Kind {

@@ -103,6 +103,11 @@ pub struct Header {
     pub python_status: AtomicU32,
     /// CPU sampling interval in nanoseconds (mean; 0 if not sampling).
     pub sample_interval_ns: AtomicU32,
+    /// Address of `_PyRuntime` in this process (0 if Python frames are not walked): lets the
+    /// collector find the interpreter's threads.
+    pub py_runtime: AtomicU64,
+    /// Address of `PyCode_Type` in this process (0 if not walked).
+    pub py_code_type: AtomicU64,
     /// Valid bytes in `cmdline`.
     pub cmdline_len: u32,
     /// 1 if the command line did not fit.

@@ -9,6 +9,9 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use mlprof_wire::{Kind, Record, Ring, DATA_BYTES, UNKNOWN_CODE};
 
+use mlprof_pyframes::code::{self, Blob};
+use mlprof_pyframes::Memory;
+
 use super::read;
 use super::runtime::Runtime;
 use crate::clock;
@@ -84,11 +87,10 @@ fn claim(
     code: usize,
     fresh: bool,
 ) -> u32 {
-    let l = rt.layout;
-    let firstlineno = read::int(code + l.code_firstlineno).unwrap_or(0);
-    let filename = read::word(code + l.code_filename).unwrap_or(0);
+    let (firstlineno, filename) = code::identity(&read::Direct, rt.layout, code);
     let epoch = EPOCH.load(Ordering::Relaxed);
-    let id_of = |e: &Entry| slot as u32 | (e.generation.load(Ordering::Relaxed) & 0xffff) << 16;
+    // Ids stay below 2^31: the collector numbers code objects it reads itself from 2^31 up.
+    let id_of = |e: &Entry| slot as u32 | (e.generation.load(Ordering::Relaxed) & 0x7fff) << 16;
     if !fresh {
         let state = entry.state.load(Ordering::Acquire);
         let same = entry.firstlineno.load(Ordering::Relaxed) == firstlineno
@@ -119,21 +121,9 @@ fn claim(
     id
 }
 
-/// A string or bytes object's raw data: (address, byte length, kind).
-#[derive(Clone, Copy, Default)]
-struct Blob {
-    addr: usize,
-    len: usize,
-    kind: u8,
-}
-
 fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) {
-    let l = rt.layout;
-    let filename = read::pointer(code + l.code_filename).map_or(Blob::default(), |s| string(rt, s));
-    let name_field = l.code_qualname.unwrap_or(l.code_name);
-    let qualname = read::pointer(code + name_field).map_or(Blob::default(), |s| string(rt, s));
-    let table =
-        read::pointer(code + l.code_linetable).map_or(Blob::default(), |b| bytes_object(rt, b));
+    let facts = code::describe(&read::Direct, rt.layout, code, MAX_BYTES);
+    let (filename, qualname, table) = (facts.filename, facts.qualname, facts.linetable);
     let total = filename.len + qualname.len + table.len;
     let data_records = total.div_ceil(DATA_BYTES) as u64;
     let Some(group) = ring.reserve(1 + data_records) else {
@@ -172,7 +162,10 @@ impl Chunker<'_, '_> {
         let mut done = 0;
         while done < blob.len {
             let n = (DATA_BYTES - self.used).min(blob.len - done);
-            if read::bytes(blob.addr + done, &mut self.buf[self.used..self.used + n]).is_none() {
+            if read::Direct
+                .bytes(blob.addr + done, &mut self.buf[self.used..self.used + n])
+                .is_none()
+            {
                 self.buf[self.used..self.used + n].fill(b'?');
             }
             self.used += n;
@@ -198,53 +191,5 @@ impl Chunker<'_, '_> {
         self.next += 1;
         self.buf = [0; DATA_BYTES];
         self.used = 0;
-    }
-}
-
-/// A compact `str`'s data. Legacy (non-compact) strings are not read.
-fn string(rt: &Runtime, s: usize) -> Blob {
-    string_at(rt, s).unwrap_or_default()
-}
-
-fn string_at(rt: &Runtime, s: usize) -> Option<Blob> {
-    use super::layouts::{
-        UNICODE_STATE_ASCII_BIT, UNICODE_STATE_COMPACT_BIT, UNICODE_STATE_KIND_MASK,
-        UNICODE_STATE_KIND_SHIFT,
-    };
-    let l = rt.layout;
-    let state = read::uint(s + l.unicode_state)?;
-    let length = read::word(s + l.unicode_length)?;
-    let kind = ((state >> UNICODE_STATE_KIND_SHIFT) & UNICODE_STATE_KIND_MASK) as u8;
-    if state >> UNICODE_STATE_COMPACT_BIT & 1 == 0 || !matches!(kind, 1 | 2 | 4) {
-        return None;
-    }
-    let ascii = state >> UNICODE_STATE_ASCII_BIT & 1 == 1;
-    // PyCompactUnicodeObject adds utf8_length and utf8 (and wstr_length before 3.12).
-    let extra = if ascii {
-        0
-    } else if l.minor >= 12 {
-        16
-    } else {
-        24
-    };
-    let len = length
-        .checked_mul(kind as usize)?
-        .min(MAX_BYTES / kind as usize * kind as usize);
-    Some(Blob {
-        addr: s + l.ascii_object_size + extra,
-        len,
-        kind,
-    })
-}
-
-fn bytes_object(rt: &Runtime, b: usize) -> Blob {
-    let l = rt.layout;
-    match read::word(b + l.bytes_size) {
-        Some(size) if size <= isize::MAX as usize => Blob {
-            addr: b + l.bytes_data,
-            len: size.min(MAX_BYTES),
-            kind: 1,
-        },
-        _ => Blob::default(),
     }
 }

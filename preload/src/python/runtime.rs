@@ -6,7 +6,10 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use mlprof_wire::python_status;
 
-use super::layouts::{self, debug_offsets_313, Layout};
+use mlprof_pyframes::layouts::{self, debug_offsets_313, Layout};
+use mlprof_pyframes::{Interpreter, Memory};
+
+use super::read::Direct;
 
 /// What the walker needs, copied out of the atomics below.
 #[derive(Clone, Copy)]
@@ -22,6 +25,14 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// The interpreter as the shared walker sees it.
+    pub fn interpreter(&self) -> Interpreter {
+        Interpreter {
+            layout: self.layout,
+            code_type: self.code_type,
+        }
+    }
+
     /// This thread's Python thread state, or 0 (native thread, or interpreter not running).
     #[inline]
     pub fn this_thread_state(&self) -> usize {
@@ -36,6 +47,15 @@ static LAYOUT: AtomicUsize = AtomicUsize::new(usize::MAX);
 static GET_TSTATE: AtomicUsize = AtomicUsize::new(0);
 static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
+static RUNTIME: AtomicUsize = AtomicUsize::new(0);
+
+/// `(address of _PyRuntime, address of PyCode_Type)` when frames are walked, for the collector.
+pub fn addresses() -> (usize, usize) {
+    match get() {
+        Some(rt) => (RUNTIME.load(Ordering::Relaxed), rt.code_type),
+        None => (0, 0),
+    }
+}
 
 /// The runtime, if Python frames can be walked in this process.
 #[inline]
@@ -88,6 +108,7 @@ pub fn init(version: &[u8]) -> u32 {
             return status;
         }
     }
+    RUNTIME.store(symbol(c"_PyRuntime"), Ordering::Relaxed);
     GET_TSTATE.store(get_tstate, Ordering::Relaxed);
     IS_INITIALIZED.store(is_initialized, Ordering::Relaxed);
     CODE_TYPE.store(code_type, Ordering::Relaxed);
@@ -103,16 +124,16 @@ fn check_debug_offsets(minor: u8) -> Option<u32> {
         return Some(python_status::MISSING_SYMBOL);
     }
     let mut cookie = [0u8; 8];
-    super::read::bytes(runtime, &mut cookie)?;
-    let version = super::read::word(runtime + debug_offsets_313::VERSION)? as u64;
+    Direct.bytes(runtime, &mut cookie)?;
+    let version = Direct.word(runtime + debug_offsets_313::VERSION)? as u64;
     if &cookie != debug_offsets_313::COOKIE || version >> 16 != (0x0300 | minor as u64) {
         return Some(python_status::OFFSETS_MISMATCH);
     }
-    if super::read::word(runtime + debug_offsets_313::FREE_THREADED)? != 0 {
+    if Direct.word(runtime + debug_offsets_313::FREE_THREADED)? != 0 {
         return Some(python_status::FREE_THREADED);
     }
     for check in debug_offsets_313::CHECKS.iter() {
-        if super::read::word(runtime + check.dbg_offset).map(|v| v as u64) != Some(check.expected) {
+        if Direct.word(runtime + check.dbg_offset).map(|v| v as u64) != Some(check.expected) {
             return Some(python_status::OFFSETS_MISMATCH);
         }
     }

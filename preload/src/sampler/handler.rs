@@ -9,7 +9,9 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use mlprof_wire::{sample_flags, Kind, Record, FRAMES_PER_RECORD};
 
 use super::timer;
-use crate::python::{codes, runtime, walk};
+use mlprof_pyframes::walk;
+
+use crate::python::{codes, read, runtime};
 use crate::{channel, clock};
 
 /// Deepest Python stack recorded per sample (innermost frames kept).
@@ -64,7 +66,7 @@ fn sample(ip: usize, weight_ns: u64) {
     let mut flags = 0;
     let mut depth = 0;
     if let (Some(rt), true) = (rt, tstate != 0) {
-        let w = walk::walk(&rt, tstate, &mut frames);
+        let w = walk::walk(&read::Direct, &rt.interpreter(), tstate, &mut frames);
         depth = w.depth;
         flags |= if w.truncated {
             sample_flags::TRUNCATED

@@ -5,11 +5,11 @@
 //!
 //! # Where the numbers come from
 //!
-//! Every number below was produced by `preload/python-layouts/derive.sh`,
-//! which compiles `preload/python-layouts/derive.c` against each installed
+//! Every number below was produced by `pyframes/layouts-derivation/derive.sh`,
+//! which compiles `pyframes/layouts-derivation/derive.c` against each installed
 //! CPython's headers (with `Py_BUILD_CORE`, so the `internal/` headers are
 //! reachable) and prints `offsetof(...)` / `sizeof(...)` as `name=value`
-//! lines. Its output is kept in `preload/python-layouts/expected.txt`; the
+//! lines. Its output is kept in `pyframes/layouts-derivation/expected.txt`; the
 //! tests at the bottom of this file read that file and fail if any value here
 //! differs from it. `derive.sh --check` re-derives and diffs against it.
 //! The headers used were those of pyenv CPython 3.9.18, 3.10.13, 3.11.7,
@@ -20,7 +20,7 @@
 //! but nothing enforces it before 3.13. For 3.13 the interpreter publishes
 //! its own offsets in `_Py_DebugOffsets` at the start of `_PyRuntime`; the
 //! walker must compare them against [`PY313`] at run time before trusting the
-//! table (see [`debug_offsets_313`], and `python-layouts/debug_offsets.py`
+//! table (see [`debug_offsets_313`], and `layouts-derivation/debug_offsets.py`
 //! for a script that prints them).
 //!
 //! Refused (no layout here; see `docs/design/python-layouts.md`):
@@ -112,6 +112,15 @@ pub struct Layout {
     /// `unsigned long`), 3.11+.
     pub tstate_native_thread_id: Option<usize>,
 
+    /// `offsetof(PyThreadState, next)`: the interpreter's thread list.
+    pub tstate_next: usize,
+    /// `offsetof(PyThreadState, thread_id)` (`pthread_self()` of the thread).
+    pub tstate_thread_id: usize,
+    /// `offsetof(_PyRuntimeState, interpreters.head)` (from the `_PyRuntime` symbol).
+    pub runtime_interpreters_head: usize,
+    /// `offsetof(PyInterpreterState, tstate_head)` (3.9/3.10) or `threads.head` (3.11+).
+    pub interp_threads_head: usize,
+
     // ---- frame (PyFrameObject on 3.9/3.10, _PyInterpreterFrame after) ----
     /// `f_back` (3.9/3.10) or `previous` (3.11+).
     pub frame_back: usize,
@@ -189,9 +198,13 @@ pub const PY39: Layout = Layout {
     tstate_frame: 24,              // offsetof(PyThreadState, frame)
     cframe_current_frame: 0,       // (no _PyCFrame)
     tstate_native_thread_id: None, // (no native_thread_id)
-    frame_back: 24,                // offsetof(PyFrameObject, f_back)
-    frame_code: 32,                // offsetof(PyFrameObject, f_code)
-    frame_instr: 104,              // offsetof(PyFrameObject, f_lasti)
+    tstate_next: 8,
+    tstate_thread_id: 176,
+    runtime_interpreters_head: 32,
+    interp_threads_head: 8,
+    frame_back: 24,   // offsetof(PyFrameObject, f_back)
+    frame_code: 32,   // offsetof(PyFrameObject, f_code)
+    frame_instr: 104, // offsetof(PyFrameObject, f_lasti)
     frame_owner: None,
     frame_is_entry: None,
     owner_cstack: None,
@@ -219,9 +232,13 @@ pub const PY310: Layout = Layout {
     tstate_frame: 24,              // offsetof(PyThreadState, frame)
     cframe_current_frame: 0,       // (no _PyCFrame)
     tstate_native_thread_id: None, // (no native_thread_id)
-    frame_back: 24,                // offsetof(PyFrameObject, f_back)
-    frame_code: 32,                // offsetof(PyFrameObject, f_code)
-    frame_instr: 96,               // offsetof(PyFrameObject, f_lasti)
+    tstate_next: 8,
+    tstate_thread_id: 176,
+    runtime_interpreters_head: 32,
+    interp_threads_head: 8,
+    frame_back: 24,  // offsetof(PyFrameObject, f_back)
+    frame_code: 32,  // offsetof(PyFrameObject, f_code)
+    frame_instr: 96, // offsetof(PyFrameObject, f_lasti)
     frame_owner: None,
     frame_is_entry: None,
     owner_cstack: None,
@@ -249,25 +266,29 @@ pub const PY311: Layout = Layout {
     tstate_frame: 56,                   // offsetof(PyThreadState, cframe)
     cframe_current_frame: 8,            // offsetof(_PyCFrame, current_frame)
     tstate_native_thread_id: Some(160), // offsetof(PyThreadState, native_thread_id)
-    frame_back: 48,                     // offsetof(_PyInterpreterFrame, previous)
-    frame_code: 32,                     // offsetof(_PyInterpreterFrame, f_code)
-    frame_instr: 56,                    // offsetof(_PyInterpreterFrame, prev_instr)
-    frame_owner: Some(69),              // offsetof(_PyInterpreterFrame, owner)
-    frame_is_entry: Some(68),           // offsetof(_PyInterpreterFrame, is_entry)
-    owner_cstack: None,                 // (no FRAME_OWNED_BY_CSTACK; use is_entry)
-    code_filename: 112,                 // offsetof(PyCodeObject, co_filename)
-    code_name: 120,                     // offsetof(PyCodeObject, co_name)
-    code_qualname: Some(128),           // offsetof(PyCodeObject, co_qualname)
-    code_firstlineno: 72,               // offsetof(PyCodeObject, co_firstlineno)
-    code_linetable: 136,                // offsetof(PyCodeObject, co_linetable)
-    code_code: None,                    // (bytecode is inline: code_adaptive)
-    code_adaptive: Some(184),           // offsetof(PyCodeObject, co_code_adaptive)
-    code_firsttraceable: Some(168),     // offsetof(PyCodeObject, _co_firsttraceable)
-    bytes_size: 16,                     // offsetof(PyBytesObject, ob_base.ob_size)
-    bytes_data: 32,                     // offsetof(PyBytesObject, ob_sval)
-    ascii_object_size: 48,              // sizeof(PyASCIIObject)
-    unicode_length: 16,                 // offsetof(PyASCIIObject, length)
-    unicode_state: 32,                  // offsetof(PyASCIIObject, state)
+    tstate_next: 8,
+    tstate_thread_id: 152,
+    runtime_interpreters_head: 40,
+    interp_threads_head: 16,
+    frame_back: 48,                 // offsetof(_PyInterpreterFrame, previous)
+    frame_code: 32,                 // offsetof(_PyInterpreterFrame, f_code)
+    frame_instr: 56,                // offsetof(_PyInterpreterFrame, prev_instr)
+    frame_owner: Some(69),          // offsetof(_PyInterpreterFrame, owner)
+    frame_is_entry: Some(68),       // offsetof(_PyInterpreterFrame, is_entry)
+    owner_cstack: None,             // (no FRAME_OWNED_BY_CSTACK; use is_entry)
+    code_filename: 112,             // offsetof(PyCodeObject, co_filename)
+    code_name: 120,                 // offsetof(PyCodeObject, co_name)
+    code_qualname: Some(128),       // offsetof(PyCodeObject, co_qualname)
+    code_firstlineno: 72,           // offsetof(PyCodeObject, co_firstlineno)
+    code_linetable: 136,            // offsetof(PyCodeObject, co_linetable)
+    code_code: None,                // (bytecode is inline: code_adaptive)
+    code_adaptive: Some(184),       // offsetof(PyCodeObject, co_code_adaptive)
+    code_firsttraceable: Some(168), // offsetof(PyCodeObject, _co_firsttraceable)
+    bytes_size: 16,                 // offsetof(PyBytesObject, ob_base.ob_size)
+    bytes_data: 32,                 // offsetof(PyBytesObject, ob_sval)
+    ascii_object_size: 48,          // sizeof(PyASCIIObject)
+    unicode_length: 16,             // offsetof(PyASCIIObject, length)
+    unicode_state: 32,              // offsetof(PyASCIIObject, state)
 };
 
 /// CPython 3.12 (from 3.12.1 headers).
@@ -279,25 +300,29 @@ pub const PY312: Layout = Layout {
     tstate_frame: 56,                   // offsetof(PyThreadState, cframe)
     cframe_current_frame: 0,            // offsetof(_PyCFrame, current_frame) (use_tracing is gone)
     tstate_native_thread_id: Some(144), // offsetof(PyThreadState, native_thread_id)
-    frame_back: 8,                      // offsetof(_PyInterpreterFrame, previous)
-    frame_code: 0,                      // offsetof(_PyInterpreterFrame, f_code)
-    frame_instr: 56,                    // offsetof(_PyInterpreterFrame, prev_instr)
-    frame_owner: Some(70),              // offsetof(_PyInterpreterFrame, owner)
-    frame_is_entry: None,               // (gone; owner == FRAME_OWNED_BY_CSTACK)
-    owner_cstack: Some(3),              // FRAME_OWNED_BY_CSTACK
-    code_filename: 112,                 // offsetof(PyCodeObject, co_filename)
-    code_name: 120,                     // offsetof(PyCodeObject, co_name)
-    code_qualname: Some(128),           // offsetof(PyCodeObject, co_qualname)
-    code_firstlineno: 68,               // offsetof(PyCodeObject, co_firstlineno)
-    code_linetable: 136,                // offsetof(PyCodeObject, co_linetable)
-    code_code: None,                    // (bytecode is inline: code_adaptive)
-    code_adaptive: Some(192),           // offsetof(PyCodeObject, co_code_adaptive)
-    code_firsttraceable: Some(176),     // offsetof(PyCodeObject, _co_firsttraceable)
-    bytes_size: 16,                     // offsetof(PyBytesObject, ob_base.ob_size)
-    bytes_data: 32,                     // offsetof(PyBytesObject, ob_sval)
-    ascii_object_size: 40,              // sizeof(PyASCIIObject) (wstr removed in 3.12)
-    unicode_length: 16,                 // offsetof(PyASCIIObject, length)
-    unicode_state: 32,                  // offsetof(PyASCIIObject, state)
+    tstate_next: 8,
+    tstate_thread_id: 136,
+    runtime_interpreters_head: 40,
+    interp_threads_head: 72,
+    frame_back: 8,                  // offsetof(_PyInterpreterFrame, previous)
+    frame_code: 0,                  // offsetof(_PyInterpreterFrame, f_code)
+    frame_instr: 56,                // offsetof(_PyInterpreterFrame, prev_instr)
+    frame_owner: Some(70),          // offsetof(_PyInterpreterFrame, owner)
+    frame_is_entry: None,           // (gone; owner == FRAME_OWNED_BY_CSTACK)
+    owner_cstack: Some(3),          // FRAME_OWNED_BY_CSTACK
+    code_filename: 112,             // offsetof(PyCodeObject, co_filename)
+    code_name: 120,                 // offsetof(PyCodeObject, co_name)
+    code_qualname: Some(128),       // offsetof(PyCodeObject, co_qualname)
+    code_firstlineno: 68,           // offsetof(PyCodeObject, co_firstlineno)
+    code_linetable: 136,            // offsetof(PyCodeObject, co_linetable)
+    code_code: None,                // (bytecode is inline: code_adaptive)
+    code_adaptive: Some(192),       // offsetof(PyCodeObject, co_code_adaptive)
+    code_firsttraceable: Some(176), // offsetof(PyCodeObject, _co_firsttraceable)
+    bytes_size: 16,                 // offsetof(PyBytesObject, ob_base.ob_size)
+    bytes_data: 32,                 // offsetof(PyBytesObject, ob_sval)
+    ascii_object_size: 40,          // sizeof(PyASCIIObject) (wstr removed in 3.12)
+    unicode_length: 16,             // offsetof(PyASCIIObject, length)
+    unicode_state: 32,              // offsetof(PyASCIIObject, state)
 };
 
 /// CPython 3.13 (from 3.13.0 headers; also checked against the running
@@ -310,25 +335,29 @@ pub const PY313: Layout = Layout {
     tstate_frame: 72,                   // offsetof(PyThreadState, current_frame)
     cframe_current_frame: 0,            // (no _PyCFrame)
     tstate_native_thread_id: Some(160), // offsetof(PyThreadState, native_thread_id)
-    frame_back: 8,                      // offsetof(_PyInterpreterFrame, previous)
-    frame_code: 0,                      // offsetof(_PyInterpreterFrame, f_executable)
-    frame_instr: 56,                    // offsetof(_PyInterpreterFrame, instr_ptr)
-    frame_owner: Some(70),              // offsetof(_PyInterpreterFrame, owner)
-    frame_is_entry: None,               // (gone; owner == FRAME_OWNED_BY_CSTACK)
-    owner_cstack: Some(3),              // FRAME_OWNED_BY_CSTACK
-    code_filename: 112,                 // offsetof(PyCodeObject, co_filename)
-    code_name: 120,                     // offsetof(PyCodeObject, co_name)
-    code_qualname: Some(128),           // offsetof(PyCodeObject, co_qualname)
-    code_firstlineno: 68,               // offsetof(PyCodeObject, co_firstlineno)
-    code_linetable: 136,                // offsetof(PyCodeObject, co_linetable)
-    code_code: None,                    // (bytecode is inline: code_adaptive)
-    code_adaptive: Some(200),           // offsetof(PyCodeObject, co_code_adaptive)
-    code_firsttraceable: Some(184),     // offsetof(PyCodeObject, _co_firsttraceable)
-    bytes_size: 16,                     // offsetof(PyBytesObject, ob_base.ob_size)
-    bytes_data: 32,                     // offsetof(PyBytesObject, ob_sval)
-    ascii_object_size: 40,              // sizeof(PyASCIIObject)
-    unicode_length: 16,                 // offsetof(PyASCIIObject, length)
-    unicode_state: 32,                  // offsetof(PyASCIIObject, state)
+    tstate_next: 8,
+    tstate_thread_id: 152,
+    runtime_interpreters_head: 632,
+    interp_threads_head: 7344,
+    frame_back: 8,                  // offsetof(_PyInterpreterFrame, previous)
+    frame_code: 0,                  // offsetof(_PyInterpreterFrame, f_executable)
+    frame_instr: 56,                // offsetof(_PyInterpreterFrame, instr_ptr)
+    frame_owner: Some(70),          // offsetof(_PyInterpreterFrame, owner)
+    frame_is_entry: None,           // (gone; owner == FRAME_OWNED_BY_CSTACK)
+    owner_cstack: Some(3),          // FRAME_OWNED_BY_CSTACK
+    code_filename: 112,             // offsetof(PyCodeObject, co_filename)
+    code_name: 120,                 // offsetof(PyCodeObject, co_name)
+    code_qualname: Some(128),       // offsetof(PyCodeObject, co_qualname)
+    code_firstlineno: 68,           // offsetof(PyCodeObject, co_firstlineno)
+    code_linetable: 136,            // offsetof(PyCodeObject, co_linetable)
+    code_code: None,                // (bytecode is inline: code_adaptive)
+    code_adaptive: Some(200),       // offsetof(PyCodeObject, co_code_adaptive)
+    code_firsttraceable: Some(184), // offsetof(PyCodeObject, _co_firsttraceable)
+    bytes_size: 16,                 // offsetof(PyBytesObject, ob_base.ob_size)
+    bytes_data: 32,                 // offsetof(PyBytesObject, ob_sval)
+    ascii_object_size: 40,          // sizeof(PyASCIIObject)
+    unicode_length: 16,             // offsetof(PyASCIIObject, length)
+    unicode_state: 32,              // offsetof(PyASCIIObject, state)
 };
 
 /// All supported layouts, oldest first.
@@ -519,10 +548,12 @@ pub mod debug_offsets_313 {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::format;
 
     /// derive.sh output, the source of truth for every number above.
-    const EXPECTED: &str = include_str!("../../python-layouts/expected.txt");
+    const EXPECTED: &str = include_str!("../layouts-derivation/expected.txt");
 
     /// Value of `name` in section `[major.minor]` of expected.txt.
     fn expected(major: u8, minor: u8, name: &str) -> Option<&'static str> {
@@ -641,9 +672,31 @@ mod tests {
                 ("code_linetable", l.code_linetable),
                 ("bytes_size", l.bytes_size),
                 ("unicode_length", l.unicode_length),
+                ("tstate_next", l.tstate_next),
+                ("tstate_thread_id", l.tstate_thread_id),
             ] {
                 assert_eq!(off % 8, 0, "{}.{} {}", l.major, l.minor, name);
                 assert!(off < 512, "{}.{} {}", l.major, l.minor, name);
+            }
+            // Thread enumeration: pointers inside the (large, on 3.13)
+            // _PyRuntimeState / PyInterpreterState.
+            for (name, off) in [
+                ("runtime_interpreters_head", l.runtime_interpreters_head),
+                ("interp_threads_head", l.interp_threads_head),
+            ] {
+                assert_eq!(off % 8, 0, "{}.{} {}", l.major, l.minor, name);
+                assert!(off < 16384, "{}.{} {}", l.major, l.minor, name);
+            }
+            // PyThreadState starts `prev, next`.
+            assert_eq!(l.tstate_next, 8);
+            for other in [Some(l.tstate_frame), l.tstate_native_thread_id] {
+                assert_ne!(Some(l.tstate_next), other);
+                assert_ne!(Some(l.tstate_thread_id), other);
+            }
+            assert_ne!(l.tstate_next, l.tstate_thread_id);
+            if l.minor >= 13 {
+                // _Py_DebugOffsets is the first member of _PyRuntimeState.
+                assert!(l.runtime_interpreters_head >= debug_offsets_313::SIZE);
             }
             if l.instr_kind == InstrKind::PrevInstr || l.instr_kind == InstrKind::InstrPtr {
                 assert_eq!(l.frame_instr % 8, 0); // a pointer
@@ -730,6 +783,13 @@ mod tests {
                 l.tstate_native_thread_id,
                 want_opt(l, "tstate_native_thread_id")
             );
+            assert_eq!(l.tstate_next, want(l, "tstate_next"));
+            assert_eq!(l.tstate_thread_id, want(l, "tstate_thread_id"));
+            assert_eq!(
+                l.runtime_interpreters_head,
+                want(l, "runtime_interpreters_head")
+            );
+            assert_eq!(l.interp_threads_head, want(l, "interp_threads_head"));
             assert_eq!(l.frame_back, want(l, "frame_back"));
             assert_eq!(l.frame_code, want(l, "frame_code"));
             assert_eq!(l.frame_instr, want(l, "frame_instr"));
@@ -802,7 +862,21 @@ mod tests {
             assert_eq!(c.dbg_offset % 8, 0);
             assert!(c.dbg_offset + 8 <= d::SIZE);
         }
-        // Every dbg_ line in expected.txt is covered by a constant.
+        // Derived by derive.c and cross-checked by derive.sh against the
+        // running 3.13's _Py_DebugOffsets, but not (yet) run-time CHECKS.
+        for f in DBG_NOT_IN_CHECKS {
+            assert!(
+                d::CHECKS.iter().all(|c| c.field != f),
+                "{} is in CHECKS now: drop it from DBG_NOT_IN_CHECKS",
+                f
+            );
+            let off = want(l, &format!("dbg_{}", f));
+            assert_eq!(off % 8, 0, "{}", f);
+            assert!(off + 8 <= d::SIZE, "{}", f);
+            want(l, f); // the Layout value itself: see matches_expected_txt
+        }
+        // Every dbg_ line in expected.txt is covered by a constant (or is
+        // one of DBG_NOT_IN_CHECKS), and nothing else is there.
         let mut n = 0;
         let mut in313 = false;
         for line in EXPECTED.lines() {
@@ -810,9 +884,30 @@ mod tests {
                 in313 = line == "[3.13]";
             } else if in313 && line.starts_with("dbg_") {
                 n += 1;
+                let name = line["dbg_".len()..].split('=').next().unwrap();
+                assert!(
+                    ["cookie", "version", "free_threaded", "sizeof"].contains(&name)
+                        || d::CHECKS.iter().any(|c| c.field == name)
+                        || DBG_NOT_IN_CHECKS.contains(&name),
+                    "expected.txt line {:?} is not covered",
+                    line
+                );
             }
         }
-        // cookie, version, free_threaded, sizeof + the CHECKS entries.
-        assert_eq!(n, 4 + d::CHECKS.len());
+        // cookie, version, free_threaded, sizeof + the CHECKS entries + the
+        // derived-only ones.
+        assert_eq!(n, 4 + d::CHECKS.len() + DBG_NOT_IN_CHECKS.len());
     }
+
+    /// `_Py_DebugOffsets` members that derive.c prints as `dbg_<field>` (and
+    /// derive.sh compares with the running 3.13) but that
+    /// `debug_offsets_313::CHECKS` does not check at run time yet: the
+    /// thread-enumeration offsets (`thread_state.next`, `.thread_id`,
+    /// `runtime_state.interpreters_head`, `interpreter_state.threads_head`).
+    const DBG_NOT_IN_CHECKS: [&str; 4] = [
+        "tstate_next",
+        "tstate_thread_id",
+        "runtime_interpreters_head",
+        "interp_threads_head",
+    ];
 }

@@ -1,13 +1,14 @@
 /*
  * derive.c - print the CPython struct offsets that mlprof's in-process frame
- * walker needs (preload/src/python/layouts.rs), computed with offsetof()
+ * walker needs (pyframes/src/layouts.rs), computed with offsetof()
  * against one installed CPython's headers.
  *
  * Build once per Python (derive.sh does this):
  *   gcc -I<include/python3.X> -o derive derive.c
  * It is never linked against libpython and never run inside Python: it only
  * needs the headers.  Py_BUILD_CORE is defined so the internal headers
- * (internal/pycore_frame.h, internal/pycore_runtime.h) can be included.
+ * (internal/pycore_frame.h, internal/pycore_runtime.h, internal/pycore_interp.h)
+ * can be included.
  *
  * Output: one `name=value` line per field; `none` where the field does not
  * exist in that version.  The names are the field names of `Layout` in
@@ -43,9 +44,10 @@
 #else
 #include "internal/pycore_frame.h" /* _PyInterpreterFrame, enum _frameowner */
 #endif
-#if PY_MINOR_VERSION >= 13
-#include "internal/pycore_runtime.h" /* _Py_DebugOffsets */
-#endif
+/* _PyRuntimeState (interpreters.head; 3.13+: _Py_DebugOffsets) and
+ * PyInterpreterState (tstate_head / threads.head), all versions. */
+#include "internal/pycore_runtime.h"
+#include "internal/pycore_interp.h"
 
 #define P(name, value) printf("%s=%zu\n", (name), (size_t)(value))
 #define NONE(name) printf("%s=none\n", (name))
@@ -89,6 +91,20 @@ int main(void)
     P("tstate_frame", offsetof(PyThreadState, current_frame));
     P("cframe_current_frame", 0);
     P("tstate_native_thread_id", offsetof(PyThreadState, native_thread_id));
+#endif
+
+    /* ---- thread enumeration: _PyRuntime -> interpreters -> thread states ---- */
+    P("tstate_next", offsetof(PyThreadState, next));
+    P("tstate_thread_id", offsetof(PyThreadState, thread_id));
+    _Static_assert(sizeof(((PyThreadState *)0)->thread_id) == 8, "thread_id is an unsigned long");
+    /* _PyRuntime is a global _PyRuntimeState; interpreters.head is the
+     * newest interpreter (the main one when there are no subinterpreters). */
+    P("runtime_interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+#if PY_MINOR_VERSION <= 10
+    P("interp_threads_head", offsetof(PyInterpreterState, tstate_head));
+#else
+    /* 3.11 moved the list head into `struct pythreads threads` */
+    P("interp_threads_head", offsetof(PyInterpreterState, threads.head));
 #endif
 
     /* ---- frame ---- */
@@ -179,6 +195,10 @@ int main(void)
     P("dbg_free_threaded", offsetof(_Py_DebugOffsets, free_threaded));
     P("dbg_tstate_frame", offsetof(_Py_DebugOffsets, thread_state.current_frame));
     P("dbg_tstate_native_thread_id", offsetof(_Py_DebugOffsets, thread_state.native_thread_id));
+    P("dbg_tstate_next", offsetof(_Py_DebugOffsets, thread_state.next));
+    P("dbg_tstate_thread_id", offsetof(_Py_DebugOffsets, thread_state.thread_id));
+    P("dbg_runtime_interpreters_head", offsetof(_Py_DebugOffsets, runtime_state.interpreters_head));
+    P("dbg_interp_threads_head", offsetof(_Py_DebugOffsets, interpreter_state.threads_head));
     P("dbg_frame_back", offsetof(_Py_DebugOffsets, interpreter_frame.previous));
     P("dbg_frame_code", offsetof(_Py_DebugOffsets, interpreter_frame.executable));
     P("dbg_frame_instr", offsetof(_Py_DebugOffsets, interpreter_frame.instr_ptr));

@@ -1,12 +1,11 @@
 //! The frame walker: from a thread state to (code object, instruction offset) pairs, innermost
-//! first, for CPython 3.9-3.13. Pointer-only (no strings, no line tables): about ten loads per
+//! first, for CPython 3.9-3.13. Pointer-only (no strings, no line tables): about ten reads per
 //! frame. Every code object is type-checked against `PyCode_Type`, cycles and depth are
 //! capped, and shim / incomplete frames are skipped as CPython itself skips them.
 //! Runs inside signal handlers: no allocation, no locks.
 
-use super::layouts::{FrameKind, InstrKind, Layout, CODE_UNIT_SIZE, OWNER_GENERATOR};
-use super::read;
-use super::runtime::Runtime;
+use crate::layouts::{FrameKind, InstrKind, Layout, CODE_UNIT_SIZE, OWNER_GENERATOR};
+use crate::{Interpreter, Memory};
 
 /// One Python frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,10 +28,10 @@ pub struct Walk {
 }
 
 /// Walk `tstate`'s frames into `out`.
-pub fn walk(rt: &Runtime, tstate: usize, out: &mut [Frame]) -> Walk {
+pub fn walk(mem: &impl Memory, rt: &Interpreter, tstate: usize, out: &mut [Frame]) -> Walk {
     let l = rt.layout;
     let mut walk = Walk::default();
-    let Some(mut frame) = top_frame(l, tstate) else {
+    let Some(mut frame) = top_frame(mem, l, tstate) else {
         return walk;
     };
     // Frames visited, including skipped shims; bounds the loop even on a corrupt chain.
@@ -40,7 +39,7 @@ pub fn walk(rt: &Runtime, tstate: usize, out: &mut [Frame]) -> Walk {
         if frame == 0 {
             return walk;
         }
-        match read_frame(rt, frame) {
+        match read_frame(mem, rt, frame) {
             Some(Some(f)) => {
                 if walk.depth == out.len() {
                     walk.truncated = true;
@@ -55,7 +54,7 @@ pub fn walk(rt: &Runtime, tstate: usize, out: &mut [Frame]) -> Walk {
                 return walk;
             }
         }
-        match read::word(frame + l.frame_back) {
+        match mem.word(frame + l.frame_back) {
             Some(next) if next != frame => frame = next,
             _ => {
                 walk.failed = true;
@@ -68,29 +67,29 @@ pub fn walk(rt: &Runtime, tstate: usize, out: &mut [Frame]) -> Walk {
 }
 
 /// The innermost frame, or `None` if the thread state cannot be read; `Some(0)` = no frame.
-fn top_frame(l: &Layout, tstate: usize) -> Option<usize> {
+fn top_frame(mem: &impl Memory, l: &Layout, tstate: usize) -> Option<usize> {
     match l.frame_kind {
-        FrameKind::Legacy | FrameKind::Direct => read::word(tstate + l.tstate_frame),
+        FrameKind::Legacy | FrameKind::Direct => mem.word(tstate + l.tstate_frame),
         FrameKind::Cframe => {
-            let cframe = read::pointer(tstate + l.tstate_frame)?;
-            read::word(cframe + l.cframe_current_frame)
+            let cframe = mem.pointer(tstate + l.tstate_frame)?;
+            mem.word(cframe + l.cframe_current_frame)
         }
     }
 }
 
 /// `Some(Some(frame))` for a frame to report, `Some(None)` for one to skip, `None` if the
 /// frame does not look like a frame.
-fn read_frame(rt: &Runtime, frame: usize) -> Option<Option<Frame>> {
+fn read_frame(mem: &impl Memory, rt: &Interpreter, frame: usize) -> Option<Option<Frame>> {
     let l = rt.layout;
     let owner = match l.frame_owner {
-        Some(offset) => read::byte(frame + offset)?,
+        Some(offset) => mem.byte(frame + offset)?,
         None => 0,
     };
     if l.owner_cstack == Some(owner) {
         return Some(None);
     }
-    let code = read::pointer(frame + l.frame_code)?;
-    if read::word(code + 8)? != rt.code_type {
+    let code = mem.pointer(frame + l.frame_code)?;
+    if mem.word(code + 8)? != rt.code_type {
         // 3.13: f_executable may be another object (a skipped frame); earlier: corruption.
         return if l.frame_kind == FrameKind::Direct {
             Some(None)
@@ -99,16 +98,16 @@ fn read_frame(rt: &Runtime, frame: usize) -> Option<Option<Frame>> {
         };
     }
     let lasti = match l.instr_kind {
-        InstrKind::LastiBytes => match read::int(frame + l.frame_instr)? {
+        InstrKind::LastiBytes => match mem.int(frame + l.frame_instr)? {
             bytes if bytes < 0 => -1,
             bytes => bytes / CODE_UNIT_SIZE as i32,
         },
-        InstrKind::LastiCodeUnits => read::int(frame + l.frame_instr)?,
+        InstrKind::LastiCodeUnits => mem.int(frame + l.frame_instr)?,
         InstrKind::PrevInstr | InstrKind::InstrPtr => {
-            let instr = read::word(frame + l.frame_instr)?;
+            let instr = mem.word(frame + l.frame_instr)?;
             let start = code + l.code_adaptive?;
             let units = (instr as isize - start as isize) / CODE_UNIT_SIZE as isize;
-            if incomplete(l, code, owner, units) {
+            if incomplete(mem, l, code, owner, units) {
                 return Some(None);
             }
             units.clamp(-1, i32::MAX as isize) as i32
@@ -118,10 +117,39 @@ fn read_frame(rt: &Runtime, frame: usize) -> Option<Option<Frame>> {
 }
 
 /// CPython's `_PyFrame_IsIncomplete` (3.11+): a frame still running its prologue.
-fn incomplete(l: &Layout, code: usize, owner: u8, units: isize) -> bool {
+fn incomplete(mem: &impl Memory, l: &Layout, code: usize, owner: u8, units: isize) -> bool {
     let Some(offset) = l.code_firsttraceable else {
         return false;
     };
-    let first = read::int(code + offset).unwrap_or(0) as isize;
+    let first = mem.int(code + offset).unwrap_or(0) as isize;
     owner != OWNER_GENERATOR && units < first
+}
+
+/// Every thread state of the main interpreter: `(tstate, pthread id, kernel tid if known)`,
+/// up to `out.len()`. `runtime` is the address of `_PyRuntime`.
+pub fn threads(
+    mem: &impl Memory,
+    l: &Layout,
+    runtime: usize,
+    out: &mut [(usize, usize, Option<u32>)],
+) -> usize {
+    let Some(interp) = mem.pointer(runtime + l.runtime_interpreters_head) else {
+        return 0;
+    };
+    let mut tstate = mem.word(interp + l.interp_threads_head).unwrap_or(0);
+    let mut n = 0;
+    while tstate != 0 && n < out.len() {
+        let pthread = mem.word(tstate + l.tstate_thread_id).unwrap_or(0);
+        let tid = l
+            .tstate_native_thread_id
+            .and_then(|o| mem.word(tstate + o))
+            .map(|t| t as u32);
+        out[n] = (tstate, pthread, tid);
+        n += 1;
+        match mem.word(tstate + l.tstate_next) {
+            Some(next) if next != tstate => tstate = next,
+            _ => break,
+        }
+    }
+    n
 }

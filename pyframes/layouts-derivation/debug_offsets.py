@@ -12,14 +12,20 @@ The ``dbg_<name>=`` lines are the ctypes offsets of the same members *inside*
 Byte offsets of the members mlprof's run-time check reads, inside
 ``_Py_DebugOffsets`` (CPython 3.13.0 ``Include/internal/pycore_runtime.h``,
 x86_64; every member after ``cookie`` is a uint64_t).  They are the
-``debug_offsets_313`` constants in ``preload/src/python/layouts.rs``:
+``debug_offsets_313`` constants in ``pyframes/src/layouts.rs``, except the
+four thread-enumeration members marked ``*``, which this script and derive.sh
+cross-check but ``debug_offsets_313`` does not have constants for yet:
 
     offset  member                                   value on 3.13.0
     ------  ---------------------------------------  ---------------
        0    cookie[8]  (b"xdebugpy")
        8    version    (PY_VERSION_HEX)              0x030d00f0
       16    free_threaded                            0 (GIL build)
+      40    runtime_state.interpreters_head *        632
+      72    interpreter_state.threads_head  *        7344
+     168    thread_state.next               *        8
      184    thread_state.current_frame               72
+     192    thread_state.thread_id          *        152
      200    thread_state.native_thread_id            160
      232    interpreter_frame.previous               8
      240    interpreter_frame.executable             0
@@ -114,6 +120,10 @@ class DebugOffsets(ctypes.Structure):
 FIELDS = [
     ("tstate_frame", "thread_state", "current_frame"),
     ("tstate_native_thread_id", "thread_state", "native_thread_id"),
+    ("tstate_next", "thread_state", "next"),
+    ("tstate_thread_id", "thread_state", "thread_id"),
+    ("runtime_interpreters_head", "runtime_state", "interpreters_head"),
+    ("interp_threads_head", "interpreter_state", "threads_head"),
     ("frame_back", "interpreter_frame", "previous"),
     ("frame_code", "interpreter_frame", "executable"),
     ("frame_instr", "interpreter_frame", "instr_ptr"),

@@ -1,0 +1,98 @@
+//! Describing a code object: where its file name, qualified name and line table are, and how
+//! they are encoded. Locations only; the caller copies the bytes (in a signal handler into
+//! wire records, in the collector into strings).
+
+use crate::layouts::{
+    Layout, UNICODE_STATE_ASCII_BIT, UNICODE_STATE_COMPACT_BIT, UNICODE_STATE_KIND_MASK,
+    UNICODE_STATE_KIND_SHIFT,
+};
+use crate::Memory;
+
+/// Raw data of a `str` or `bytes` object in the target: address, byte length, and bytes per
+/// character (1, 2, 4; 0 when unreadable).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Blob {
+    /// Address of the first byte.
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// Bytes per character: 1 (latin-1 / bytes), 2 (UCS-2), 4 (UCS-4), 0 = nothing.
+    pub kind: u8,
+}
+
+/// What identifies a code object and where its names and line table are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeFacts {
+    /// `co_firstlineno`.
+    pub firstlineno: i32,
+    /// Address of the `co_filename` object (with the first line, tells a reused address).
+    pub filename_object: usize,
+    /// `co_filename` data.
+    pub filename: Blob,
+    /// `co_qualname` (3.11+) or `co_name` data.
+    pub qualname: Blob,
+    /// Line-table bytes.
+    pub linetable: Blob,
+}
+
+/// `(co_firstlineno, address of co_filename)`: cheap identity of a code object.
+pub fn identity(mem: &impl Memory, l: &Layout, code: usize) -> (i32, usize) {
+    (
+        mem.int(code + l.code_firstlineno).unwrap_or(0),
+        mem.word(code + l.code_filename).unwrap_or(0),
+    )
+}
+
+/// Describe the code object at `code`; blobs are cut to `max_bytes`.
+pub fn describe(mem: &impl Memory, l: &Layout, code: usize, max_bytes: usize) -> CodeFacts {
+    let (firstlineno, filename_object) = identity(mem, l, code);
+    let text = |field: usize| {
+        mem.pointer(code + field)
+            .and_then(|s| string(mem, l, s, max_bytes))
+    };
+    CodeFacts {
+        firstlineno,
+        filename_object,
+        filename: text(l.code_filename).unwrap_or_default(),
+        qualname: text(l.code_qualname.unwrap_or(l.code_name)).unwrap_or_default(),
+        linetable: mem
+            .pointer(code + l.code_linetable)
+            .and_then(|b| bytes(mem, l, b, max_bytes))
+            .unwrap_or_default(),
+    }
+}
+
+/// A compact `str`'s data. Legacy (non-compact) strings are not read.
+fn string(mem: &impl Memory, l: &Layout, s: usize, max_bytes: usize) -> Option<Blob> {
+    let state = mem.int(s + l.unicode_state)? as u32;
+    let length = mem.word(s + l.unicode_length)?;
+    let kind = ((state >> UNICODE_STATE_KIND_SHIFT) & UNICODE_STATE_KIND_MASK) as u8;
+    if state >> UNICODE_STATE_COMPACT_BIT & 1 == 0 || !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let ascii = state >> UNICODE_STATE_ASCII_BIT & 1 == 1;
+    // PyCompactUnicodeObject adds utf8_length and utf8 (and wstr_length before 3.12).
+    let extra = if ascii {
+        0
+    } else if l.minor >= 12 {
+        16
+    } else {
+        24
+    };
+    let cap = max_bytes / kind as usize * kind as usize;
+    let len = length.checked_mul(kind as usize)?.min(cap);
+    Some(Blob {
+        addr: s + l.ascii_object_size + extra,
+        len,
+        kind,
+    })
+}
+
+fn bytes(mem: &impl Memory, l: &Layout, b: usize, max_bytes: usize) -> Option<Blob> {
+    let size = mem.word(b + l.bytes_size)?;
+    (size <= isize::MAX as usize).then_some(Blob {
+        addr: b + l.bytes_data,
+        len: size.min(max_bytes),
+        kind: 1,
+    })
+}

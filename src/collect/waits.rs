@@ -1,0 +1,143 @@
+//! Off-CPU ("system / waiting") samples, taken from outside the target at every collector
+//! tick: a Python thread that the kernel shows sleeping (`S`) or in uninterruptible wait (`D`)
+//! is waiting — on sleep, I/O, a lock or the GIL — and the tick's wall time goes to the line
+//! it is waiting on. Its stack is read with `process_vm_readv` (a sleeping thread's frames do
+//! not move), with the same walker the preload library uses.
+
+use std::collections::HashMap;
+
+use mlprof_pyframes::code::{self, Blob};
+use mlprof_pyframes::{layouts, walk, Interpreter, Memory};
+use mlprof_wire::sample_flags;
+
+use super::decode::{decode_str, Decoded};
+use super::recording::{CodeInfo, CpuSample};
+use super::remote::Remote;
+
+/// Deepest stack read for a waiting thread.
+const MAX_DEPTH: usize = 128;
+/// Most threads of one interpreter looked at.
+const MAX_THREADS: usize = 512;
+/// Longest name or line table read.
+const MAX_BYTES: usize = 16 * 1024;
+/// First id the collector gives to code objects it reads itself (the preload's are below).
+const OWN_IDS: u32 = 0x8000_0000;
+
+/// What is needed to sample one process's waiting threads.
+pub struct Target<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Its CPython version (`3.11.7`).
+    pub python: &'a str,
+    /// Address of `_PyRuntime` in it.
+    pub runtime: usize,
+    /// Address of `PyCode_Type` in it.
+    pub code_type: usize,
+}
+
+/// Kernel tids of `pid`'s threads that are sleeping or in uninterruptible wait.
+pub fn waiting_threads(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|tid| {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].trim_start().chars().next());
+            matches!(state, Some('S' | 'D'))
+        })
+        .collect()
+}
+
+/// Add one waiting sample (of `weight_ns`) per waiting Python thread of `target` to `out`.
+pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) {
+    let waiting = waiting_threads(target.pid);
+    if waiting.is_empty() {
+        return;
+    }
+    let Some(layout) = layout_of(target.python) else {
+        return;
+    };
+    let mem = Remote::new(target.pid);
+    let interp = Interpreter {
+        layout,
+        code_type: target.code_type,
+    };
+    let mut states = vec![(0usize, 0usize, None); MAX_THREADS];
+    let n = walk::threads(&mem, layout, target.runtime, &mut states);
+    let by_pthread: HashMap<u64, u32> = out
+        .threads
+        .iter()
+        .map(|&(tid, pthread)| (pthread, tid))
+        .collect();
+    let mut frames = [walk::Frame::default(); MAX_DEPTH];
+    for &(tstate, pthread, native_tid) in &states[..n] {
+        let Some(tid) = native_tid.or_else(|| by_pthread.get(&(pthread as u64)).copied()) else {
+            continue;
+        };
+        if !waiting.contains(&tid) {
+            continue;
+        }
+        let w = walk::walk(&mem, &interp, tstate, &mut frames);
+        let frames: Vec<(u32, i32)> = frames[..w.depth]
+            .iter()
+            .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))
+            .collect();
+        out.samples.push(CpuSample {
+            t_ns: now_ns,
+            tid,
+            ip: 0,
+            weight_ns,
+            flags: sample_flags::WAITING,
+            frames,
+        });
+    }
+}
+
+fn layout_of(version: &str) -> Option<&'static layouts::Layout> {
+    let mut parts = version.split('.');
+    layouts::for_version(parts.next()?.parse().ok()?, parts.next()?.parse().ok()?)
+}
+
+/// The id of the code object at `addr`: the preload's if it sent this object, else one of our
+/// own after reading it.
+fn code_id(mem: &Remote, layout: &layouts::Layout, addr: usize, out: &mut Decoded) -> u32 {
+    let (firstlineno, _) = code::identity(mem, layout, addr);
+    if let Some(&id) = out.by_address.get(&(addr as u64)) {
+        if out
+            .codes
+            .get(&id)
+            .is_some_and(|c| c.firstlineno == firstlineno)
+        {
+            return id;
+        }
+    }
+    let facts = code::describe(mem, layout, addr, MAX_BYTES);
+    let info = CodeInfo {
+        firstlineno: facts.firstlineno,
+        filename: decode_str(&copy(mem, facts.filename), facts.filename.kind),
+        qualname: decode_str(&copy(mem, facts.qualname), facts.qualname.kind),
+        linetable: copy(mem, facts.linetable),
+        filename_kind: facts.filename.kind,
+        qualname_kind: facts.qualname.kind,
+        address: addr as u64,
+    };
+    let id = OWN_IDS + out.own_codes;
+    out.own_codes += 1;
+    out.codes.insert(id, info);
+    out.by_address.insert(addr as u64, id);
+    id
+}
+
+fn copy(mem: &Remote, blob: Blob) -> Vec<u8> {
+    let mut buf = vec![0u8; blob.len];
+    match mem.bytes(blob.addr, &mut buf) {
+        Some(()) => buf,
+        None => Vec::new(),
+    }
+}
