@@ -79,60 +79,77 @@ pub fn attribute(
     summarise(places)
 }
 
+/// Lines are physical lines: code objects sharing a line (comprehensions before 3.12,
+/// lambdas) are merged into one row named after the function with most time there. Functions
+/// are code objects.
 fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>) {
     let mut functions: BTreeMap<(String, String), FunctionStats> = BTreeMap::new();
-    let mut lines: Vec<LineStats> = places
-        .into_iter()
-        .map(|(place, acc)| {
-            let mut native: Vec<NativeFrame> = acc
-                .natives
-                .into_iter()
-                .map(|((symbol, library), ns)| NativeFrame {
-                    symbol,
-                    library,
-                    cpu_s: ns as f64 / 1e9,
-                })
-                .collect();
-            native.sort_by(|a, b| {
-                b.cpu_s
-                    .total_cmp(&a.cpu_s)
-                    .then_with(|| a.symbol.cmp(&b.symbol))
+    let mut rows: BTreeMap<(String, u32), (Acc, String, u64)> = BTreeMap::new();
+    for (place, acc) in places {
+        let f = functions
+            .entry((place.file.clone(), place.function.clone()))
+            .or_insert_with(|| FunctionStats {
+                file: place.file.clone(),
+                function: place.function.clone(),
+                line: place.first_line,
+                measures: Measures::default(),
             });
-            native.truncate(NATIVE_PER_LINE);
-            let measures = Measures {
-                cpu_python_s: acc.python_ns as f64 / 1e9,
-                cpu_native_s: acc.native_ns as f64 / 1e9,
-                cpu_system_s: acc.system_ns as f64 / 1e9,
-                native,
-                ..Measures::default()
-            };
-            let f = functions
-                .entry((place.file.clone(), place.function.clone()))
-                .or_insert_with(|| FunctionStats {
-                    file: place.file.clone(),
-                    function: place.function.clone(),
-                    line: place.first_line,
-                    measures: Measures::default(),
-                });
-            f.measures.cpu_python_s += measures.cpu_python_s;
-            f.measures.cpu_native_s += measures.cpu_native_s;
-            f.measures.cpu_system_s += measures.cpu_system_s;
+        add(&mut f.measures, &acc);
+        let total = acc.python_ns + acc.native_ns + acc.system_ns;
+        let row = rows
+            .entry((place.file, place.line))
+            .or_insert_with(|| (Acc::default(), String::new(), 0));
+        if total > row.2 || row.1.is_empty() {
+            (row.1, row.2) = (place.function, total);
+        }
+        row.0.python_ns += acc.python_ns;
+        row.0.native_ns += acc.native_ns;
+        row.0.system_ns += acc.system_ns;
+        for (key, ns) in acc.natives {
+            *row.0.natives.entry(key).or_default() += ns;
+        }
+    }
+    let lines = rows
+        .into_iter()
+        .map(|((file, line), (acc, function, _))| {
+            let mut measures = Measures::default();
+            add(&mut measures, &acc);
+            measures.native = natives_of(acc.natives);
             LineStats {
-                file: place.file,
-                line: place.line,
-                function: place.function,
+                file,
+                line,
+                function,
                 measures,
                 ..LineStats::default()
             }
         })
         .collect();
-    lines.sort_by(|a, b| {
-        a.file
-            .cmp(&b.file)
-            .then(a.line.cmp(&b.line))
-            .then(a.function.cmp(&b.function))
-    });
     (lines, functions.into_values().collect())
+}
+
+fn add(m: &mut Measures, acc: &Acc) {
+    m.cpu_python_s += acc.python_ns as f64 / 1e9;
+    m.cpu_native_s += acc.native_ns as f64 / 1e9;
+    m.cpu_system_s += acc.system_ns as f64 / 1e9;
+}
+
+/// The top native functions of a line, most time first.
+fn natives_of(natives: HashMap<(String, String), u64>) -> Vec<NativeFrame> {
+    let mut out: Vec<NativeFrame> = natives
+        .into_iter()
+        .map(|((symbol, library), ns)| NativeFrame {
+            symbol,
+            library,
+            cpu_s: ns as f64 / 1e9,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.cpu_s
+            .total_cmp(&a.cpu_s)
+            .then_with(|| a.symbol.cmp(&b.symbol))
+    });
+    out.truncate(NATIVE_PER_LINE);
+    out
 }
 
 fn place_of(sample: &CpuSample, pid: u32, lines: &mut Lines<'_>, filter: &Filter) -> Place {

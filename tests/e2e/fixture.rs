@@ -143,14 +143,26 @@ pub struct Run {
 
 /// `mlprof run -o TMP -- args...`, checking the profile's invariants.
 pub fn profile(args: &[&OsStr]) -> Run {
+    profile_args(&[], args, &[])
+}
+
+/// `profile` with extra environment for the program.
+pub fn profile_with_env(args: &[&OsStr], env: &[(&str, &str)]) -> Run {
+    profile_args(&[], args, env)
+}
+
+/// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
+pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     let dir = tempdir();
     let out_path = dir.join("profile.json");
     let output = mlprof()
         .arg("run")
+        .args(options)
         .arg("-o")
         .arg(&out_path)
         .arg("--")
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run mlprof");

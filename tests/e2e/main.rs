@@ -2,5 +2,6 @@
 //! checked against ground truth known by construction. One test binary; `fixture` finds the
 //! interpreters and runs things.
 
+mod cpu;
 mod fixture;
 mod foundation;

@@ -1,0 +1,65 @@
+"""CPU ground truth by construction. argv[1] picks the scenario; each prints a JSON line of
+what it measured itself (thread CPU time of each part) so tests compare shares with truth.
+
+Lines are found by their `# @marker` comments. Run with OPENBLAS_NUM_THREADS=1 so BLAS work
+stays on the calling thread.
+"""
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+
+
+def pure_python(seconds):
+    total, deadline = 0, time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        for i in range(20000):
+            total += (i * i) % 7  # @pure-python
+    return total
+
+
+def blas(seconds):
+    a = np.random.default_rng(0).standard_normal((300, 300))
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        a @ a  # @blas
+
+
+def sleeper(seconds):
+    time.sleep(seconds)  # @sleep
+
+
+def mixed(py_iters, reps):
+    a = np.random.default_rng(1).standard_normal((300, 300))
+    t0 = time.thread_time()
+    s = sum([(i * i) % 7 for i in range(py_iters)])  # @mixed-python
+    t1 = time.thread_time()
+    for _ in range(reps):
+        a @ a  # @mixed-native
+    t2 = time.thread_time()
+    return s, t1 - t0, t2 - t1
+
+
+def two_threads(seconds):
+    worker = threading.Thread(target=blas, args=(seconds,))
+    worker.start()
+    pure_python(seconds)
+    worker.join()
+
+
+scenario = sys.argv[1]
+if scenario == "lines":
+    pure_python(0.6)
+    blas(0.6)
+    sleeper(0.5)
+elif scenario == "mixed":
+    # Calibrate so the Python line is ~2/3 and the native line ~1/3 of the function's time.
+    _, py_s, nat_s = mixed(200_000, 20)
+    py_iters = int(200_000 * 0.8 / py_s)
+    reps = max(1, int(20 * 0.4 / nat_s))
+    _, py_s, nat_s = mixed(py_iters, reps)
+    print(json.dumps({"python_s": py_s, "native_s": nat_s}))
+elif scenario == "threads":
+    two_threads(1.0)
