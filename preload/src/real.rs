@@ -116,6 +116,7 @@ pub fn resolve() {
         PTHREAD_CREATE.store(create, Ordering::Release);
         PTHREAD_EXIT.store(exit, Ordering::Release);
     }
+    resolve_waits();
 }
 
 /// The real `pthread_create`.
@@ -155,4 +156,91 @@ pub fn pthread_exit(value: *mut c_void) -> ! {
     let f: PthreadExit = unsafe { core::mem::transmute(f) };
     // SAFETY: called from the exiting thread, as pthread_exit requires.
     unsafe { f(value) }
+}
+
+/// The real blocking-wait functions (no `__libc_` aliases: resolved with `dlsym(RTLD_NEXT)`).
+#[derive(Clone, Copy)]
+pub struct Waits {
+    /// `poll`.
+    pub poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int,
+    /// `ppoll`.
+    pub ppoll: unsafe extern "C" fn(
+        *mut libc::pollfd,
+        libc::nfds_t,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int,
+    /// `select`.
+    pub select: unsafe extern "C" fn(
+        c_int,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *mut libc::timeval,
+    ) -> c_int,
+    /// `pselect`.
+    pub pselect: unsafe extern "C" fn(
+        c_int,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int,
+    /// `epoll_wait`.
+    pub epoll_wait: unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int,
+    /// `epoll_pwait`.
+    pub epoll_pwait: unsafe extern "C" fn(
+        c_int,
+        *mut libc::epoll_event,
+        c_int,
+        c_int,
+        *const libc::sigset_t,
+    ) -> c_int,
+}
+
+static WAITS: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
+const WAIT_NAMES: [&core::ffi::CStr; 6] = [
+    c"poll",
+    c"ppoll",
+    c"select",
+    c"pselect",
+    c"epoll_wait",
+    c"epoll_pwait",
+];
+
+fn resolve_waits() {
+    for (slot, name) in WAITS.iter().zip(WAIT_NAMES) {
+        // SAFETY: dlsym with a valid C string, outside any signal handler.
+        slot.store(
+            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize,
+            Ordering::Release,
+        );
+    }
+}
+
+/// The real wait functions, resolving them on first use; `None` (errno ENOSYS) if any is
+/// missing.
+pub fn waits() -> Option<Waits> {
+    if WAITS[0].load(Ordering::Acquire) == 0 {
+        resolve_waits();
+    }
+    let f: [usize; 6] = core::array::from_fn(|i| WAITS[i].load(Ordering::Acquire));
+    if f.contains(&0) {
+        // SAFETY: this thread's errno slot.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return None;
+    }
+    // SAFETY: each address is libc's function of that name, with exactly the C signature
+    // declared in `Waits`.
+    unsafe {
+        Some(Waits {
+            poll: core::mem::transmute::<usize, _>(f[0]),
+            ppoll: core::mem::transmute::<usize, _>(f[1]),
+            select: core::mem::transmute::<usize, _>(f[2]),
+            pselect: core::mem::transmute::<usize, _>(f[3]),
+            epoll_wait: core::mem::transmute::<usize, _>(f[4]),
+            epoll_pwait: core::mem::transmute::<usize, _>(f[5]),
+        })
+    }
 }

@@ -235,3 +235,21 @@ fn sampling_at_1khz_survives_generators_exceptions_recursion_asyncio_and_thread_
         }
     });
 }
+
+#[test]
+fn our_sampling_signal_does_not_make_poll_fail_with_eintr() {
+    let dir = fixture::tempdir();
+    let exe = dir.join("poll_eintr");
+    let cc = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(fixture::root().join("tests/native/poll_eintr.c"))
+        .status()
+        .expect("cc is needed to build the test program");
+    assert!(cc.success());
+    let run = fixture::profile(&[os(&exe)]);
+    assert_eq!(
+        String::from_utf8_lossy(&run.output.stdout),
+        "poll 0 after >= 290 ms\n"
+    );
+}

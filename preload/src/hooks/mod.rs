@@ -8,3 +8,4 @@
 pub mod alloc;
 pub mod process;
 pub mod thread;
+pub mod wait;

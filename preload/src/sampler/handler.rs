@@ -18,6 +18,16 @@ use crate::{channel, clock};
 const MAX_DEPTH: usize = 128;
 
 static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+
+std::thread_local! {
+    /// Our signals handled on this thread (the EINTR hooks compare it around a wait).
+    static TAKEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// How many of our sampling signals this thread has handled.
+pub fn signals_taken() -> u32 {
+    TAKEN.with(|t| t.get())
+}
 static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Install the handler (once, at load time), remembering the previous one for chaining.
@@ -49,6 +59,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         };
     let errno = Errno::save();
     if ours {
+        TAKEN.with(|t| t.set(t.get().wrapping_add(1)));
         sample(instruction_pointer(context), timer::cpu_since_last_sample());
         timer::rearm();
     } else {
