@@ -158,45 +158,58 @@ pub fn pthread_exit(value: *mut c_void) -> ! {
     unsafe { f(value) }
 }
 
+/// `poll`.
+pub type Poll = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+/// `ppoll`.
+pub type Ppoll = unsafe extern "C" fn(
+    *mut libc::pollfd,
+    libc::nfds_t,
+    *const libc::timespec,
+    *const libc::sigset_t,
+) -> c_int;
+/// `select`.
+pub type Select = unsafe extern "C" fn(
+    c_int,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::timeval,
+) -> c_int;
+/// `pselect`.
+pub type Pselect = unsafe extern "C" fn(
+    c_int,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *mut libc::fd_set,
+    *const libc::timespec,
+    *const libc::sigset_t,
+) -> c_int;
+/// `epoll_wait`.
+pub type EpollWait = unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+/// `epoll_pwait`.
+pub type EpollPwait = unsafe extern "C" fn(
+    c_int,
+    *mut libc::epoll_event,
+    c_int,
+    c_int,
+    *const libc::sigset_t,
+) -> c_int;
+
 /// The real blocking-wait functions (no `__libc_` aliases: resolved with `dlsym(RTLD_NEXT)`).
 #[derive(Clone, Copy)]
 pub struct Waits {
     /// `poll`.
-    pub poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int,
+    pub poll: Poll,
     /// `ppoll`.
-    pub ppoll: unsafe extern "C" fn(
-        *mut libc::pollfd,
-        libc::nfds_t,
-        *const libc::timespec,
-        *const libc::sigset_t,
-    ) -> c_int,
+    pub ppoll: Ppoll,
     /// `select`.
-    pub select: unsafe extern "C" fn(
-        c_int,
-        *mut libc::fd_set,
-        *mut libc::fd_set,
-        *mut libc::fd_set,
-        *mut libc::timeval,
-    ) -> c_int,
+    pub select: Select,
     /// `pselect`.
-    pub pselect: unsafe extern "C" fn(
-        c_int,
-        *mut libc::fd_set,
-        *mut libc::fd_set,
-        *mut libc::fd_set,
-        *const libc::timespec,
-        *const libc::sigset_t,
-    ) -> c_int,
+    pub pselect: Pselect,
     /// `epoll_wait`.
-    pub epoll_wait: unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int,
+    pub epoll_wait: EpollWait,
     /// `epoll_pwait`.
-    pub epoll_pwait: unsafe extern "C" fn(
-        c_int,
-        *mut libc::epoll_event,
-        c_int,
-        c_int,
-        *const libc::sigset_t,
-    ) -> c_int,
+    pub epoll_pwait: EpollPwait,
 }
 
 static WAITS: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
@@ -235,12 +248,12 @@ pub fn waits() -> Option<Waits> {
     // declared in `Waits`.
     unsafe {
         Some(Waits {
-            poll: core::mem::transmute::<usize, _>(f[0]),
-            ppoll: core::mem::transmute::<usize, _>(f[1]),
-            select: core::mem::transmute::<usize, _>(f[2]),
-            pselect: core::mem::transmute::<usize, _>(f[3]),
-            epoll_wait: core::mem::transmute::<usize, _>(f[4]),
-            epoll_pwait: core::mem::transmute::<usize, _>(f[5]),
+            poll: core::mem::transmute::<usize, Poll>(f[0]),
+            ppoll: core::mem::transmute::<usize, Ppoll>(f[1]),
+            select: core::mem::transmute::<usize, Select>(f[2]),
+            pselect: core::mem::transmute::<usize, Pselect>(f[3]),
+            epoll_wait: core::mem::transmute::<usize, EpollWait>(f[4]),
+            epoll_pwait: core::mem::transmute::<usize, EpollPwait>(f[5]),
         })
     }
 }
