@@ -20,8 +20,12 @@ use crate::error::Result;
 use crate::launch::{ChildExit, Launched, Session};
 use channels::Channels;
 
-/// How often the collector drains channels and polls `/proc` (>= 50 Hz by contract).
-pub const TICK: Duration = Duration::from_millis(10);
+/// How often the collector drains channels, polls `/proc` and looks for waiting threads
+/// (RSS is polled at >= 50 Hz by contract; faster costs the machine more than it tells).
+pub const TICK: Duration = Duration::from_millis(20);
+/// The kernel's RSS high-water mark is read every this many ticks (and the current RSS at every
+/// tick), because its file is several times costlier to read.
+const HWM_EVERY: u64 = 5;
 
 /// `CLOCK_MONOTONIC` nanoseconds (the clock the preload library stamps records with).
 pub fn monotonic_ns() -> u64 {
@@ -44,7 +48,8 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         channels.scan()?;
         channels.drain(now);
         channels.sample_waits(now);
-        ticks.push(poll(&channels, launched.pid, &mut procs, now));
+        let with_hwm = ticks.len() as u64 % HWM_EVERY == 0;
+        ticks.push(poll(&channels, launched.pid, &mut procs, now, with_hwm));
         match launched.exited.recv_timeout(TICK) {
             Ok(exit) => break exit,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -66,7 +71,13 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
 }
 
 /// One tick: read `/proc` for the child and every process with a channel; sum the footprint.
-fn poll(channels: &Channels, child: u32, procs: &mut BTreeMap<u32, ProcSummary>, now: u64) -> Tick {
+fn poll(
+    channels: &Channels,
+    child: u32,
+    procs: &mut BTreeMap<u32, ProcSummary>,
+    now: u64,
+    with_hwm: bool,
+) -> Tick {
     let heaps = channels.live_heaps();
     let mut pids: Vec<u32> = heaps.keys().copied().collect();
     if !heaps.contains_key(&child) {
@@ -74,7 +85,8 @@ fn poll(channels: &Channels, child: u32, procs: &mut BTreeMap<u32, ProcSummary>,
     }
     let mut rss_bytes = 0;
     for pid in pids {
-        let Some(reading) = procfs::read(pid) else {
+        let first = !procs.contains_key(&pid);
+        let Some(reading) = procfs::read(pid, with_hwm || first) else {
             continue;
         };
         rss_bytes += reading.rss_bytes;

@@ -13,18 +13,40 @@ pub struct ProcReading {
     pub cpu_s: f64,
 }
 
-/// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory).
-pub fn read(pid: u32) -> Option<ProcReading> {
+/// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory). The kernel's
+/// RSS high-water mark (`VmHWM`, from the costlier `status` file) only `with_hwm`; otherwise
+/// `hwm_bytes` is the current RSS.
+pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
     let base = PathBuf::from(format!("/proc/{pid}"));
-    let status = std::fs::read_to_string(base.join("status")).ok()?;
-    let rss_kib = status_field_kib(&status, "VmRSS:")?;
-    let hwm_kib = status_field_kib(&status, "VmHWM:").unwrap_or(rss_kib);
+    let statm = std::fs::read_to_string(base.join("statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let rss_bytes = pages * page_size();
+    if rss_bytes == 0 {
+        return None; // a zombie: no memory left to measure
+    }
+    let hwm_bytes = match with_hwm {
+        true => std::fs::read_to_string(base.join("status"))
+            .ok()
+            .and_then(|s| status_field_kib(&s, "VmHWM:"))
+            .map_or(rss_bytes, |kib| (kib * 1024).max(rss_bytes)),
+        false => rss_bytes,
+    };
     let stat = std::fs::read_to_string(base.join("stat")).ok()?;
     Some(ProcReading {
-        rss_bytes: rss_kib * 1024,
-        hwm_bytes: hwm_kib * 1024,
+        rss_bytes,
+        hwm_bytes,
         cpu_s: stat_cpu_s(&stat).unwrap_or(0.0),
     })
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
 }
 
 fn status_field_kib(status: &str, name: &str) -> Option<u64> {
@@ -65,7 +87,7 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
-        let me = read(std::process::id()).unwrap();
+        let me = read(std::process::id(), true).unwrap();
         assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
     }
 }
