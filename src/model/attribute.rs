@@ -17,7 +17,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let processes = processes(rec);
     let mut warnings = rec.warnings.clone();
     warnings.extend(python_warnings(rec));
-    let (lines, functions) = super::cpu::attribute(rec, natives, filter);
+    let cpu = super::cpu::attribute(rec, natives, filter);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)
@@ -45,8 +45,9 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             reason: Some("GPU polling is not implemented in this version".to_string()),
             ..Gpu::default()
         },
-        lines,
-        functions,
+        lines: cpu.lines,
+        functions: cpu.functions,
+        threads: cpu.threads,
         sample_interval_s: rec
             .channels
             .iter()

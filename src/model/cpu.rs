@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use mlprof_wire::sample_flags;
 
 use super::filter::Filter;
-use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
+use super::profile::{FunctionStats, LineStats, Measures, NativeFrame, ThreadStats};
 use crate::collect::{ChannelSummary, CodeInfo, CpuSample, Recording};
 use crate::symbolize::linetable::{LineIndex, LineTableFormat};
 use crate::symbolize::native::{CodeClass, Resolved};
@@ -43,40 +43,123 @@ struct Acc {
 }
 
 /// Per-line and per-function CPU measures of the whole recording.
-pub fn attribute(
-    rec: &Recording,
-    natives: &NativeNames,
-    filter: &Filter,
-) -> (Vec<LineStats>, Vec<FunctionStats>) {
+pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> CpuView {
     let mut places: HashMap<Place, Acc> = HashMap::new();
+    let mut threads: BTreeMap<(u32, u32), ThreadStats> = BTreeMap::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
-        for sample in &channel.samples {
-            let place = place_of(sample, channel.pid, &mut lines, filter);
+        let mut placed: Vec<Place> = channel
+            .samples
+            .iter()
+            .map(|s| place_of(s, channel.pid, &mut lines, filter))
+            .collect();
+        attribute_native_threads(&channel.samples, &mut placed);
+        for (sample, place) in channel.samples.iter().zip(placed) {
+            let kind = classify(sample, natives.get(&(ci, sample.ip)));
+            let thread = threads
+                .entry((channel.pid, sample.tid))
+                .or_insert_with(|| ThreadStats {
+                    pid: channel.pid,
+                    tid: sample.tid,
+                    ..ThreadStats::default()
+                });
+            thread.python |= !sample.frames.is_empty();
             let acc = places.entry(place).or_default();
-            if sample.flags & sample_flags::WAITING != 0 {
-                acc.system_ns += sample.weight_ns;
-                continue;
-            }
-            match natives.get(&(ci, sample.ip)) {
-                Some(r) if r.class == CodeClass::Interpreter => acc.python_ns += sample.weight_ns,
-                named => {
+            match kind {
+                Time::Waiting => {
+                    acc.system_ns += sample.weight_ns;
+                    thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
+                }
+                Time::Python => {
+                    acc.python_ns += sample.weight_ns;
+                    thread.cpu_python_s += sample.weight_ns as f64 / 1e9;
+                }
+                Time::Native(symbol, library) => {
                     acc.native_ns += sample.weight_ns;
-                    let (symbol, library) = match named {
-                        Some(r) => (
-                            r.symbol
-                                .clone()
-                                .unwrap_or_else(|| format!("{:#x}", sample.ip)),
-                            r.library.clone(),
-                        ),
-                        None => ("?".to_string(), "?".to_string()),
-                    };
+                    thread.cpu_native_s += sample.weight_ns as f64 / 1e9;
                     *acc.natives.entry((symbol, library)).or_default() += sample.weight_ns;
                 }
             }
         }
     }
-    summarise(places)
+    let (lines, functions) = summarise(places);
+    CpuView {
+        lines,
+        functions,
+        threads: threads.into_values().collect(),
+    }
+}
+
+/// Lines, functions and threads of the CPU view.
+pub struct CpuView {
+    /// Per physical line.
+    pub lines: Vec<LineStats>,
+    /// Per function (code object).
+    pub functions: Vec<FunctionStats>,
+    /// Per thread.
+    pub threads: Vec<ThreadStats>,
+}
+
+/// What kind of time a sample is.
+enum Time {
+    Waiting,
+    Python,
+    Native(String, String),
+}
+
+fn classify(sample: &CpuSample, named: Option<&Resolved>) -> Time {
+    if sample.flags & sample_flags::WAITING != 0 {
+        return Time::Waiting;
+    }
+    match named {
+        Some(r) if r.class == CodeClass::Interpreter => Time::Python,
+        Some(r) => Time::Native(
+            r.symbol
+                .clone()
+                .unwrap_or_else(|| format!("{:#x}", sample.ip)),
+            r.library.clone(),
+        ),
+        None => Time::Native("?".to_string(), "?".to_string()),
+    }
+}
+
+/// How far apart a native-thread sample and Python-thread samples may be to be joined.
+const JOIN_WINDOW_NS: u64 = 25_000_000;
+
+/// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
+/// Python threads were on at that moment, when all of their samples within
+/// [`JOIN_WINDOW_NS`] agree on one line: that line is waiting for the pool. Otherwise they
+/// stay on [`NATIVE_THREAD`].
+fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
+    let mut python: Vec<(u64, usize)> = samples
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.frames.is_empty())
+        .map(|(i, s)| (s.t_ns, i))
+        .collect();
+    python.sort_unstable();
+    for i in 0..samples.len() {
+        if placed[i].file != NATIVE_THREAD {
+            continue;
+        }
+        let t = samples[i].t_ns;
+        let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
+        let near = python[from..]
+            .iter()
+            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS);
+        let mut unique: Option<&Place> = None;
+        let mut agreed = true;
+        for &(_, j) in near {
+            match unique {
+                None => unique = Some(&placed[j]),
+                Some(p) if *p == placed[j] => {}
+                Some(_) => agreed = false,
+            }
+        }
+        if let (Some(p), true) = (unique, agreed) {
+            placed[i] = p.clone();
+        }
+    }
 }
 
 /// Lines are physical lines: code objects sharing a line (comprehensions before 3.12,

@@ -34,6 +34,9 @@ pub struct Profile {
     pub lines: Vec<LineStats>,
     /// Per function measures, whole process tree.
     pub functions: Vec<FunctionStats>,
+    /// Per thread CPU and waiting time.
+    #[serde(default)]
+    pub threads: Vec<ThreadStats>,
     /// Events lost because a channel was full.
     pub dropped_events: u64,
     /// Mean CPU sampling interval in seconds (0: CPU sampling was off).
@@ -172,6 +175,23 @@ pub struct LineStats {
     /// The measures.
     #[serde(flatten)]
     pub measures: Measures,
+}
+
+/// Time of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadStats {
+    /// Process id.
+    pub pid: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Whether the thread ran Python code (else a native thread: BLAS pool, I/O helper).
+    pub python: bool,
+    /// CPU seconds interpreting Python.
+    pub cpu_python_s: f64,
+    /// CPU seconds in native code.
+    pub cpu_native_s: f64,
+    /// Seconds waiting (sampled only for Python threads).
+    pub cpu_system_s: f64,
 }
 
 /// Measures of one function.

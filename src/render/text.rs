@@ -14,6 +14,7 @@ pub fn render(p: &Profile) -> String {
     }
     lines(&mut out, p);
     functions(&mut out, p);
+    threads(&mut out, p);
     for warning in &p.warnings {
         let _ = writeln!(out, "warning: {warning}");
     }
@@ -158,6 +159,35 @@ fn functions(out: &mut String, p: &Profile) {
             f.function,
             f.file,
             f.line
+        );
+    }
+}
+
+fn threads(out: &mut String, p: &Profile) {
+    if p.threads.len() < 2 {
+        return;
+    }
+    let _ = writeln!(out, "\nThreads ({})", p.threads.len());
+    let _ = writeln!(
+        out,
+        "  {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
+        "pid", "tid", "kind", "Python", "native", "waiting"
+    );
+    let mut sorted: Vec<_> = p.threads.iter().collect();
+    sorted.sort_by(|a, b| {
+        let t = |x: &&crate::model::ThreadStats| x.cpu_python_s + x.cpu_native_s + x.cpu_system_s;
+        t(b).total_cmp(&t(a))
+    });
+    for t in sorted.iter().take(20) {
+        let _ = writeln!(
+            out,
+            "  {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
+            t.pid,
+            t.tid,
+            if t.python { "Python" } else { "native" },
+            seconds(t.cpu_python_s),
+            seconds(t.cpu_native_s),
+            seconds(t.cpu_system_s)
         );
     }
 }

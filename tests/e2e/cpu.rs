@@ -40,10 +40,14 @@ fn total(l: &LineStats) -> f64 {
 }
 
 fn run(py: &fixture::Python, scenario: &str) -> (Profile, String) {
+    run_with(py, scenario, "1")
+}
+
+fn run_with(py: &fixture::Python, scenario: &str, blas_threads: &str) -> (Profile, String) {
     let script = fixture::script("cpu_lines.py");
     let run = fixture::profile_with_env(
         &[os(&py.exe), os(&script), os(scenario)],
-        &[("OPENBLAS_NUM_THREADS", "1")],
+        &[("OPENBLAS_NUM_THREADS", blas_threads)],
     );
     assert!(
         run.output.status.success(),
@@ -252,4 +256,36 @@ fn our_sampling_signal_does_not_make_poll_fail_with_eintr() {
         String::from_utf8_lossy(&run.output.stdout),
         "poll 0 after >= 290 ms\n"
     );
+}
+
+#[test]
+fn a_blas_pool_works_for_the_line_that_waits_for_it() {
+    let m = markers("cpu_lines.py");
+    for py in fixture::numpy_pythons() {
+        let (p, _) = run_with(py, "pool", "2");
+        let v = &py.minor;
+        let pool_line = line(&p, "cpu_lines.py", m["pool"]);
+        let native_everywhere: f64 = p.lines.iter().map(|l| l.measures.cpu_native_s).sum();
+        assert!(
+            pool_line.measures.cpu_native_s >= 0.8 * native_everywhere,
+            "{v}: the matmul line has {:.2} s of {native_everywhere:.2} s native time",
+            pool_line.measures.cpu_native_s
+        );
+        let native_threads: Vec<_> = p
+            .threads
+            .iter()
+            .filter(|t| !t.python && t.cpu_native_s > 0.05)
+            .collect();
+        assert!(
+            !native_threads.is_empty(),
+            "{v}: the BLAS pool thread is listed: {:?}",
+            p.threads
+        );
+        let main = p
+            .threads
+            .iter()
+            .find(|t| t.tid == p.processes[0].pid)
+            .expect("main thread");
+        assert!(main.python, "{v}: the main thread ran Python");
+    }
 }

@@ -63,3 +63,9 @@ elif scenario == "mixed":
     print(json.dumps({"python_s": py_s, "native_s": nat_s}))
 elif scenario == "threads":
     two_threads(1.0)
+elif scenario == "pool":
+    # Run with OPENBLAS_NUM_THREADS=2: the pool's threads do part of the work of this line.
+    a = np.random.default_rng(2).standard_normal((600, 600))
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        a @ a  # @pool
