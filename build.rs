@@ -18,6 +18,8 @@ fn main() {
         "preload/Cargo.toml",
         "wire/src",
         "wire/Cargo.toml",
+        "pyframes/src",
+        "pyframes/Cargo.toml",
     ] {
         println!("cargo:rerun-if-changed={}", manifest.join(path).display());
     }

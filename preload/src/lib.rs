@@ -1,9 +1,9 @@
 //! mlprof's LD_PRELOAD library, loaded into every profiled process. It counts the exact heap,
-//! records the process's identity and exit, and streams events to the collector through a
-//! shared-memory channel (see the `mlprof-wire` crate).
+//! samples CPU time with the Python stack, records the process's identity and exit, and
+//! streams events to the collector through a shared-memory channel (`mlprof-wire`).
 //!
-//! Everything here runs inside other people's processes, in allocation hooks and (later)
-//! signal handlers: no allocation, no locks, no panics (`panic = "abort"`), raw syscalls only.
+//! Everything here runs inside other people's processes, in allocation hooks and signal
+//! handlers: no allocation, no locks, no panics (`panic = "abort"`), raw syscalls only.
 
 // In unit tests the hooks are not exported (so they never interpose on the test runner), which
 // leaves what only they call unused there.

@@ -84,6 +84,9 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             continue;
         }
         let w = walk::walk(&mem, &interp, tstate, &mut frames);
+        if w.depth == 0 {
+            continue; // between Python frames (start-up, a thread not yet running code)
+        }
         let frames: Vec<(u32, i32)> = frames[..w.depth]
             .iter()
             .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))

@@ -166,18 +166,23 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
 /// lambdas) are merged into one row named after the function with most time there. Functions
 /// are code objects.
 fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>) {
-    let mut functions: BTreeMap<(String, String), FunctionStats> = BTreeMap::new();
+    let mut functions: BTreeMap<(String, String, u32), (FunctionStats, Acc)> = BTreeMap::new();
     let mut rows: BTreeMap<(String, u32), (Acc, String, u64)> = BTreeMap::new();
     for (place, acc) in places {
-        let f = functions
-            .entry((place.file.clone(), place.function.clone()))
-            .or_insert_with(|| FunctionStats {
+        let key = (place.file.clone(), place.function.clone(), place.first_line);
+        let (f, f_acc) = functions.entry(key).or_insert_with(|| {
+            let stats = FunctionStats {
                 file: place.file.clone(),
                 function: place.function.clone(),
                 line: place.first_line,
                 measures: Measures::default(),
-            });
+            };
+            (stats, Acc::default())
+        });
         add(&mut f.measures, &acc);
+        for (key, ns) in &acc.natives {
+            *f_acc.natives.entry(key.clone()).or_default() += ns;
+        }
         let total = acc.python_ns + acc.native_ns + acc.system_ns;
         let row = rows
             .entry((place.file, place.line))
@@ -207,7 +212,14 @@ fn summarise(places: HashMap<Place, Acc>) -> (Vec<LineStats>, Vec<FunctionStats>
             }
         })
         .collect();
-    (lines, functions.into_values().collect())
+    let functions = functions
+        .into_values()
+        .map(|(mut f, acc)| {
+            f.measures.native = natives_of(acc.natives);
+            f
+        })
+        .collect();
+    (lines, functions)
 }
 
 fn add(m: &mut Measures, acc: &Acc) {

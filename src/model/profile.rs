@@ -215,7 +215,8 @@ pub struct Measures {
     pub cpu_python_s: f64,
     /// CPU seconds spent in native code (extensions, BLAS, ...).
     pub cpu_native_s: f64,
-    /// Seconds spent waiting or in the kernel (sleep, I/O, locks).
+    /// Seconds spent off-CPU waiting (sleep, I/O, locks, the GIL), sampled from outside; CPU
+    /// time inside system calls is counted as Python or native time.
     pub cpu_system_s: f64,
     /// Bytes allocated (estimated from samples).
     pub alloc_bytes: u64,

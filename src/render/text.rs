@@ -1,4 +1,5 @@
-//! The terminal report: a summary header, the process tree, and warnings.
+//! The terminal report: a summary header, the process tree, CPU by line (with the native
+//! functions under each), by function and by thread, and warnings.
 
 use std::fmt::Write;
 
