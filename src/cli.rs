@@ -15,6 +15,10 @@ use crate::{collect, launch, model, symbolize};
 
 /// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
 pub const DEFAULT_RATE_HZ: u32 = 100;
+/// Default mean bytes between allocation samples (see docs/benchmarks.md).
+pub const DEFAULT_MEMORY_SAMPLE: &str = "128KiB";
+/// Default mean bytes between copy samples.
+pub const DEFAULT_COPY_SAMPLE: &str = "1MiB";
 
 #[derive(Parser)]
 #[command(
@@ -76,6 +80,12 @@ struct RunArgs {
     /// CPU samples per second of CPU time, per thread (0: no CPU sampling).
     #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
     rate: u32,
+    /// Mean bytes allocated between two allocation samples (0: no per-line memory).
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_MEMORY_SAMPLE, value_parser = crate::size::parse)]
+    memory_sample_bytes: u64,
+    /// Mean bytes copied between two copy samples (0: no copy volume).
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
+    copy_sample_bytes: u64,
     /// Attribute time to any file, the standard library and installed packages included.
     #[arg(long, conflicts_with = "profile_only")]
     profile_all: bool,
@@ -136,7 +146,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let session = launch::Session::create()?;
     let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
     let launch_ns = collect::monotonic_ns();
-    let launched = launch::spawn(&session, &args.command, to_stderr, args.rate)?;
+    let sampling = launch::Sampling {
+        rate_hz: args.rate,
+        memory_sample_bytes: args.memory_sample_bytes,
+        copy_sample_bytes: args.copy_sample_bytes,
+    };
+    let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let stop = Arc::new(AtomicBool::new(false));
     launch::forward_signals(launched.pid, stop.clone());
     let recorded = collect::record(&session, launched, launch_ns);

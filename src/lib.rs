@@ -11,4 +11,5 @@ pub mod error;
 pub mod launch;
 pub mod model;
 pub mod render;
+pub mod size;
 pub mod symbolize;

@@ -11,9 +11,11 @@
 
 mod channel;
 mod clock;
+mod guard;
 mod heap;
 mod hooks;
 mod lifecycle;
+mod memory;
 mod python;
 mod real;
 mod sampler;

@@ -8,18 +8,24 @@ use libc::c_int;
 use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
 
 use crate::python::{codes, runtime};
-use crate::{channel, clock, heap, hooks, real, sampler};
+use crate::{channel, clock, heap, hooks, memory, real, sampler};
 
 /// Runs when the dynamic loader initialises the library (`.init_array`).
 extern "C" fn on_load() {
     real::resolve();
+    hooks::copy::resolve();
     let Some(header) = attach(false) else {
         return; // not launched by mlprof (no MLPROF_DIR): count nothing, send nothing
     };
     let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
     header.python_status.store(status, Ordering::Relaxed);
     publish_addresses(header);
-    let interval = sampler::start(rate_hz());
+    memory::pymem::resolve();
+    memory::sampler::configure(
+        env_u64(c"MLPROF_MEMORY_SAMPLE_BYTES"),
+        env_u64(c"MLPROF_COPY_SAMPLE_BYTES"),
+    );
+    let interval = sampler::start(env_u64(c"MLPROF_RATE_HZ"));
     header
         .sample_interval_ns
         .store(interval as u32, Ordering::Relaxed);
@@ -60,6 +66,7 @@ extern "C" fn on_fork_prepare() {
 extern "C" fn on_fork_child() {
     let Some(header) = attach(true) else { return };
     codes::new_epoch(); // the new channel has seen no code object yet
+    memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
     let parent = channel::previous_python_status();
     header.python_status.store(parent, Ordering::Relaxed);
     publish_addresses(header);
@@ -127,10 +134,10 @@ pub fn record_exit(code: c_int, immediate: bool) {
     ring.push(&rec);
 }
 
-/// CPU sampling rate from `MLPROF_RATE_HZ` (0 = off, also when unset or malformed).
-fn rate_hz() -> u64 {
-    let mut buf = [0u8; 16];
-    if copy_env(c"MLPROF_RATE_HZ", &mut buf).is_none() {
+/// A number from the environment (0 when unset or malformed: that feature off).
+fn env_u64(name: &core::ffi::CStr) -> u64 {
+    let mut buf = [0u8; 24];
+    if copy_env(name, &mut buf).is_none() {
         return 0;
     }
     let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();

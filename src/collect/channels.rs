@@ -160,6 +160,9 @@ impl Channels {
             let decoded = std::mem::take(&mut channel.decoder.out);
             let mut summary = channel.summary.clone();
             summary.samples = decoded.samples;
+            summary.allocs = decoded.allocs;
+            summary.copies = decoded.copies;
+            summary.peak_marks = decoded.peak_marks;
             summary.codes = decoded.codes;
             summary.threads = decoded.threads;
             out.push(summary);

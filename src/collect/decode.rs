@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD};
 
-use super::recording::{CodeInfo, CpuSample};
+use super::recording::{AllocSample, CodeInfo, CopySample, CpuSample};
 
 /// Decoded events of one channel.
 #[derive(Clone, Debug, Default)]
@@ -23,12 +23,28 @@ pub struct Decoded {
     pub by_address: HashMap<u64, u32>,
     /// Code objects the collector read itself (ids from 2^31 up).
     pub own_codes: u32,
+    /// Sampled allocations, with their free time once freed.
+    pub allocs: Vec<AllocSample>,
+    /// Sampled copies.
+    pub copies: Vec<CopySample>,
+    /// Heap peak marks: (ns from launch, heap bytes), rising.
+    pub peak_marks: Vec<(u64, u64)>,
+    /// Index in `allocs` of each sampled block still live, by address.
+    live: HashMap<u64, usize>,
 }
 
 enum Pending {
     None,
     Sample {
         sample: CpuSample,
+        frames_left: usize,
+    },
+    Alloc {
+        alloc: AllocSample,
+        frames_left: usize,
+    },
+    Copy {
+        copy: CopySample,
         frames_left: usize,
     },
     Code {
@@ -63,10 +79,15 @@ impl Decoder {
             Some(Kind::Data) => self.data(r),
             kind => {
                 self.finish_pending();
+                let t_ns = r.ts_ns.saturating_sub(launch_ns);
                 match kind {
                     Some(Kind::Sample) => self.sample(r, launch_ns),
                     Some(Kind::Code) => self.code(r),
                     Some(Kind::ThreadStart) => self.out.threads.push((r.a as u32, r.b)),
+                    Some(Kind::Alloc) => self.alloc(r, t_ns),
+                    Some(Kind::Copy) => self.copy(r, t_ns),
+                    Some(Kind::Free) => self.free(r.a, t_ns),
+                    Some(Kind::PeakMark) => self.out.peak_marks.push((t_ns, r.a)),
                     _ => {}
                 }
             }
@@ -92,22 +113,71 @@ impl Decoder {
         }
     }
 
-    fn frames(&mut self, r: &Record) {
-        let Pending::Sample {
-            sample,
-            frames_left,
-        } = &mut self.pending
-        else {
-            self.out.malformed += 1;
-            return;
+    fn alloc(&mut self, r: &Record, t_ns: u64) {
+        let depth = (r.d & 0xffff_ffff) as usize;
+        let alloc = AllocSample {
+            t_ns,
+            tid: r.tid,
+            addr: r.a,
+            size: r.b,
+            weight: r.c,
+            flags: (r.d >> 32) as u32,
+            frames: Vec::with_capacity(depth.min(256)),
+            freed_ns: None,
         };
-        for word in [r.a, r.b, r.c, r.d, r.e]
+        self.pending = Pending::Alloc {
+            alloc,
+            frames_left: depth,
+        };
+        if depth == 0 {
+            self.finish_pending();
+        }
+    }
+
+    fn copy(&mut self, r: &Record, t_ns: u64) {
+        let depth = r.c as usize;
+        let frames = Vec::with_capacity(depth.min(256));
+        let copy = CopySample {
+            t_ns,
+            tid: r.tid,
+            bytes: r.a,
+            weight: r.b,
+            frames,
+        };
+        self.pending = Pending::Copy {
+            copy,
+            frames_left: depth,
+        };
+        if depth == 0 {
+            self.finish_pending();
+        }
+    }
+
+    fn free(&mut self, addr: u64, t_ns: u64) {
+        if let Some(i) = self.out.live.remove(&addr) {
+            self.out.allocs[i].freed_ns = Some(t_ns);
+        }
+    }
+
+    fn frames(&mut self, r: &Record) {
+        let (frames, frames_left) = match &mut self.pending {
+            Pending::Sample {
+                sample,
+                frames_left,
+            } => (&mut sample.frames, frames_left),
+            Pending::Alloc { alloc, frames_left } => (&mut alloc.frames, frames_left),
+            Pending::Copy { copy, frames_left } => (&mut copy.frames, frames_left),
+            _ => {
+                self.out.malformed += 1;
+                return;
+            }
+        };
+        let words = [r.a, r.b, r.c, r.d, r.e];
+        for word in words
             .into_iter()
             .take((*frames_left).min(FRAMES_PER_RECORD))
         {
-            sample
-                .frames
-                .push(((word >> 32) as u32, word as u32 as i32));
+            frames.push(((word >> 32) as u32, word as u32 as i32));
             *frames_left -= 1;
         }
         if *frames_left == 0 {
@@ -162,6 +232,14 @@ impl Decoder {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => {}
             Pending::Sample { sample, .. } => self.out.samples.push(sample),
+            Pending::Alloc { alloc, .. } => {
+                // A new block at a live sampled address means its free was not seen (dropped).
+                if let Some(old) = self.out.live.insert(alloc.addr, self.out.allocs.len()) {
+                    self.out.allocs[old].freed_ns.get_or_insert(alloc.t_ns);
+                }
+                self.out.allocs.push(alloc);
+            }
+            Pending::Copy { copy, .. } => self.out.copies.push(copy),
             Pending::Code {
                 id,
                 mut info,

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-pub use recording::{ChannelSummary, CodeInfo, CpuSample, ProcSummary, Recording, Tick};
+pub use recording::{
+    AllocSample, ChannelSummary, CodeInfo, CopySample, CpuSample, ProcSummary, Recording, Tick,
+};
 
 use crate::error::Result;
 use crate::launch::{ChildExit, Launched, Session};
@@ -48,7 +50,7 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         channels.scan()?;
         channels.drain(now);
         channels.sample_waits(now);
-        let with_hwm = ticks.len() as u64 % HWM_EVERY == 0;
+        let with_hwm = (ticks.len() as u64).is_multiple_of(HWM_EVERY);
         ticks.push(poll(&channels, launched.pid, &mut procs, now, with_hwm));
         match launched.exited.recv_timeout(TICK) {
             Ok(exit) => break exit,

@@ -92,6 +92,12 @@ pub struct ChannelSummary {
     pub sample_interval_ns: u64,
     /// CPU samples.
     pub samples: Vec<CpuSample>,
+    /// Sampled allocations.
+    pub allocs: Vec<AllocSample>,
+    /// Sampled copies.
+    pub copies: Vec<CopySample>,
+    /// Heap peak marks: (ns from launch, heap bytes).
+    pub peak_marks: Vec<(u64, u64)>,
     /// Code objects sent by this image, by id.
     pub codes: BTreeMap<u32, CodeInfo>,
     /// Threads seen: (tid, pthread_self).
@@ -120,6 +126,42 @@ pub struct CpuSample {
     /// `mlprof_wire::sample_flags`.
     pub flags: u32,
     /// Python frames, innermost first: (code id, instruction offset in code units).
+    pub frames: Vec<(u32, i32)>,
+}
+
+/// A sampled allocation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocSample {
+    /// Nanoseconds from launch.
+    pub t_ns: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Address of the block.
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes this sample stands for.
+    pub weight: u64,
+    /// `mlprof_wire::alloc_flags`.
+    pub flags: u32,
+    /// Python frames, innermost first.
+    pub frames: Vec<(u32, i32)>,
+    /// When it was freed (ns from launch), if it was.
+    pub freed_ns: Option<u64>,
+}
+
+/// A sampled copy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CopySample {
+    /// Nanoseconds from launch.
+    pub t_ns: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Bytes copied by this call.
+    pub bytes: u64,
+    /// Bytes this sample stands for.
+    pub weight: u64,
+    /// Python frames, innermost first.
     pub frames: Vec<(u32, i32)>,
 }
 

@@ -16,6 +16,17 @@ pub use wait::{ChildExit, Usage};
 
 use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
+/// What the preload library samples, passed through its environment.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    /// CPU samples per second of CPU time (0: off).
+    pub rate_hz: u32,
+    /// Mean bytes between allocation samples (0: off).
+    pub memory_sample_bytes: u64,
+    /// Mean bytes between copy samples (0: off).
+    pub copy_sample_bytes: u64,
+}
+
 /// A running profiled command.
 pub struct Launched {
     /// Its process id.
@@ -24,14 +35,14 @@ pub struct Launched {
     pub exited: Receiver<ChildExit>,
 }
 
-/// Start `command` under the preload library, sampling CPU at `rate_hz`. With
+/// Start `command` under the preload library, sampling as `sampling` says. With
 /// `stdout_to_stderr`, the command's stdout goes to our stderr (so our stdout carries only
 /// the report).
 pub fn spawn(
     session: &Session,
     command: &[OsString],
     stdout_to_stderr: bool,
-    rate_hz: u32,
+    sampling: &Sampling,
 ) -> Result<Launched> {
     let (program, args) = command
         .split_first()
@@ -40,7 +51,15 @@ pub fn spawn(
     cmd.args(args)
         .env("LD_PRELOAD", preload_value(session))
         .env(mlprof_wire::ENV_DIR, session.dir())
-        .env(mlprof_wire::ENV_RATE, rate_hz.to_string());
+        .env(mlprof_wire::ENV_RATE, sampling.rate_hz.to_string())
+        .env(
+            mlprof_wire::ENV_MEMORY_SAMPLE,
+            sampling.memory_sample_bytes.to_string(),
+        )
+        .env(
+            mlprof_wire::ENV_COPY_SAMPLE,
+            sampling.copy_sample_bytes.to_string(),
+        );
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
             std::io::stderr()

@@ -17,7 +17,10 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let processes = processes(rec);
     let mut warnings = rec.warnings.clone();
     warnings.extend(python_warnings(rec));
-    let cpu = super::cpu::attribute(rec, natives, filter);
+    let mut places = std::collections::HashMap::new();
+    let threads = super::cpu::add(rec, natives, filter, &mut places);
+    super::memory::add(rec, filter, &mut places);
+    let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)
@@ -45,9 +48,9 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             reason: Some("GPU polling is not implemented in this version".to_string()),
             ..Gpu::default()
         },
-        lines: cpu.lines,
-        functions: cpu.functions,
-        threads: cpu.threads,
+        lines,
+        functions,
+        threads,
         sample_interval_s: rec
             .channels
             .iter()

@@ -4,6 +4,9 @@ pub mod attribute;
 pub mod cpu;
 pub mod filter;
 pub mod invariants;
+pub mod leaks;
+pub mod memory;
+pub mod places;
 pub mod profile;
 pub mod timeline;
 

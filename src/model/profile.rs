@@ -172,6 +172,10 @@ pub struct LineStats {
     /// The source text of the line, if the file could be read when the profile was made.
     #[serde(default)]
     pub source: String,
+    /// Bytes allocated by this line and still live, at evenly spaced moments from launch to
+    /// the end (sparkline data; sampled).
+    #[serde(default)]
+    pub footprint_bytes: Vec<u64>,
     /// The measures.
     #[serde(flatten)]
     pub measures: Measures,

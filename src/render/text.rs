@@ -16,6 +16,8 @@ pub fn render(p: &Profile) -> String {
     lines(&mut out, p);
     functions(&mut out, p);
     threads(&mut out, p);
+    memory_lines(&mut out, p);
+    leaks(&mut out, p);
     for warning in &p.warnings {
         let _ = writeln!(out, "warning: {warning}");
     }
@@ -162,6 +164,103 @@ fn functions(out: &mut String, p: &Profile) {
             f.line
         );
     }
+}
+
+fn memory_lines(out: &mut String, p: &Profile) {
+    let total: u64 = p.lines.iter().map(|l| l.measures.alloc_bytes).sum();
+    if total == 0 {
+        return;
+    }
+    let mut top: Vec<_> = p
+        .lines
+        .iter()
+        .filter(|l| {
+            let m = &l.measures;
+            m.alloc_bytes as f64 >= MIN_SHARE * total as f64 || m.peak_bytes > 0 || m.copy_bytes > 0
+        })
+        .collect();
+    top.sort_by_key(|l| std::cmp::Reverse((l.measures.peak_bytes, l.measures.alloc_bytes)));
+    let _ = writeln!(
+        out,
+        "\nMemory by line (sampled; held = still live at the heap peak)"
+    );
+    let _ = writeln!(
+        out,
+        "    {:>11} {:>7} {:>11} {:>11}  {:<10} line",
+        "allocated", "Python", "held", "copied", "footprint"
+    );
+    for l in top.iter().take(25) {
+        let m = &l.measures;
+        let python = if m.alloc_bytes > 0 {
+            pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            out,
+            "    {:>11} {:>7} {:>11} {:>11}  {:<10} {}:{}  {}",
+            bytes(m.alloc_bytes),
+            python,
+            bytes(m.peak_bytes),
+            bytes(m.copy_bytes),
+            sparkline(&l.footprint_bytes),
+            short(&l.file),
+            l.line,
+            l.source
+                .trim()
+                .chars()
+                .take(SOURCE_CHARS)
+                .collect::<String>()
+        );
+    }
+}
+
+fn leaks(out: &mut String, p: &Profile) {
+    let leaking: Vec<_> = p
+        .lines
+        .iter()
+        .filter(|l| l.measures.leak.is_some())
+        .collect();
+    if leaking.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nLikely leaks");
+    for l in leaking {
+        let Some(leak) = l.measures.leak else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "    {}:{}  likelihood {:.0}%, growing {}/s  {}",
+            short(&l.file),
+            l.line,
+            leak.likelihood * 100.0,
+            bytes(leak.bytes_per_s.max(0.0) as u64),
+            l.source.trim()
+        );
+    }
+}
+
+/// The file name without its directories.
+fn short(file: &str) -> &str {
+    file.rsplit('/').next().unwrap_or(file)
+}
+
+/// A line's footprint as a sparkline of ten characters.
+fn sparkline(values: &[u64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        return String::new();
+    }
+    let step = values.len().div_ceil(10).max(1);
+    values
+        .chunks(step)
+        .map(|c| {
+            let v = c.iter().copied().max().unwrap_or(0);
+            BARS[((v as f64 / max as f64) * 7.0).round() as usize]
+        })
+        .collect()
 }
 
 fn threads(out: &mut String, p: &Profile) {

@@ -422,7 +422,12 @@ mod tests {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         let formats = [Lnotab39, Linetable310, Locations311];
         for _ in 0..3000 {
-            let len = (rng.next() % if rng.next() % 16 == 0 { 4096 } else { 64 }) as usize;
+            let len = (rng.next()
+                % if rng.next().is_multiple_of(16) {
+                    4096
+                } else {
+                    64
+                }) as usize;
             let table: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             let first = match rng.next() % 4 {
                 0 => i32::MAX,
@@ -547,7 +552,7 @@ mod tests {
             } else {
                 Some(line.parse().expect("line"))
             };
-            out.extend(std::iter::repeat(line).take(count.parse().expect("count")));
+            out.extend(std::iter::repeat_n(line, count.parse().expect("count")));
         }
         out
     }

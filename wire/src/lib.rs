@@ -10,7 +10,9 @@
 pub mod record;
 pub mod ring;
 
-pub use record::{sample_flags, Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE};
+pub use record::{
+    alloc_flags, sample_flags, Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE,
+};
 pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
@@ -25,6 +27,10 @@ pub const PYVERSION_BYTES: usize = 32;
 pub const DEFAULT_SLOTS: u64 = 16384;
 /// Environment variable naming the private directory where channel files are created.
 pub const ENV_DIR: &str = "MLPROF_DIR";
+/// Environment variable with the mean bytes between allocation samples (0: no sampling).
+pub const ENV_MEMORY_SAMPLE: &str = "MLPROF_MEMORY_SAMPLE_BYTES";
+/// Environment variable with the mean bytes between copy samples (0: no copy sampling).
+pub const ENV_COPY_SAMPLE: &str = "MLPROF_COPY_SAMPLE_BYTES";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
 pub const ENV_RATE: &str = "MLPROF_RATE_HZ";
 /// File name suffix of channel files: `<pid>.<start_ns>.ring`.

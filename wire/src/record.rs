@@ -29,6 +29,25 @@ pub enum Kind {
     Data = 6,
     /// A thread started. `a` = kernel tid, `b` = `pthread_self()`.
     ThreadStart = 7,
+    /// A sampled allocation. `a` = address, `b` = size in bytes, `c` = bytes it stands for
+    /// (Poisson weight), `d` = number of Python frames that follow in [`Kind::Frames`]
+    /// records | [`alloc_flags`] << 32.
+    Alloc = 8,
+    /// A sampled allocation was freed. `a` = address.
+    Free = 9,
+    /// The heap reached a new high (at least 1% above the previous mark). `a` = heap bytes.
+    PeakMark = 10,
+    /// A sampled copy (`memcpy` family). `a` = bytes copied, `b` = bytes it stands for,
+    /// `c` = number of Python frames that follow.
+    Copy = 11,
+}
+
+/// Flags of a [`Kind::Alloc`] (bits of `d >> 32`).
+pub mod alloc_flags {
+    /// Allocated through Python's object / memory allocator (`PyObject_Malloc`, `PyMem_Malloc`).
+    pub const PYTHON: u32 = 1;
+    /// An anonymous memory mapping (`mmap`).
+    pub const MMAP: u32 = 2;
 }
 
 /// Frames packed in one [`Kind::Frames`] record.
@@ -61,6 +80,10 @@ impl Kind {
             5 => Some(Kind::Code),
             6 => Some(Kind::Data),
             7 => Some(Kind::ThreadStart),
+            8 => Some(Kind::Alloc),
+            9 => Some(Kind::Free),
+            10 => Some(Kind::PeakMark),
+            11 => Some(Kind::Copy),
             _ => None,
         }
     }

@@ -38,9 +38,10 @@ impl HeapCounters {
         }
     }
 
-    /// Account an allocation of `bytes`. Lock-free; two or three atomic operations.
+    /// Account an allocation of `bytes`; returns the heap after it. Lock-free; three or four
+    /// atomic operations.
     #[inline]
-    pub fn add(&self, bytes: u64) {
+    pub fn add(&self, bytes: u64) -> i64 {
         let signed = bytes as i64;
         let now = self.current.fetch_add(signed, Ordering::Relaxed) + signed;
         self.total.fetch_add(bytes, Ordering::Relaxed);
@@ -48,6 +49,7 @@ impl HeapCounters {
         if now > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(now, Ordering::Relaxed);
         }
+        now
     }
 
     /// Account a release of `bytes`.

@@ -3,13 +3,15 @@
 
 use libc::{c_int, c_void, size_t};
 
-use crate::{heap, real};
+use crate::{heap, memory, real};
 
 #[inline]
 fn allocated(ptr: *mut c_void) -> *mut c_void {
     if !ptr.is_null() {
         // SAFETY: `ptr` was just returned by glibc's allocator and is live.
-        heap::counters().add(unsafe { real::usable_size(ptr) } as u64);
+        let size = unsafe { real::usable_size(ptr) };
+        let now = heap::counters().add(size as u64);
+        memory::allocated(ptr as usize, size, now, 0);
     }
     ptr
 }
@@ -35,7 +37,8 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    // SAFETY: the caller hands us a live block (C contract of free).
+    memory::freeing(ptr as usize); // before the address can be reused by another thread
+                                   // SAFETY: the caller hands us a live block (C contract of free).
     heap::counters().sub(unsafe { real::usable_size(ptr) } as u64);
     // SAFETY: as above.
     unsafe { real::free(ptr) }
@@ -49,6 +52,9 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
     // SAFETY: the caller hands us null or a live block.
     let old = unsafe { real::usable_size(ptr) };
+    if !ptr.is_null() {
+        memory::freeing(ptr as usize); // a sampled block moves: it is a free and an allocation
+    }
     // SAFETY: as above.
     let new = unsafe { real::realloc(ptr, size) };
     if new.is_null() {

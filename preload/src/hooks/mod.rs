@@ -6,6 +6,7 @@
 //! exists, inside signal handlers' callees: no allocation, no locks, no panics.
 
 pub mod alloc;
+pub mod copy;
 pub mod process;
 pub mod thread;
 pub mod wait;

@@ -5,3 +5,4 @@
 pub mod codes;
 pub mod read;
 pub mod runtime;
+pub mod stack;

@@ -48,6 +48,19 @@ static GET_TSTATE: AtomicUsize = AtomicUsize::new(0);
 static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 static RUNTIME: AtomicUsize = AtomicUsize::new(0);
+static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the interpreter is shutting down (`Py_IsFinalizing`); false if unknown.
+pub fn finalizing() -> bool {
+    let f = IS_FINALIZING.load(Ordering::Relaxed);
+    if f == 0 {
+        return false;
+    }
+    // SAFETY: `Py_IsFinalizing` (3.13) / `_Py_IsFinalizing` (3.9-3.12) has this C signature and
+    // only reads a runtime field.
+    let f: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute::<usize, _>(f) };
+    f() != 0
+}
 
 /// `(address of _PyRuntime, address of PyCode_Type)` when frames are walked, for the collector.
 pub fn addresses() -> (usize, usize) {
@@ -109,6 +122,11 @@ pub fn init(version: &[u8]) -> u32 {
         }
     }
     RUNTIME.store(symbol(c"_PyRuntime"), Ordering::Relaxed);
+    let finalizing = match symbol(c"Py_IsFinalizing") {
+        0 => symbol(c"_Py_IsFinalizing"),
+        f => f,
+    };
+    IS_FINALIZING.store(finalizing, Ordering::Relaxed);
     GET_TSTATE.store(get_tstate, Ordering::Relaxed);
     IS_INITIALIZED.store(is_initialized, Ordering::Relaxed);
     CODE_TYPE.store(code_type, Ordering::Relaxed);

@@ -6,16 +6,10 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use mlprof_wire::{sample_flags, Kind, Record, FRAMES_PER_RECORD};
+use mlprof_wire::Kind;
 
 use super::timer;
-use mlprof_pyframes::walk;
-
-use crate::python::{codes, read, runtime};
-use crate::{channel, clock};
-
-/// Deepest Python stack recorded per sample (innermost frames kept).
-const MAX_DEPTH: usize = 128;
+use crate::python::stack;
 
 static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 
@@ -70,54 +64,12 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
 
 /// Record one sample of the calling thread.
 fn sample(ip: usize, weight_ns: u64) {
-    let Some(ring) = channel::ring() else { return };
-    let mut frames = [walk::Frame::default(); MAX_DEPTH];
-    let rt = runtime::get();
-    let tstate = rt.map_or(0, |rt| rt.this_thread_state());
-    let mut flags = 0;
-    let mut depth = 0;
-    if let (Some(rt), true) = (rt, tstate != 0) {
-        let w = walk::walk(&read::Direct, &rt.interpreter(), tstate, &mut frames);
-        depth = w.depth;
-        flags |= if w.truncated {
-            sample_flags::TRUNCATED
-        } else {
-            0
-        };
-        flags |= if w.failed {
-            sample_flags::WALK_FAILED
-        } else {
-            0
-        };
-    } else {
-        flags |= sample_flags::NO_PYTHON;
-    }
-    let mut words = [0u64; MAX_DEPTH];
-    for (word, frame) in words.iter_mut().zip(&frames[..depth]) {
-        let id = rt.map_or(mlprof_wire::UNKNOWN_CODE, |rt| {
-            codes::id(&rt, &ring, frame.code)
-        });
-        *word = (id as u64) << 32 | frame.lasti as u32 as u64;
-    }
-    let frame_records = depth.div_ceil(FRAMES_PER_RECORD);
-    let Some(group) = ring.reserve(1 + frame_records as u64) else {
-        return;
-    };
-    let tid = clock::tid();
-    let mut head = Record::new(Kind::Sample, tid, clock::monotonic_ns());
-    head.a = ip as u64;
-    head.b = weight_ns;
-    head.c = depth as u64 | (flags as u64) << 32;
-    head.d = tstate as u64;
-    group.set(0, &head);
-    for (i, chunk) in words[..depth].chunks(FRAMES_PER_RECORD).enumerate() {
-        let mut rec = Record::new(Kind::Frames, tid, 0);
-        let mut packed = [0u64; FRAMES_PER_RECORD];
-        packed[..chunk.len()].copy_from_slice(chunk);
-        (rec.a, rec.b, rec.c, rec.d, rec.e) =
-            (packed[0], packed[1], packed[2], packed[3], packed[4]);
-        group.set(1 + i as u64, &rec);
-    }
+    stack::send(Kind::Sample, |head, stack| {
+        head.a = ip as u64;
+        head.b = weight_ns;
+        head.c = stack.depth as u64 | (stack.flags as u64) << 32;
+        head.d = stack.tstate as u64;
+    });
 }
 
 fn instruction_pointer(context: *mut libc::c_void) -> usize {

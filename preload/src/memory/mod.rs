@@ -1,0 +1,53 @@
+//! Memory attribution: Poisson sampling of allocations and copies with the Python stack
+//! ([`sampler`]), the set of sampled blocks still alive ([`live`]), peak marks, and the
+//! wrapper around Python's own allocator ([`pymem`]).
+
+pub mod live;
+pub mod pymem;
+pub mod sampler;
+
+use core::sync::atomic::{AtomicI64, Ordering};
+
+use mlprof_wire::{Kind, Record};
+
+use crate::guard::Guard;
+use crate::{channel, clock};
+
+/// Heap value of the last peak mark sent.
+static LAST_MARK: AtomicI64 = AtomicI64::new(0);
+/// A new mark needs the heap at least this far above the last one (and 1% above it).
+const MIN_STEP: i64 = 1 << 20;
+
+/// After an allocation that brought the heap to `now`: sample it if due, and mark a new peak.
+#[inline]
+pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
+    if let Some(weight) = sampler::alloc_due_outside_python(size) {
+        if let Some(_guard) = Guard::acquire() {
+            pymem::install_if_ready();
+            sampler::record_alloc(addr, size, weight, flags);
+        }
+    }
+    let last = LAST_MARK.load(Ordering::Relaxed);
+    if now > last + (last / 100).max(MIN_STEP)
+        && LAST_MARK
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let mut r = Record::new(Kind::PeakMark, clock::tid(), clock::monotonic_ns());
+        r.a = now as u64;
+        channel::send(&r);
+    }
+}
+
+/// Before a block is freed.
+#[inline]
+pub fn freeing(addr: usize) {
+    if sampler::alloc_sampling() {
+        sampler::record_free(addr);
+    }
+}
+
+/// A fork child starts its own marks from the heap it inherited.
+pub fn reset_marks(heap: i64) {
+    LAST_MARK.store(heap, Ordering::Relaxed);
+}

@@ -1,0 +1,169 @@
+//! Wrapping Python's own allocator (`PyMem_SetAllocator`, domains MEM and OBJ), so that
+//! objects served by pymalloc — invisible to the malloc hooks, which only see its 1 MiB
+//! arenas — are sampled with their Python line and counted as Python bytes. Installed once the
+//! interpreter is initialised, by a thread holding the GIL (those domains are only used under
+//! the GIL, so nobody is reading the table we replace), from the sampling path of an
+//! allocation hook. The wrapper forwards to the allocator it replaced, as the C API requires.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use libc::{c_int, c_void, size_t};
+use mlprof_wire::alloc_flags;
+
+use super::sampler;
+use crate::guard::Guard;
+
+/// `PyMemAllocatorEx` (CPython 3.5+).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Allocator {
+    ctx: *mut c_void,
+    malloc: Option<extern "C" fn(*mut c_void, size_t) -> *mut c_void>,
+    calloc: Option<extern "C" fn(*mut c_void, size_t, size_t) -> *mut c_void>,
+    realloc: Option<extern "C" fn(*mut c_void, *mut c_void, size_t) -> *mut c_void>,
+    free: Option<extern "C" fn(*mut c_void, *mut c_void)>,
+}
+
+const EMPTY: Allocator = Allocator {
+    ctx: core::ptr::null_mut(),
+    malloc: None,
+    calloc: None,
+    realloc: None,
+    free: None,
+};
+
+/// The allocators we replaced, for domains MEM and OBJ; written once, under the GIL, before
+/// `INSTALLED` is set; our wrappers receive a pointer to their entry as `ctx`.
+struct Saved(UnsafeCell<[Allocator; 2]>);
+// SAFETY: written only by `install` (once, before publication through INSTALLED and before
+// any wrapper can run), read-only afterwards.
+unsafe impl Sync for Saved {}
+static SAVED: Saved = Saved(UnsafeCell::new([EMPTY; 2]));
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+static GET: AtomicUsize = AtomicUsize::new(0);
+static SET: AtomicUsize = AtomicUsize::new(0);
+static GIL_CHECK: AtomicUsize = AtomicUsize::new(0);
+static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
+
+const DOMAIN_MEM: c_int = 1;
+const DOMAIN_OBJ: c_int = 2;
+
+/// Resolve the C API functions (load time). Wrapping happens only if all are found.
+pub fn resolve() {
+    let sym = |name: &core::ffi::CStr| {
+        // SAFETY: dlsym with a valid C string, at load time.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+    };
+    GET.store(sym(c"PyMem_GetAllocator"), Ordering::Relaxed);
+    SET.store(sym(c"PyMem_SetAllocator"), Ordering::Relaxed);
+    GIL_CHECK.store(sym(c"PyGILState_Check"), Ordering::Relaxed);
+    IS_INITIALIZED.store(sym(c"Py_IsInitialized"), Ordering::Relaxed);
+}
+
+/// Install the wrapper if it is not yet and this is the moment (interpreter initialised, GIL
+/// held by this thread). Called from the sampling path only, so the checks are rare.
+pub fn install_if_ready() {
+    if INSTALLED.load(Ordering::Acquire) || !sampler::alloc_sampling() {
+        return;
+    }
+    let [get, set, gil, init] =
+        [&GET, &SET, &GIL_CHECK, &IS_INITIALIZED].map(|a| a.load(Ordering::Relaxed));
+    if get == 0 || set == 0 || gil == 0 || init == 0 {
+        return;
+    }
+    // SAFETY: the addresses are CPython's functions with these exact C signatures (C API since
+    // 3.5), resolved at load time.
+    let (get, set, gil, init) = unsafe {
+        (
+            core::mem::transmute::<usize, extern "C" fn(c_int, *mut Allocator)>(get),
+            core::mem::transmute::<usize, extern "C" fn(c_int, *const Allocator)>(set),
+            core::mem::transmute::<usize, extern "C" fn() -> c_int>(gil),
+            core::mem::transmute::<usize, extern "C" fn() -> c_int>(init),
+        )
+    };
+    if init() == 0 || gil() == 0 || INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let saved = SAVED.0.get() as *mut Allocator;
+    for (i, domain) in [DOMAIN_MEM, DOMAIN_OBJ].into_iter().enumerate() {
+        // SAFETY: entry `i` of SAVED, written before any wrapper using it is installed; this
+        // thread holds the GIL, so no other thread uses these domains meanwhile.
+        let entry = unsafe { saved.add(i) };
+        get(domain, entry);
+        let ours = Allocator {
+            ctx: entry.cast(),
+            malloc: Some(wrapped_malloc),
+            calloc: Some(wrapped_calloc),
+            realloc: Some(wrapped_realloc),
+            free: Some(wrapped_free),
+        };
+        set(domain, &ours);
+    }
+}
+
+/// The allocator we wrapped, from the `ctx` our wrappers receive.
+fn original(ctx: *mut c_void) -> Allocator {
+    // SAFETY: `ctx` is the address of a SAVED entry, written before this wrapper was installed
+    // and never written again.
+    unsafe { *(ctx as *const Allocator) }
+}
+
+fn sampled(ptr: *mut c_void, size: usize) {
+    if ptr.is_null() {
+        return;
+    }
+    if let Some(weight) = sampler::alloc_due(size) {
+        if let Some(_guard) = Guard::acquire() {
+            sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON);
+        }
+    }
+}
+
+extern "C" fn wrapped_malloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
+    let Some(f) = original(ctx).malloc else {
+        return core::ptr::null_mut();
+    };
+    let ptr = {
+        let _inner = Guard::acquire(); // the allocator's own malloc calls are not samples
+        f(original(ctx).ctx, size)
+    };
+    sampled(ptr, size);
+    ptr
+}
+
+extern "C" fn wrapped_calloc(ctx: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+    let Some(f) = original(ctx).calloc else {
+        return core::ptr::null_mut();
+    };
+    let ptr = {
+        let _inner = Guard::acquire();
+        f(original(ctx).ctx, n, size)
+    };
+    sampled(ptr, n.saturating_mul(size));
+    ptr
+}
+
+extern "C" fn wrapped_realloc(ctx: *mut c_void, old: *mut c_void, size: size_t) -> *mut c_void {
+    let Some(f) = original(ctx).realloc else {
+        return core::ptr::null_mut();
+    };
+    if !old.is_null() {
+        super::freeing(old as usize);
+    }
+    let ptr = {
+        let _inner = Guard::acquire();
+        f(original(ctx).ctx, old, size)
+    };
+    sampled(ptr, size);
+    ptr
+}
+
+extern "C" fn wrapped_free(ctx: *mut c_void, ptr: *mut c_void) {
+    let Some(f) = original(ctx).free else { return };
+    if !ptr.is_null() {
+        super::freeing(ptr as usize);
+    }
+    f(original(ctx).ctx, ptr);
+}

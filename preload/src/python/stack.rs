@@ -1,0 +1,73 @@
+//! Recording "an event and the calling thread's Python stack": one head record filled by the
+//! caller, then the frames as `(code id, lasti)` words in [`Kind::Frames`] records, reserved as
+//! one group so no other writer's records interleave. Shared by the CPU sampler (signal
+//! handler) and the memory sampler (allocation hooks): no allocation, no locks.
+
+use mlprof_pyframes::walk;
+use mlprof_wire::{sample_flags, Kind, Record, FRAMES_PER_RECORD, UNKNOWN_CODE};
+
+use super::{codes, read, runtime};
+use crate::{channel, clock};
+
+/// Deepest Python stack recorded (innermost frames kept).
+const MAX_DEPTH: usize = 128;
+
+/// What the walk found, for the caller's head record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stack {
+    /// Frames that follow the head record.
+    pub depth: usize,
+    /// `sample_flags` bits: truncated, walk failed, no Python.
+    pub flags: u32,
+    /// The thread's `PyThreadState` (0 if none).
+    pub tstate: usize,
+}
+
+/// Send a `kind` record, filled by `fill`, followed by this thread's Python frames.
+pub fn send(kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
+    let Some(ring) = channel::ring() else { return };
+    let mut frames = [walk::Frame::default(); MAX_DEPTH];
+    let rt = runtime::get();
+    let mut stack = Stack {
+        tstate: rt.map_or(0, |rt| rt.this_thread_state()),
+        ..Stack::default()
+    };
+    match rt {
+        Some(rt) if stack.tstate != 0 => {
+            let w = walk::walk(&read::Direct, &rt.interpreter(), stack.tstate, &mut frames);
+            stack.depth = w.depth;
+            stack.flags |= if w.truncated {
+                sample_flags::TRUNCATED
+            } else {
+                0
+            };
+            stack.flags |= if w.failed {
+                sample_flags::WALK_FAILED
+            } else {
+                0
+            };
+        }
+        _ => stack.flags |= sample_flags::NO_PYTHON,
+    }
+    let mut words = [0u64; MAX_DEPTH];
+    for (word, frame) in words.iter_mut().zip(&frames[..stack.depth]) {
+        let id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(&rt, &ring, frame.code));
+        *word = (id as u64) << 32 | frame.lasti as u32 as u64;
+    }
+    let frame_records = stack.depth.div_ceil(FRAMES_PER_RECORD);
+    let Some(group) = ring.reserve(1 + frame_records as u64) else {
+        return;
+    };
+    let tid = clock::tid();
+    let mut head = Record::new(kind, tid, clock::monotonic_ns());
+    fill(&mut head, stack);
+    group.set(0, &head);
+    for (i, chunk) in words[..stack.depth].chunks(FRAMES_PER_RECORD).enumerate() {
+        let mut rec = Record::new(Kind::Frames, tid, 0);
+        let mut packed = [0u64; FRAMES_PER_RECORD];
+        packed[..chunk.len()].copy_from_slice(chunk);
+        (rec.a, rec.b, rec.c, rec.d, rec.e) =
+            (packed[0], packed[1], packed[2], packed[3], packed[4]);
+        group.set(1 + i as u64, &rec);
+    }
+}

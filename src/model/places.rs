@@ -1,0 +1,270 @@
+//! Places (file, line, function) and what accumulates at each: CPU time by kind, native
+//! functions, sampled allocations and copies. `cpu` and `memory` add to them; `summarise`
+//! turns them into the profile's lines and functions. Pure.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::filter::Filter;
+use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
+use crate::collect::{ChannelSummary, CodeInfo, Recording};
+use crate::symbolize::linetable::{LineIndex, LineTableFormat};
+
+/// Pseudo-file for samples of threads without Python (BLAS pools, native threads).
+pub const NATIVE_THREAD: &str = "<native thread>";
+/// Pseudo-file for the main thread while it has no Python frame (interpreter start-up and
+/// shutdown).
+pub const INTERPRETER: &str = "<interpreter start-up and shutdown>";
+/// Pseudo-file for Python samples with no frame in a profiled file.
+pub const OUTSIDE: &str = "<outside profiled code>";
+/// Native functions kept per line.
+const NATIVE_PER_LINE: usize = 5;
+/// Points in each line's footprint timeline.
+const FOOTPRINT_POINTS: usize = 20;
+
+/// Where a sample is attributed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    /// Source file (or pseudo-file).
+    pub file: String,
+    /// Line number (0 for pseudo-files).
+    pub line: u32,
+    /// Qualified name of the code object.
+    pub function: String,
+    /// First line of the code object.
+    pub first_line: u32,
+}
+
+/// A sampled block of one place: (allocated at ns, freed at ns, freed during interpreter
+/// shutdown, bytes it stands for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Nanoseconds from launch.
+    pub t_ns: u64,
+    /// When it was freed, if it was.
+    pub freed_ns: Option<u64>,
+    /// Bytes it stands for.
+    pub weight: u64,
+}
+
+/// What accumulates at a place.
+#[derive(Default)]
+pub struct Acc {
+    /// CPU nanoseconds interpreting Python.
+    pub python_ns: u64,
+    /// CPU nanoseconds in native code.
+    pub native_ns: u64,
+    /// Off-CPU nanoseconds.
+    pub system_ns: u64,
+    /// Native CPU nanoseconds by (symbol, library).
+    pub natives: HashMap<(String, String), u64>,
+    /// Bytes allocated (sampled estimate).
+    pub alloc_bytes: u64,
+    /// Part of it through Python's allocator.
+    pub alloc_python_bytes: u64,
+    /// Bytes allocated here and live at the process's heap peak.
+    pub peak_bytes: u64,
+    /// Bytes copied.
+    pub copy_bytes: u64,
+    /// Sampled blocks (for footprints and leak evidence).
+    pub blocks: Vec<Block>,
+}
+
+impl Acc {
+    /// Add everything of `other`.
+    pub fn merge(&mut self, other: Acc) {
+        self.python_ns += other.python_ns;
+        self.native_ns += other.native_ns;
+        self.system_ns += other.system_ns;
+        for (key, ns) in other.natives {
+            *self.natives.entry(key).or_default() += ns;
+        }
+        self.alloc_bytes += other.alloc_bytes;
+        self.alloc_python_bytes += other.alloc_python_bytes;
+        self.peak_bytes += other.peak_bytes;
+        self.copy_bytes += other.copy_bytes;
+        self.blocks.extend(other.blocks);
+    }
+}
+
+/// Lines are physical lines: code objects sharing a line (comprehensions before 3.12,
+/// lambdas) are merged into one row named after the function with most time there. Functions
+/// are code objects.
+pub fn summarise(
+    places: HashMap<Place, Acc>,
+    wall_ns: u64,
+) -> (Vec<LineStats>, Vec<FunctionStats>) {
+    let mut functions: BTreeMap<(String, String, u32), (FunctionStats, Acc)> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, u32), (Acc, String, u64)> = BTreeMap::new();
+    for (place, acc) in places {
+        let key = (place.file.clone(), place.function.clone(), place.first_line);
+        let (f, f_acc) = functions.entry(key).or_insert_with(|| {
+            let stats = FunctionStats {
+                file: place.file.clone(),
+                function: place.function.clone(),
+                line: place.first_line,
+                measures: Measures::default(),
+            };
+            (stats, Acc::default())
+        });
+        add(&mut f.measures, &acc);
+        for (key, ns) in &acc.natives {
+            *f_acc.natives.entry(key.clone()).or_default() += ns;
+        }
+        let total = acc.python_ns + acc.native_ns + acc.system_ns;
+        let row = rows
+            .entry((place.file, place.line))
+            .or_insert_with(|| (Acc::default(), String::new(), 0));
+        if total > row.2 || row.1.is_empty() {
+            (row.1, row.2) = (place.function, total);
+        }
+        row.0.merge(acc);
+    }
+    let lines = rows
+        .into_iter()
+        .map(|((file, line), (acc, function, _))| {
+            let mut measures = Measures::default();
+            add(&mut measures, &acc);
+            measures.leak = super::leaks::evidence(&acc.blocks, wall_ns);
+            let footprint_bytes = super::leaks::footprint(&acc.blocks, wall_ns, FOOTPRINT_POINTS);
+            measures.native = natives_of(acc.natives);
+            LineStats {
+                file,
+                line,
+                function,
+                measures,
+                footprint_bytes,
+                ..LineStats::default()
+            }
+        })
+        .collect();
+    let functions = functions
+        .into_values()
+        .map(|(mut f, acc)| {
+            f.measures.native = natives_of(acc.natives);
+            f
+        })
+        .collect();
+    (lines, functions)
+}
+
+fn add(m: &mut Measures, acc: &Acc) {
+    m.cpu_python_s += acc.python_ns as f64 / 1e9;
+    m.cpu_native_s += acc.native_ns as f64 / 1e9;
+    m.cpu_system_s += acc.system_ns as f64 / 1e9;
+    m.alloc_bytes += acc.alloc_bytes;
+    m.alloc_python_bytes += acc.alloc_python_bytes;
+    m.peak_bytes += acc.peak_bytes;
+    m.copy_bytes += acc.copy_bytes;
+}
+
+/// The top native functions of a line, most time first.
+fn natives_of(natives: HashMap<(String, String), u64>) -> Vec<NativeFrame> {
+    let mut out: Vec<NativeFrame> = natives
+        .into_iter()
+        .map(|((symbol, library), ns)| NativeFrame {
+            symbol,
+            library,
+            cpu_s: ns as f64 / 1e9,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.cpu_s
+            .total_cmp(&a.cpu_s)
+            .then_with(|| a.symbol.cmp(&b.symbol))
+    });
+    out.truncate(NATIVE_PER_LINE);
+    out
+}
+
+/// Where an event with these frames (innermost first), on thread `tid` of process `pid`, goes:
+/// the innermost frame in a profiled file, else a pseudo-file.
+pub fn place_of(
+    frames: &[(u32, i32)],
+    tid: u32,
+    pid: u32,
+    lines: &mut Lines<'_>,
+    filter: &Filter,
+) -> Place {
+    for &(code, lasti) in frames {
+        let Some((info, line)) = lines.line(code, lasti) else {
+            continue;
+        };
+        let place = Place {
+            file: info.filename.clone(),
+            line,
+            function: info.qualname.clone(),
+            first_line: info.firstlineno.max(0) as u32,
+        };
+        if filter.profiles(&info.filename) {
+            return place;
+        }
+    }
+    let pseudo = match (frames.is_empty(), tid == pid) {
+        (false, _) => OUTSIDE,
+        (true, true) => INTERPRETER,
+        (true, false) => NATIVE_THREAD,
+    };
+    Place {
+        file: pseudo.to_string(),
+        line: 0,
+        function: pseudo.to_string(),
+        first_line: 0,
+    }
+}
+
+/// Line lookup for the code ids of one channel (falling back to the channel's fork parents,
+/// whose code ids a fork child inherits), with decoded line tables cached.
+pub struct Lines<'r> {
+    chain: Vec<&'r ChannelSummary>,
+    format: Option<LineTableFormat>,
+    cache: HashMap<u32, Option<(&'r CodeInfo, LineIndex)>>,
+}
+
+impl<'r> Lines<'r> {
+    /// Lines of channel `ci`.
+    pub fn new(rec: &'r Recording, ci: usize) -> Lines<'r> {
+        let mut chain = vec![&rec.channels[ci]];
+        while let Some(child) = chain.last().filter(|c| c.forked) {
+            let parent = rec
+                .channels
+                .iter()
+                .filter(|p| p.pid == child.ppid && p.start_ns <= child.start_ns)
+                .max_by_key(|p| p.start_ns);
+            match parent {
+                Some(p) if chain.len() < 64 => chain.push(p),
+                _ => break,
+            }
+        }
+        let format = rec.channels[ci]
+            .python
+            .as_deref()
+            .and_then(parse_minor)
+            .and_then(|(ma, mi)| LineTableFormat::for_version(ma, mi));
+        Lines {
+            chain,
+            format,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The code object and line of `(code, lasti)`.
+    pub fn line(&mut self, code: u32, lasti: i32) -> Option<(&'r CodeInfo, u32)> {
+        let format = self.format?;
+        let chain = &self.chain;
+        let entry = self.cache.entry(code).or_insert_with(|| {
+            let info = chain.iter().find_map(|c| c.codes.get(&code))?;
+            Some((
+                info,
+                LineIndex::new(format, &info.linetable, info.firstlineno),
+            ))
+        });
+        let (info, index) = entry.as_ref()?;
+        let line = index.line(lasti).unwrap_or(info.firstlineno.max(0) as u32);
+        Some((info, line))
+    }
+}
+
+fn parse_minor(version: &str) -> Option<(u8, u8)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
