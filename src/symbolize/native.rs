@@ -125,7 +125,10 @@ pub fn library_name(path: &str) -> &str {
 /// code doing the work of one call, like any third-party extension.
 pub fn classify(path: &str) -> CodeClass {
     let name = library_name(path);
-    if name == "[vdso]" || is_python_executable(name) || is_interpreter_library(name) {
+    // mlprof's own hooks run on behalf of the line (its allocations and copies): counting them
+    // as native code would make pure-Python lines look native.
+    let ours = name == "libmlprof_preload.so";
+    if ours || name == "[vdso]" || is_python_executable(name) || is_interpreter_library(name) {
         CodeClass::Interpreter
     } else {
         CodeClass::Native
@@ -581,6 +584,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         use CodeClass::{Interpreter as I, Native as N};
         let table = [
             ("/usr/bin/python", I),
+            ("/tmp/mlprof-abc123/libmlprof_preload.so", I),
             ("/usr/bin/python3", I),
             ("/root/.pyenv/versions/3.11.7/bin/python3.11", I),
             ("/usr/local/bin/python3.13t", I),
