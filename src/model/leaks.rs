@@ -107,7 +107,10 @@ mod tests {
         let f = footprint(&blocks, 1_000_000_000, 10);
         assert_eq!(f.len(), 10);
         assert_eq!(f[0], 1 << 20);
-        assert_eq!(f[4], 0, "at 500 ms the first block is freed and the second not yet made");
+        assert_eq!(
+            f[4], 0,
+            "at 500 ms the first block is freed and the second not yet made"
+        );
         assert_eq!(f[9], 1 << 20);
     }
 }

@@ -15,6 +15,12 @@ fn keep_array_peak(py: &fixture::Python, size_mb: u32, how: &str) -> mlprof::mod
     fixture::profile(&[os(&py.exe), os(&script), os(&size), os(how)]).profile
 }
 
+/// Peak heap of the interpreter with numpy imported and nothing else (the baseline that
+/// ground-truth sizes are added to).
+pub fn baseline_peak(py: &fixture::Python) -> f64 {
+    keep_array_peak(py, 0, "exit").memory.peak_heap_bytes as f64
+}
+
 #[test]
 fn peak_heap_of_a_kept_numpy_array_is_exact() {
     for py in fixture::numpy_pythons() {

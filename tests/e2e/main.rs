@@ -5,3 +5,4 @@
 mod cpu;
 mod fixture;
 mod foundation;
+mod memory;

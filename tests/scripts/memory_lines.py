@@ -9,7 +9,7 @@ scenario = sys.argv[1]
 
 if scenario == "peak":
     # Truth: the heap peaks at baseline + 500 MB (kept 400 MB and a 100 MB temporary).
-    kept = np.ones(400 * MB, dtype=np.uint8)  # @kept
+    kept = np.ones(400 * MB, dtype=np.uint8)  # @peak-holder
     temp = np.ones(100 * MB, dtype=np.uint8)  # @temp
     del temp
 elif scenario == "churn":
@@ -18,7 +18,7 @@ elif scenario == "churn":
     for _ in range(10):
         t = np.ones(100 * MB, dtype=np.uint8)  # @churn
         del t
-    kept = np.ones(400 * MB, dtype=np.uint8)  # @kept
+    kept = np.ones(400 * MB, dtype=np.uint8)  # @kept-after-churn
 elif scenario == "python":
     # Truth: the fill line creates N floats of 24 bytes each through Python's allocator
     # (48 MB); the numpy line allocates 80 MB of native memory and ~0 Python bytes.

@@ -1,0 +1,148 @@
+//! Memory per line (issue 4): bytes allocated, held at the peak, Python vs native, copied, and
+//! likely leaks, against scripts whose truth is known by construction, on every Python with
+//! numpy.
+
+use mlprof::model::Profile;
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os, within};
+
+const MB: f64 = 1e6;
+
+fn run(py: &fixture::Python, scenario: &str) -> Profile {
+    let script = fixture::script("memory_lines.py");
+    let run = fixture::profile(&[os(&py.exe), os(&script), os(scenario)]);
+    assert!(
+        run.output.status.success(),
+        "{}: {}",
+        py.minor,
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    run.profile
+}
+
+#[test]
+fn peak_heap_is_exact_and_the_kept_array_is_the_top_holder() {
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "peak");
+        // Baseline: the same interpreter with numpy imported and nothing kept.
+        let base = crate::foundation::baseline_peak(py);
+        let truth = base + 500.0 * MB;
+        let got = p.memory.peak_heap_bytes as f64;
+        assert!(within(got, truth, 0.01), "{v}: peak {got} vs truth {truth}");
+        let kept = line(&p, "memory_lines.py", m["peak-holder"]);
+        let top = p
+            .lines
+            .iter()
+            .max_by_key(|l| l.measures.peak_bytes)
+            .unwrap();
+        assert_eq!(
+            (top.file.as_str(), top.line),
+            (kept.file.as_str(), kept.line),
+            "{v}: top holder"
+        );
+        assert!(
+            within(kept.measures.peak_bytes as f64, 400.0 * MB, 0.10),
+            "{v}: {:?}",
+            kept.measures
+        );
+    }
+}
+
+#[test]
+fn churning_line_allocates_a_gigabyte_and_holds_nothing_at_the_peak() {
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "churn");
+        let churn = line(&p, "memory_lines.py", m["churn"]);
+        assert!(
+            within(churn.measures.alloc_bytes as f64, 1000.0 * MB, 0.10),
+            "{v}: {:?}",
+            churn.measures
+        );
+        assert!(
+            (churn.measures.peak_bytes as f64) < 5.0 * MB,
+            "{v}: {:?}",
+            churn.measures
+        );
+        let kept = line(&p, "memory_lines.py", m["kept-after-churn"]);
+        assert!(
+            within(kept.measures.peak_bytes as f64, 400.0 * MB, 0.10),
+            "{v}: {:?}",
+            kept.measures
+        );
+    }
+}
+
+#[test]
+fn python_object_bytes_are_told_from_native_bytes() {
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "python");
+        let floats = line(&p, "memory_lines.py", m["floats"]);
+        let truth = 2_000_000.0 * 24.0; // sys.getsizeof(1.5) == 24 on every 64-bit CPython
+        assert!(
+            within(floats.measures.alloc_python_bytes as f64, truth, 0.15),
+            "{v}: floats line {:?}",
+            floats.measures
+        );
+        let numpy = line(&p, "memory_lines.py", m["numpy"]);
+        assert!(
+            within(numpy.measures.alloc_bytes as f64, 80.0 * MB, 0.10),
+            "{v}: {:?}",
+            numpy.measures
+        );
+        assert!(
+            (numpy.measures.alloc_python_bytes as f64) < 0.01 * 80.0 * MB,
+            "{v}: {:?}",
+            numpy.measures
+        );
+    }
+}
+
+#[test]
+fn the_leaking_line_is_flagged_and_nothing_else() {
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "leak");
+        let leak = line(&p, "memory_lines.py", m["leak"]);
+        assert!(
+            leak.measures.leak.is_some(),
+            "{v}: leaking line not flagged: {:?}",
+            leak.measures
+        );
+        let flagged: Vec<String> = p
+            .lines
+            .iter()
+            .filter(|l| l.measures.leak.is_some() && l.line != leak.line)
+            .map(|l| format!("{}:{}", l.file, l.line))
+            .collect();
+        assert!(flagged.is_empty(), "{v}: also flagged: {flagged:?}");
+        let temp = line(&p, "memory_lines.py", m["temporary"]);
+        assert!(
+            within(temp.measures.alloc_bytes as f64, 150.0 * MB, 0.15),
+            "{v}: {:?}",
+            temp.measures
+        );
+    }
+}
+
+#[test]
+fn copy_volume_of_a_copying_line_is_counted() {
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let p = run(py, "copy");
+        let copy = line(&p, "memory_lines.py", m["copy"]);
+        assert!(
+            within(copy.measures.copy_bytes as f64, 4000.0 * MB, 0.10),
+            "{}: {:?}",
+            py.minor,
+            copy.measures
+        );
+    }
+}
