@@ -16,6 +16,8 @@ fn main() {
     for path in [
         "preload/src",
         "preload/Cargo.toml",
+        "preload/build.rs",
+        "preload/csrc",
         "wire/src",
         "wire/Cargo.toml",
         "pyframes/src",

@@ -11,10 +11,10 @@
 
 mod channel;
 mod clock;
-mod guard;
 mod heap;
 mod hooks;
 mod lifecycle;
+mod local;
 mod memory;
 mod python;
 mod real;

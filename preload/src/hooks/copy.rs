@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_void, size_t};
 
-use crate::guard::{self, Guard};
+use crate::local;
 use crate::memory::sampler;
 
 type Copy = unsafe extern "C" fn(*mut c_void, *const c_void, size_t) -> *mut c_void;
@@ -35,13 +35,15 @@ pub fn resolve() {
 /// Count `n` copied bytes; sample the copy when due (never from inside mlprof itself).
 #[inline]
 fn counted(n: usize) {
-    if let Some(weight) = sampler::copy_due(n) {
-        if !guard::active() {
-            if let Some(_guard) = Guard::acquire() {
-                sampler::record_copy(n, weight);
-            }
-        }
+    if !sampler::copy_sampling() {
+        return;
     }
+    local::with(|l| {
+        let Some(_entered) = l.enter() else { return };
+        if let Some(weight) = sampler::copy_due(l, n) {
+            sampler::record_copy(n, weight);
+        }
+    });
 }
 
 /// Copy with glibc's routine from `slot`, or byte by byte (overlap-safe) before it is known.

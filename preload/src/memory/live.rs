@@ -55,13 +55,18 @@ fn uncount(count: &AtomicU8) {
 }
 
 /// Forget `addr` if it was a sampled live allocation; returns whether it was.
-#[inline]
+#[inline(always)]
 pub fn remove(addr: usize) -> bool {
     let h = hash(addr);
     let count = &COUNTS[h & (FILTER - 1)];
     if count.load(Ordering::Relaxed) == 0 {
         return false;
     }
+    remove_slow(addr, h, count)
+}
+
+#[inline(never)]
+fn remove_slow(addr: usize, h: usize, count: &AtomicU8) -> bool {
     for probe in 0..PROBES {
         let slot = &KEYS[(h + probe) & (SLOTS - 1)];
         let key = slot.load(Ordering::Acquire);

@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicI64, Ordering};
 
 use mlprof_wire::{Kind, Record};
 
-use crate::guard::Guard;
+use crate::local;
 use crate::{channel, clock};
 
 /// Heap value of the last peak mark sent.
@@ -21,11 +21,16 @@ const MIN_STEP: i64 = 1 << 20;
 /// After an allocation that brought the heap to `now`: sample it if due, and mark a new peak.
 #[inline]
 pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
-    if let Some(weight) = sampler::alloc_due_outside_python(size) {
-        if let Some(_guard) = Guard::acquire() {
-            pymem::install_if_ready();
-            sampler::record_alloc(addr, size, weight, flags);
-        }
+    if sampler::alloc_sampling() {
+        local::with(|l| {
+            // Inside mlprof, or inside Python's allocator called by our wrapper (which samples
+            // those bytes itself): count only.
+            let Some(_entered) = l.enter() else { return };
+            if let Some(weight) = sampler::alloc_due(l, size) {
+                pymem::install_if_ready();
+                sampler::record_alloc(addr, size, weight, flags);
+            }
+        });
     }
     let last = LAST_MARK.load(Ordering::Relaxed);
     if now > last + (last / 100).max(MIN_STEP)

@@ -12,7 +12,7 @@ use libc::{c_int, c_void, size_t};
 use mlprof_wire::alloc_flags;
 
 use super::sampler;
-use crate::guard::Guard;
+use crate::local;
 
 /// `PyMemAllocatorEx` (CPython 3.5+).
 #[repr(C)]
@@ -104,66 +104,70 @@ pub fn install_if_ready() {
 }
 
 /// The allocator we wrapped, from the `ctx` our wrappers receive.
-fn original(ctx: *mut c_void) -> Allocator {
+#[inline]
+fn original(ctx: *mut c_void) -> &'static Allocator {
     // SAFETY: `ctx` is the address of a SAVED entry, written before this wrapper was installed
     // and never written again.
-    unsafe { *(ctx as *const Allocator) }
+    unsafe { &*(ctx as *const Allocator) }
 }
 
-fn sampled(ptr: *mut c_void, size: usize) {
-    if ptr.is_null() {
-        return;
-    }
-    if let Some(weight) = sampler::alloc_due(size) {
-        if let Some(_guard) = Guard::acquire() {
+/// Requests up to this size are served by pymalloc from its arenas, without calling malloc.
+const SMALL_REQUEST: usize = 512;
+
+/// Call the wrapped allocator with this thread marked busy (its own malloc calls are not
+/// samples: they are sampled here, as Python bytes), then sample the result.
+#[inline]
+fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    local::with(|l| {
+        let ptr = if size <= SMALL_REQUEST {
+            call()
+        } else {
+            let _held = l.hold();
+            call()
+        };
+        if ptr.is_null() || l.busy() {
+            return ptr;
+        }
+        if let Some(weight) = sampler::alloc_due(l, size) {
+            let _entered = l.hold();
             sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON);
         }
-    }
+        ptr
+    })
 }
 
 extern "C" fn wrapped_malloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
-    let Some(f) = original(ctx).malloc else {
+    let orig = original(ctx);
+    let Some(f) = orig.malloc else {
         return core::ptr::null_mut();
     };
-    let ptr = {
-        let _inner = Guard::acquire(); // the allocator's own malloc calls are not samples
-        f(original(ctx).ctx, size)
-    };
-    sampled(ptr, size);
-    ptr
+    allocate(size, || f(orig.ctx, size))
 }
 
 extern "C" fn wrapped_calloc(ctx: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
-    let Some(f) = original(ctx).calloc else {
+    let orig = original(ctx);
+    let Some(f) = orig.calloc else {
         return core::ptr::null_mut();
     };
-    let ptr = {
-        let _inner = Guard::acquire();
-        f(original(ctx).ctx, n, size)
-    };
-    sampled(ptr, n.saturating_mul(size));
-    ptr
+    allocate(n.saturating_mul(size), || f(orig.ctx, n, size))
 }
 
 extern "C" fn wrapped_realloc(ctx: *mut c_void, old: *mut c_void, size: size_t) -> *mut c_void {
-    let Some(f) = original(ctx).realloc else {
+    let orig = original(ctx);
+    let Some(f) = orig.realloc else {
         return core::ptr::null_mut();
     };
     if !old.is_null() {
         super::freeing(old as usize);
     }
-    let ptr = {
-        let _inner = Guard::acquire();
-        f(original(ctx).ctx, old, size)
-    };
-    sampled(ptr, size);
-    ptr
+    allocate(size, || f(orig.ctx, old, size))
 }
 
 extern "C" fn wrapped_free(ctx: *mut c_void, ptr: *mut c_void) {
-    let Some(f) = original(ctx).free else { return };
+    let orig = original(ctx);
+    let Some(f) = orig.free else { return };
     if !ptr.is_null() {
         super::freeing(ptr as usize);
     }
-    f(original(ctx).ctx, ptr);
+    f(orig.ctx, ptr);
 }

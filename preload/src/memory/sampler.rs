@@ -7,6 +7,8 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::local::Local;
+
 use mlprof_wire::{Kind, Record};
 
 use super::live;
@@ -17,12 +19,6 @@ use crate::{channel, clock};
 static ALLOC_MEAN: AtomicU64 = AtomicU64::new(0);
 /// Mean bytes between copy samples; 0 = off.
 static COPY_MEAN: AtomicU64 = AtomicU64::new(0);
-
-std::thread_local! {
-    static ALLOC_LEFT: Cell<i64> = const { Cell::new(i64::MAX) };
-    static COPY_LEFT: Cell<i64> = const { Cell::new(i64::MAX) };
-    static RNG: Cell<u64> = const { Cell::new(0) };
-}
 
 /// Configure the means (load time).
 pub fn configure(alloc_mean: u64, copy_mean: u64) {
@@ -36,70 +32,57 @@ pub fn alloc_sampling() -> bool {
     ALLOC_MEAN.load(Ordering::Relaxed) != 0
 }
 
+/// Whether copy sampling is on.
+#[inline]
+pub fn copy_sampling() -> bool {
+    COPY_MEAN.load(Ordering::Relaxed) != 0
+}
+
 /// Count `size` bytes against this thread's allocation countdown; `Some(weight)` if this
 /// allocation is sampled.
 #[inline]
-pub fn alloc_due(size: usize) -> Option<u64> {
-    due(&ALLOC_LEFT, &ALLOC_MEAN, size)
-}
-
-/// [`alloc_due`] for the malloc hooks: nothing is due while this thread is inside mlprof or
-/// inside Python's allocator called from our wrapper (those bytes are sampled there).
-#[inline]
-pub fn alloc_due_outside_python(size: usize) -> Option<u64> {
-    if crate::guard::active() {
-        return None;
-    }
-    alloc_due(size)
+pub fn alloc_due(local: &Local, size: usize) -> Option<u64> {
+    due(local, &local.alloc_left, &ALLOC_MEAN, size)
 }
 
 /// The same for copies.
 #[inline]
-pub fn copy_due(size: usize) -> Option<u64> {
-    due(&COPY_LEFT, &COPY_MEAN, size)
+pub fn copy_due(local: &Local, size: usize) -> Option<u64> {
+    due(local, &local.copy_left, &COPY_MEAN, size)
 }
 
 #[inline]
-fn due(
-    left: &'static std::thread::LocalKey<Cell<i64>>,
-    mean: &AtomicU64,
-    size: usize,
-) -> Option<u64> {
+fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option<u64> {
     let mean = mean.load(Ordering::Relaxed);
     if mean == 0 {
         return None;
     }
-    let remaining = left.with(|l| {
-        let mut r = l.get();
-        if r == i64::MAX {
-            r = next_gap(mean); // first use on this thread
-        }
-        r -= size as i64;
-        l.set(r);
-        r
-    });
+    let mut remaining = left.get();
+    if remaining == 0 {
+        remaining = next_gap(local, mean); // first use on this thread
+    }
+    remaining -= size as i64;
+    left.set(remaining);
     if remaining > 0 {
         return None;
     }
-    left.with(|l| l.set(next_gap(mean)));
+    left.set(next_gap(local, mean));
     let s = size as f64;
     let p = 1.0 - (-s / mean as f64).exp();
     Some(if p > 0.0 { (s / p) as u64 } else { mean })
 }
 
 /// Exponential gap with the given mean.
-fn next_gap(mean: u64) -> i64 {
-    let u = RNG.with(|r| {
-        let mut x = r.get();
-        if x == 0 {
-            x = 0x2545_F491_4F6C_DD1D ^ (clock::tid() as u64) << 20 ^ clock::monotonic_ns();
-        }
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        r.set(x);
-        x
-    });
+fn next_gap(local: &Local, mean: u64) -> i64 {
+    let mut x = local.rng.get();
+    if x == 0 {
+        x = 0x2545_F491_4F6C_DD1D ^ (clock::tid() as u64) << 20 ^ clock::monotonic_ns();
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    local.rng.set(x);
+    let u = x;
     let uniform = ((u >> 11) as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
     (-(uniform.ln()) * mean as f64).max(1.0) as i64
 }
@@ -119,7 +102,7 @@ pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32) {
 
 /// A block is being freed: tell the collector if it was a sampled one. Frees during interpreter
 /// shutdown are not told: what a program still holds at its end stays live (leak evidence).
-#[inline]
+#[inline(always)]
 pub fn record_free(addr: usize) {
     if live::remove(addr) && !crate::python::runtime::finalizing() {
         let mut r = Record::new(Kind::Free, clock::tid(), clock::monotonic_ns());
@@ -143,12 +126,15 @@ mod tests {
 
     #[test]
     fn sampling_is_unbiased_for_small_and_large_allocations() {
-        configure(64 * 1024, 0);
+        let mean = 64 * 1024;
+        configure(mean, 0);
         for size in [64usize, 4096, 1 << 20] {
             let (mut estimated, mut total) = (0u64, 0u64);
-            for _ in 0..20_000 {
+            // About 2000 expected samples (or every allocation, for large ones): +-2.5%.
+            let n = (2000 * mean as usize / size).max(2000);
+            for _ in 0..n {
                 total += size as u64;
-                estimated += alloc_due(size).unwrap_or(0);
+                estimated += crate::local::with(|l| alloc_due(l, size)).unwrap_or(0);
             }
             let ratio = estimated as f64 / total as f64;
             assert!(

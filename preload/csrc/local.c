@@ -1,0 +1,9 @@
+/* mlprof's per-thread state, in initial-exec TLS: one %fs-relative load per lookup instead of
+ * a call to __tls_get_addr (the general-dynamic model Rust uses in a shared library). Safe
+ * because the library is loaded at process start (LD_PRELOAD), inside the static TLS block.
+ * Zero-initialised; the Rust side (src/local.rs) defines the layout. */
+#include <stdint.h>
+
+static __thread __attribute__((tls_model("initial-exec"), aligned(16))) uint64_t mlprof_local_state[8];
+
+void *mlprof_local(void) { return mlprof_local_state; }

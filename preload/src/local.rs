@@ -1,0 +1,88 @@
+//! mlprof's per-thread state in one thread-local, so that a hook looks it up once: the
+//! reentrancy guard, the allocation and copy sampling countdowns, and the random generator.
+//! The storage is an initial-exec TLS block defined in C (`csrc/local.c`): one `%fs`-relative
+//! load, no call to `__tls_get_addr`, no lazy initialisation, no destructor, no allocation;
+//! usable while the thread is being torn down. Zero-initialised: zero means "not drawn yet".
+
+use core::cell::Cell;
+
+/// The calling thread's state (64 bytes, all-zero to start).
+#[repr(C)]
+pub struct Local {
+    busy: Cell<u64>,
+    /// Bytes left before the next allocation sample (0: not drawn yet).
+    pub alloc_left: Cell<i64>,
+    /// Bytes left before the next copy sample (0: not drawn yet).
+    pub copy_left: Cell<i64>,
+    /// xorshift state (0: not seeded yet).
+    pub rng: Cell<u64>,
+}
+
+const _: () = assert!(core::mem::size_of::<Local>() <= 64 && core::mem::align_of::<Local>() <= 16);
+
+extern "C" {
+    /// This thread's 64-byte, 16-aligned, zero-initialised state block.
+    fn mlprof_local() -> *mut core::ffi::c_void;
+}
+
+/// Run `f` with this thread's state.
+#[inline]
+pub fn with<R>(f: impl FnOnce(&Local) -> R) -> R {
+    // SAFETY: `mlprof_local` returns this thread's own block, valid for the thread's lifetime,
+    // large and aligned enough for `Local` (checked above); all-zero bytes are a valid `Local`
+    // (integers in Cells); only this thread ever touches it, and a signal handler that
+    // interrupts `f` on this thread sees it through the same Cells (no references escape).
+    f(unsafe { &*(mlprof_local() as *const Local) })
+}
+
+/// Proof that this thread is inside mlprof (or inside the allocator our wrapper called);
+/// released on drop. Hooks that cannot enter only count and forward.
+pub struct Entered<'a>(&'a Local, u64);
+
+impl Local {
+    /// Enter mlprof on this thread, or `None` if it is already inside.
+    #[inline]
+    pub fn enter(&self) -> Option<Entered<'_>> {
+        (self.busy.replace(1) == 0).then_some(Entered(self, 0))
+    }
+
+    /// Mark the thread busy whatever it was; dropping restores the previous state.
+    #[inline]
+    pub fn hold(&self) -> Entered<'_> {
+        Entered(self, self.busy.replace(1))
+    }
+
+    /// Whether the thread is inside mlprof.
+    #[inline]
+    pub fn busy(&self) -> bool {
+        self.busy.get() != 0
+    }
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.busy.set(self.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with;
+
+    #[test]
+    fn entering_is_not_reentrant_and_holding_restores() {
+        with(|l| {
+            let outer = l.enter();
+            assert!(outer.is_some() && l.busy());
+            assert!(l.enter().is_none());
+            drop(outer);
+            assert!(!l.busy());
+            {
+                let _held = l.hold();
+                assert!(l.busy());
+            }
+            assert!(!l.busy());
+        });
+    }
+}
