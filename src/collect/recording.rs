@@ -68,6 +68,8 @@ pub struct ChannelSummary {
     pub python: Option<String>,
     /// Fork child without exec.
     pub forked: bool,
+    /// Heap bytes inherited at the fork.
+    pub inherited_heap: u64,
     /// Exit code, if it recorded an exit.
     pub exit_code: Option<i32>,
     /// Nanoseconds from launch of the exit.
@@ -209,6 +211,7 @@ impl ChannelSummary {
             command,
             python,
             forked: h.forked != 0,
+            inherited_heap: h.inherited_heap,
             python_status: h.python_status.load(Ordering::Relaxed),
             sample_interval_ns: h.sample_interval_ns.load(Ordering::Relaxed) as u64,
             ..ChannelSummary::default()

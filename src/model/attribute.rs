@@ -122,6 +122,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         start_s: first.map_or(0.0, |f| f.start_ns as f64 / NS),
         instrumented: !images.is_empty(),
         forked: first.is_some_and(|f| f.forked),
+        inherited_heap_bytes: first.map_or(0, |f| f.inherited_heap),
     }
 }
 

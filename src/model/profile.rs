@@ -96,6 +96,9 @@ pub struct Process {
     /// True for a fork child that did not exec (it inherited its parent's heap).
     #[serde(default)]
     pub forked: bool,
+    /// Heap bytes a fork child inherited from its parent (included in its peak).
+    #[serde(default)]
+    pub inherited_heap_bytes: u64,
 }
 
 /// Memory summary of the process tree.

@@ -146,3 +146,58 @@ fn copy_volume_of_a_copying_line_is_counted() {
         );
     }
 }
+
+/// Each worker's heap growth over what it inherited, with the tasks it ran.
+fn pool_growth(py: &fixture::Python, size_mb: &str) -> (Vec<(f64, u64)>, Profile) {
+    let v = &py.minor;
+    let script = fixture::script("pool.py");
+    let run = fixture::profile(&[os(&py.exe), os(&script), os(size_mb)]);
+    assert!(
+        run.output.status.success(),
+        "{v}: {}",
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    let tasks: std::collections::HashMap<String, u64> =
+        serde_json::from_slice(run.output.stdout.trim_ascii()).expect("task counts");
+    let growth = tasks
+        .iter()
+        .map(|(pid, &count)| {
+            let worker = run
+                .profile
+                .processes
+                .iter()
+                .find(|p| p.pid.to_string() == *pid);
+            let worker = worker.unwrap_or_else(|| panic!("{v}: worker {pid} missing"));
+            assert!(worker.forked, "{v}: {worker:?}");
+            (
+                worker.peak_heap_bytes as f64 - worker.inherited_heap_bytes as f64,
+                count,
+            )
+        })
+        .collect();
+    (growth, run.profile)
+}
+
+#[test]
+fn a_fork_pool_of_four_workers_has_each_workers_peak_right() {
+    let m = markers("pool.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let (base, _) = pool_growth(py, "0");
+        let base_per_worker = base.iter().map(|&(g, _)| g).fold(f64::MAX, f64::min);
+        let (growth, profile) = pool_growth(py, "100");
+        for (own, count) in growth {
+            let truth = base_per_worker + count as f64 * 100.0 * MB;
+            assert!(
+                within(own, truth, 0.02),
+                "{v}: a worker grew {own}, truth {truth}"
+            );
+        }
+        let line = line(&profile, "pool.py", m["worker-alloc"]);
+        assert!(
+            within(line.measures.alloc_bytes as f64, 400.0 * MB, 0.10),
+            "{v}: {:?}",
+            line.measures
+        );
+    }
+}

@@ -91,6 +91,10 @@ pub struct Header {
     pub start_ns: u64,
     /// 1 if this process is a fork child that inherited its parent's heap.
     pub forked: u32,
+    /// Padding.
+    pub _pad0: u32,
+    /// Heap bytes a fork child inherited from its parent (0 otherwise).
+    pub inherited_heap: u64,
     /// One of [`crate::state`].
     pub state: AtomicU32,
     /// Exit code, valid when `state` is `EXITED`.

@@ -1,0 +1,24 @@
+"""A fork pool of 4 workers; each task keeps argv[1] MB in its worker until the pool ends.
+Prints {worker pid: tasks run} as JSON: each worker's heap grows by that much per task, over
+the pool's own baseline (the same run with 0 MB)."""
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import numpy as np
+
+KEPT = []
+
+
+def task(_):
+    KEPT.append(np.ones(int(sys.argv[1]) * 10**6, dtype=np.uint8))  # @worker-alloc
+    time.sleep(0.3)
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    with mp.get_context("fork").Pool(4) as pool:
+        pids = pool.map(task, range(4), chunksize=1)
+    print(json.dumps({str(p): pids.count(p) for p in set(pids)}))
