@@ -150,7 +150,13 @@ fn memory(rec: &Recording, processes: &[Process]) -> Memory {
         .map(|p| p.peak_rss_bytes)
         .max()
         .unwrap_or(0);
+    let unaccounted_bytes = rec
+        .ticks
+        .iter()
+        .max_by_key(|t| t.rss_bytes)
+        .map_or(0, |t| t.rss_bytes.saturating_sub(t.heap_bytes));
     Memory {
+        unaccounted_bytes,
         peak_heap_bytes: peak,
         peak_rss_bytes: tick_rss.max(proc_rss),
         peak_at_s: at_ns as f64 / NS,

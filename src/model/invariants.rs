@@ -41,6 +41,13 @@ pub fn violations(p: &Profile) -> Vec<String> {
         ),
     );
     check(
+        m.unaccounted_bytes <= m.peak_rss_bytes,
+        format!(
+            "unaccounted {} exceeds peak RSS {}",
+            m.unaccounted_bytes, m.peak_rss_bytes
+        ),
+    );
+    check(
         m.timeline.windows(2).all(|w| w[0].t_s <= w[1].t_s),
         "timeline is not in time order".to_string(),
     );

@@ -111,6 +111,11 @@ pub struct Memory {
     pub peak_rss_bytes: u64,
     /// Seconds from launch when the heap peak was reached (to the sampling interval).
     pub peak_at_s: f64,
+    /// At the moment of the RSS peak, resident bytes the counted heap does not explain:
+    /// interpreter and library code, mapped files, thread stacks, and allocators mlprof cannot
+    /// see (linked privately into wheels: jemalloc, mimalloc, CUDA caching).
+    #[serde(default)]
+    pub unaccounted_bytes: u64,
     /// Footprint over time, at most a few thousand points (older points merged, keeping maxima).
     pub timeline: Vec<MemorySample>,
 }

@@ -43,7 +43,12 @@ fn header(out: &mut String, p: &Profile) {
         bytes(m.peak_heap_bytes),
         seconds(m.peak_at_s)
     );
-    let _ = writeln!(out, "  peak RSS        {}", bytes(m.peak_rss_bytes));
+    let _ = writeln!(
+        out,
+        "  peak RSS        {} ({} of it not in the counted heap)",
+        bytes(m.peak_rss_bytes),
+        bytes(m.unaccounted_bytes)
+    );
     let gpu = if p.gpu.available {
         format!("peak memory {}", bytes(p.gpu.peak_memory_bytes))
     } else {

@@ -90,6 +90,14 @@ fn python_object_bytes_are_told_from_native_bytes() {
             "{v}: floats line {:?}",
             floats.measures
         );
+        // The exact heap sees pymalloc's arenas: 2 M floats (48 MB) and the 16 MB list are in it,
+        // beside the 80 MB numpy array.
+        let base = crate::foundation::baseline_peak(py);
+        let heap = p.memory.peak_heap_bytes as f64;
+        assert!(
+            heap >= base + 0.95 * 144.0 * MB,
+            "{v}: heap {heap} misses Python objects (base {base})"
+        );
         let numpy = line(&p, "memory_lines.py", m["numpy"]);
         assert!(
             within(numpy.measures.alloc_bytes as f64, 80.0 * MB, 0.10),

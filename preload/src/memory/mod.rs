@@ -4,6 +4,7 @@
 
 pub mod live;
 pub mod pymem;
+pub mod regions;
 pub mod sampler;
 
 use core::sync::atomic::{AtomicI64, Ordering};

@@ -41,6 +41,27 @@ struct Saved(UnsafeCell<[Allocator; 2]>);
 unsafe impl Sync for Saved {}
 static SAVED: Saved = Saved(UnsafeCell::new([EMPTY; 2]));
 
+/// `PyObjectArenaAllocator`: where pymalloc gets its arenas (256 KiB up to 3.9, 1 MiB after).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ArenaAllocator {
+    ctx: *mut c_void,
+    alloc: Option<extern "C" fn(*mut c_void, size_t) -> *mut c_void>,
+    free: Option<extern "C" fn(*mut c_void, *mut c_void, size_t)>,
+}
+
+/// The arena allocator we replaced (same discipline as SAVED).
+struct SavedArena(UnsafeCell<ArenaAllocator>);
+// SAFETY: written once by `install` before our arena functions are installed, read-only after.
+unsafe impl Sync for SavedArena {}
+static SAVED_ARENA: SavedArena = SavedArena(UnsafeCell::new(ArenaAllocator {
+    ctx: core::ptr::null_mut(),
+    alloc: None,
+    free: None,
+}));
+static GET_ARENA: AtomicUsize = AtomicUsize::new(0);
+static SET_ARENA: AtomicUsize = AtomicUsize::new(0);
+
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static GET: AtomicUsize = AtomicUsize::new(0);
 static SET: AtomicUsize = AtomicUsize::new(0);
@@ -60,6 +81,61 @@ pub fn resolve() {
     SET.store(sym(c"PyMem_SetAllocator"), Ordering::Relaxed);
     GIL_CHECK.store(sym(c"PyGILState_Check"), Ordering::Relaxed);
     IS_INITIALIZED.store(sym(c"Py_IsInitialized"), Ordering::Relaxed);
+    GET_ARENA.store(sym(c"PyObject_GetArenaAllocator"), Ordering::Relaxed);
+    SET_ARENA.store(sym(c"PyObject_SetArenaAllocator"), Ordering::Relaxed);
+}
+
+/// Count pymalloc's arenas in the exact heap: wrap the arena allocator (its functions are only
+/// called under the GIL, which the installing thread holds).
+fn wrap_arenas() {
+    let (get, set) = (
+        GET_ARENA.load(Ordering::Relaxed),
+        SET_ARENA.load(Ordering::Relaxed),
+    );
+    if get == 0 || set == 0 {
+        return;
+    }
+    // SAFETY: CPython's `PyObject_GetArenaAllocator` / `PyObject_SetArenaAllocator`, which
+    // take a pointer to this exact struct (C API since 3.4).
+    let (get, set) = unsafe {
+        (
+            core::mem::transmute::<usize, extern "C" fn(*mut ArenaAllocator)>(get),
+            core::mem::transmute::<usize, extern "C" fn(*const ArenaAllocator)>(set),
+        )
+    };
+    let saved = SAVED_ARENA.0.get();
+    get(saved);
+    let ours = ArenaAllocator {
+        ctx: saved.cast(),
+        alloc: Some(arena_alloc),
+        free: Some(arena_free),
+    };
+    set(&ours);
+}
+
+extern "C" fn arena_alloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
+    // SAFETY: `ctx` is SAVED_ARENA, written before this function was installed.
+    let orig = unsafe { *(ctx as *const ArenaAllocator) };
+    let Some(f) = orig.alloc else {
+        return core::ptr::null_mut();
+    };
+    let ptr = f(orig.ctx, size);
+    if !ptr.is_null() && super::regions::insert(ptr as usize, size) {
+        crate::heap::counters().add(size as u64);
+    }
+    ptr
+}
+
+extern "C" fn arena_free(ctx: *mut c_void, ptr: *mut c_void, size: size_t) {
+    // SAFETY: as in `arena_alloc`.
+    let orig = unsafe { *(ctx as *const ArenaAllocator) };
+    let counted = super::regions::remove(ptr as usize);
+    if counted > 0 {
+        crate::heap::counters().sub(counted as u64);
+    }
+    if let Some(f) = orig.free {
+        f(orig.ctx, ptr, size);
+    }
 }
 
 /// Install the wrapper if it is not yet and this is the moment (interpreter initialised, GIL
@@ -86,6 +162,7 @@ pub fn install_if_ready() {
     if init() == 0 || gil() == 0 || INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
+    wrap_arenas();
     let saved = SAVED.0.get() as *mut Allocator;
     for (i, domain) in [DOMAIN_MEM, DOMAIN_OBJ].into_iter().enumerate() {
         // SAFETY: entry `i` of SAVED, written before any wrapper using it is installed; this

@@ -1,0 +1,73 @@
+//! pymalloc arenas counted in the heap, by start address, so that freeing an arena subtracts
+//! exactly what was added (arenas made before the wrapper was installed were never added). A
+//! lock-free open-addressing table of (start, length). Runs inside hooks: no allocation, no
+//! locks.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+const SLOTS: usize = 1 << 14;
+const PROBES: usize = 64;
+const EMPTY: usize = 0;
+const GONE: usize = 1;
+
+static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
+static LENGTHS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+#[inline]
+fn hash(addr: usize) -> usize {
+    (addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50
+}
+
+/// Remember a counted mapping. `false` if the table is full (the caller then does not count it).
+pub fn insert(start: usize, len: usize) -> bool {
+    let h = hash(start);
+    for probe in 0..PROBES {
+        let i = (h + probe) & (SLOTS - 1);
+        let key = STARTS[i].load(Ordering::Relaxed);
+        if (key == EMPTY || key == GONE)
+            && STARTS[i]
+                .compare_exchange(key, start, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            LENGTHS[i].store(len, Ordering::Release);
+            return true;
+        }
+    }
+    false
+}
+
+/// Forget the counted mapping that starts at `start`; returns its length (0 if not counted).
+pub fn remove(start: usize) -> usize {
+    let h = hash(start);
+    for probe in 0..PROBES {
+        let i = (h + probe) & (SLOTS - 1);
+        let key = STARTS[i].load(Ordering::Acquire);
+        if key == EMPTY {
+            return 0;
+        }
+        if key == start
+            && STARTS[i]
+                .compare_exchange(start, GONE, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return LENGTHS[i].load(Ordering::Acquire);
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_are_remembered_by_start() {
+        let base = 0x7f12_3400_0000usize;
+        assert!(insert(base, 1 << 20));
+        assert!(insert(base + (1 << 20), 4096));
+        assert_eq!(remove(base + 4096), 0, "not a start");
+        assert_eq!(remove(base), 1 << 20);
+        assert_eq!(remove(base), 0, "removed once");
+        assert_eq!(remove(base + (1 << 20)), 4096);
+    }
+}
