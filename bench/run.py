@@ -92,9 +92,26 @@ def prof_none(cmd):
 
 
 def prof_mlprof(cmd):
+    """mlprof with its defaults: CPU, memory and copy profiling."""
     if not CONFIG["mlprof"]:
         return None
     return [CONFIG["mlprof"], "run", "-q", "--", *cmd]
+
+
+def prof_mlprof_cpu(cmd):
+    """mlprof with CPU profiling only (no allocation or copy sampling)."""
+    if not CONFIG["mlprof"]:
+        return None
+    off = ["--memory-sample-bytes", "0", "--copy-sample-bytes", "0"]
+    return [CONFIG["mlprof"], "run", "-q", *off, "--", *cmd]
+
+
+def prof_mlprof_min(cmd):
+    """mlprof's minimal interposer: exact heap counters only, no sampling at all."""
+    if not CONFIG["mlprof"]:
+        return None
+    off = ["--rate", "0", "--memory-sample-bytes", "0", "--copy-sample-bytes", "0"]
+    return [CONFIG["mlprof"], "run", "-q", *off, "--", *cmd]
 
 
 def prof_pyspy(cmd):
@@ -144,6 +161,8 @@ def prof_fil(cmd):
 PROFILERS = {
     "none": prof_none,
     "mlprof": prof_mlprof,
+    "mlprof-cpu": prof_mlprof_cpu,
+    "mlprof-min": prof_mlprof_min,
     "py-spy": prof_pyspy,
     "memray": prof_memray,
     "scalene": prof_scalene,
@@ -152,11 +171,11 @@ PROFILERS = {
 
 # Profilers whose top process is the profiler itself (it spawns the workload): its own peak
 # RSS (VmHWM) is sampled from /proc. memray/scalene/Fil live inside the Python process.
-SEPARATE_PROCESS = {"mlprof", "py-spy"}
+SEPARATE_PROCESS = {"mlprof", "mlprof-cpu", "mlprof-min", "py-spy"}
 
 
 def profiler_unavailable_note(name, python):
-    if name == "mlprof":
+    if name.startswith("mlprof"):
         return "mlprof: binary not found (pass --mlprof PATH)"
     if name == "fil":
         return "fil: installed but not wired in bench/run.py yet (see prof_fil)"
