@@ -92,7 +92,8 @@ fn attach(forked: bool) -> Option<&'static Header> {
     copy_env(c"MLPROF_DIR", &mut dir)?;
     let inherited = forked.then(|| HEAP_AT_FORK.load(Ordering::Relaxed));
     let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
-        fill_identity(h, forked)
+        fill_identity(h, forked);
+        h.inherited_heap = inherited.unwrap_or(0).max(0) as u64;
     })?;
     heap::publish(&header.heap, inherited);
     let mut start = Record::new(Kind::ProcessStart, clock::tid(), header.start_ns);

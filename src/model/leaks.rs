@@ -1,4 +1,4 @@
-//! Leak evidence and footprints from a place's sampled blocks (see `docs/design/leaks.md`).
+//! Leak evidence and footprints from a place's sampled blocks (see `docs/design/memory-sampling.md`).
 //!
 //! A line likely leaks when (1) what it allocates is rarely freed — by Laplace's rule of
 //! succession, the chance that its next allocation is never freed, `(a - f + 1) / (a + 2)`

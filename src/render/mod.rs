@@ -1,11 +1,12 @@
 //! Renderers: one module per output format behind one signature, reading only the model.
 //! Formats never import each other.
 
+pub mod html;
 pub mod json;
 pub mod text;
 pub mod units;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::Profile;
 
 /// An output format.
@@ -24,8 +25,6 @@ pub fn render(profile: &Profile, format: Format) -> Result<String> {
     match format {
         Format::Text => Ok(text::render(profile)),
         Format::Json => json::render(profile),
-        Format::Html => Err(Error::new(
-            "the HTML report is not available in this version yet",
-        )),
+        Format::Html => html::render(profile),
     }
 }

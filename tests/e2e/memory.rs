@@ -177,6 +177,10 @@ fn pool_growth(py: &fixture::Python, size_mb: &str) -> (Vec<(f64, u64)>, Profile
                 .find(|p| p.pid.to_string() == *pid);
             let worker = worker.unwrap_or_else(|| panic!("{v}: worker {pid} missing"));
             assert!(worker.forked, "{v}: {worker:?}");
+            assert!(
+                worker.inherited_heap_bytes > 1_000_000,
+                "{v}: inherited heap: {worker:?}"
+            );
             (
                 worker.peak_heap_bytes as f64 - worker.inherited_heap_bytes as f64,
                 count,

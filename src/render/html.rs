@@ -1,0 +1,115 @@
+//! The HTML report: one self-contained page (inline CSS, JS and SVG; no network) from tera
+//! templates compiled into the binary, with autoescaping on. The profile is embedded as JSON
+//! in which `<`, `>` and `&` are written as `\u003c`, `\u003e`, `\u0026`, so no string from the
+//! profiled program can close the script element; the page's script renders it with
+//! `textContent` only.
+
+use tera::{Context, Tera};
+
+use super::units::{bytes, seconds};
+use crate::error::{Error, Result};
+use crate::model::Profile;
+
+const BASE: &str = include_str!("../../templates/base.html");
+const REPORT: &str = include_str!("../../templates/report.html");
+const SCRIPT: &str = include_str!("../../templates/report.js");
+
+/// Render the page.
+pub fn render(p: &Profile) -> Result<String> {
+    let mut tera = Tera::default();
+    tera.autoescape_on(vec![".html"]);
+    tera.add_raw_templates(vec![("base.html", BASE), ("report.html", REPORT)])
+        .map_err(|e| Error::new(format!("HTML templates: {e}")))?;
+    let mut ctx = Context::new();
+    ctx.insert("command", &p.command.join(" "));
+    ctx.insert("cards", &cards(p));
+    ctx.insert("warnings", &p.warnings);
+    ctx.insert(
+        "footer",
+        &format!(
+            "mlprof {} · profile schema {}",
+            env!("CARGO_PKG_VERSION"),
+            p.schema
+        ),
+    );
+    ctx.insert("profile_json", &embedded_json(p)?);
+    ctx.insert("script", SCRIPT);
+    tera.render("report.html", &ctx)
+        .map_err(|e| Error::new(format!("HTML report: {e}")))
+}
+
+/// The profile as JSON that is safe inside a `<script>` element.
+fn embedded_json(p: &Profile) -> Result<String> {
+    let json = serde_json::to_string(p)
+        .map_err(|e| Error::new(format!("serialising the profile: {e}")))?;
+    Ok(json
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026"))
+}
+
+fn cards(p: &Profile) -> Vec<(String, String)> {
+    let m = &p.memory;
+    let exit = match (p.exit.code, p.exit.signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "unknown".to_string(),
+    };
+    let gpu = if p.gpu.available {
+        bytes(p.gpu.peak_memory_bytes)
+    } else {
+        "not available".to_string()
+    };
+    vec![
+        ("exit".into(), exit),
+        ("wall time".into(), seconds(p.wall_s)),
+        ("CPU time".into(), seconds(p.cpu_user_s + p.cpu_kernel_s)),
+        (
+            "peak heap".into(),
+            format!("{} at {}", bytes(m.peak_heap_bytes), seconds(m.peak_at_s)),
+        ),
+        ("peak RSS".into(), bytes(m.peak_rss_bytes)),
+        ("RSS not in heap".into(), bytes(m.unaccounted_bytes)),
+        ("processes".into(), p.processes.len().to_string()),
+        ("GPU".into(), gpu),
+        ("dropped events".into(), p.dropped_events.to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LineStats, SCHEMA};
+
+    #[test]
+    fn program_strings_are_escaped_everywhere() {
+        let evil = "</script><script>alert(1)</script>";
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            command: vec![evil.into()],
+            ..Profile::default()
+        };
+        p.warnings.push(evil.into());
+        p.lines.push(LineStats {
+            file: evil.into(),
+            source: evil.into(),
+            function: evil.into(),
+            ..LineStats::default()
+        });
+        let page = render(&p).unwrap();
+        assert_eq!(
+            page.matches("<script").count(),
+            2,
+            "only our two script elements"
+        );
+        assert!(!page.contains("alert(1)</script>"));
+        assert!(
+            page.contains("&lt;&#x2F;script&gt;") || page.contains("&lt;/script&gt;"),
+            "escaped in text"
+        );
+        assert!(
+            page.contains("\\u003c/script\\u003e"),
+            "escaped in the embedded JSON"
+        );
+    }
+}

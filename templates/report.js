@@ -1,0 +1,127 @@
+// Renders the embedded profile. Every string from the profiled program reaches the page through
+// textContent or attribute values set by the DOM API: never innerHTML, never eval.
+"use strict";
+const P = JSON.parse(document.getElementById("profile").textContent);
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "style") e.style.cssText = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+function bytes(n) {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${u[i]}`;
+}
+function secs(s) { return s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(2)} s`; }
+function pct(a, b) { return b > 0 ? `${(100 * a / b).toFixed(0)}%` : "-"; }
+const short = (f) => f.split("/").pop();
+const cpu = (m) => m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+
+// A sortable table: columns are [title, value(row), text(row), alignLeft].
+function table(target, columns, rows, sortBy) {
+  const t = $(target); t.replaceChildren();
+  if (!rows.length) { t.append(el("tr", {}, el("td", { class: "name" }, "none"))); return; }
+  let key = sortBy, desc = true;
+  const head = el("tr");
+  columns.forEach((c, i) => {
+    const th = el("th", { class: c[3] ? "name" : "" }, c[0]);
+    th.addEventListener("click", () => { desc = key === i ? !desc : true; key = i; draw(); });
+    head.append(th);
+  });
+  const body = el("tbody");
+  t.append(el("thead", {}, head), body);
+  function draw() {
+    const sorted = rows.slice().sort((a, b) => {
+      const x = columns[key][1](a), y = columns[key][1](b);
+      return (x < y ? -1 : x > y ? 1 : 0) * (desc ? -1 : 1);
+    });
+    body.replaceChildren(...sorted.map((r) =>
+      el("tr", {}, ...columns.map((c) => el("td", { class: c[3] ? "name" : "" }, c[2](r))))));
+  }
+  draw();
+}
+
+function timeline() {
+  const svg = $("timeline"), pts = P.memory.timeline;
+  if (!pts.length) return;
+  const W = svg.clientWidth || 1000, H = 180, L = 64, B = 20;
+  const tMax = Math.max(P.wall_s, pts[pts.length - 1].t_s) || 1;
+  const yMax = Math.max(1, ...pts.map((p) => Math.max(p.heap_bytes, p.rss_bytes)));
+  const x = (t) => L + (W - L - 8) * t / tMax, y = (v) => H - B - (H - B - 8) * v / yMax;
+  const ns = "http://www.w3.org/2000/svg";
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e); return e;
+  };
+  for (const [field, color] of [["rss_bytes", "var(--sys)"], ["heap_bytes", "var(--mem)"]]) {
+    const d = pts.map((p, i) => `${i ? "L" : "M"}${x(p.t_s).toFixed(1)},${y(p[field]).toFixed(1)}`).join("");
+    add("path", { d, fill: "none", stroke: color, "stroke-width": 2 });
+  }
+  add("text", { x: 4, y: 14 }, bytes(yMax));
+  add("text", { x: 4, y: H - B }, "0");
+  add("text", { x: W - 60, y: H - 4 }, secs(tMax));
+  add("text", { x: x(P.memory.peak_at_s) - 4, y: y(P.memory.peak_heap_bytes) - 4 }, "▲");
+}
+
+function lines() {
+  const box = $("lines");
+  const whole = P.lines.reduce((s, l) => s + cpu(l), 0) || 1;
+  const heldMax = Math.max(1, ...P.lines.map((l) => l.peak_bytes));
+  const byFile = new Map();
+  for (const l of P.lines) {
+    if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0) continue;
+    if (!byFile.has(l.file)) byFile.set(l.file, []);
+    byFile.get(l.file).push(l);
+  }
+  const scale = 160;
+  for (const [file, ls] of byFile) {
+    box.append(el("div", { class: "file" }, file));
+    const t = el("table");
+    t.append(el("tr", {}, ...["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "", "source"]
+      .map((h, i) => el("th", { class: i === 8 ? "src" : "" }, h))));
+    for (const l of ls.sort((a, b) => a.line - b.line)) {
+      const bar = (v, color) => el("span", { class: "bar", style: `width:${Math.round(scale * v / whole)}px;background:${color}` });
+      const held = el("span", { class: "bar", style: `width:${Math.round(80 * l.peak_bytes / heldMax)}px;background:var(--mem)` });
+      const leak = l.leak ? el("span", { title: `likelihood ${(100 * l.leak.likelihood).toFixed(0)}%`, style: "color:var(--leak)" }, "leak") : "";
+      t.append(el("tr", {},
+        el("td", {}, l.line), el("td", {}, secs(cpu(l))),
+        el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
+        el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
+        el("td", {}, held, " ", bytes(l.peak_bytes)), el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
+        el("td", { class: "src" }, l.source || l.function)));
+      for (const n of l.native.slice(0, 3)) {
+        if (n.cpu_s < 0.005 * whole) continue;
+        t.append(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
+          el("td", { class: "name", colspan: 7 }, `${n.symbol} (${n.library})`)));
+      }
+    }
+    box.append(t);
+  }
+}
+
+timeline();
+lines();
+table("peak", [["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)], ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line}`, true],
+  ["source", (l) => l.source, (l) => l.source, true]], P.lines.filter((l) => l.peak_bytes > 0), 0);
+table("leaks", [["growth/s", (l) => l.leak.bytes_per_s, (l) => bytes(Math.max(0, Math.round(l.leak.bytes_per_s)))],
+  ["likelihood", (l) => l.leak.likelihood, (l) => `${(100 * l.leak.likelihood).toFixed(0)}%`],
+  ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line}`, true], ["source", (l) => l.source, (l) => l.source, true]],
+  P.lines.filter((l) => l.leak), 0);
+table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_python_s, (f) => secs(f.cpu_python_s)],
+  ["native", (f) => f.cpu_native_s, (f) => secs(f.cpu_native_s)], ["system", (f) => f.cpu_system_s, (f) => secs(f.cpu_system_s)],
+  ["allocated", (f) => f.alloc_bytes, (f) => bytes(f.alloc_bytes)], ["held at peak", (f) => f.peak_bytes, (f) => bytes(f.peak_bytes)],
+  ["function", (f) => f.function, (f) => `${f.function} (${short(f.file)}:${f.line})`, true]], P.functions, 0);
+table("threads", [["pid", (t) => t.pid, (t) => t.pid], ["tid", (t) => t.tid, (t) => t.tid], ["kind", (t) => t.python, (t) => t.python ? "Python" : "native", true],
+  ["Python", (t) => t.cpu_python_s, (t) => secs(t.cpu_python_s)], ["native", (t) => t.cpu_native_s, (t) => secs(t.cpu_native_s)],
+  ["waiting", (t) => t.cpu_system_s, (t) => secs(t.cpu_system_s)]], P.threads, 3);
+table("processes", [["pid", (p) => p.pid, (p) => p.pid], ["ppid", (p) => p.ppid, (p) => p.ppid], ["python", (p) => p.python || "", (p) => p.python || "-"],
+  ["peak heap", (p) => p.peak_heap_bytes, (p) => bytes(p.peak_heap_bytes)], ["peak RSS", (p) => p.peak_rss_bytes, (p) => bytes(p.peak_rss_bytes)],
+  ["CPU", (p) => p.cpu_s, (p) => secs(p.cpu_s)], ["exit", (p) => p.exit.code ?? -1, (p) => p.exit.code !== null ? p.exit.code : p.exit.signal !== null ? `signal ${p.exit.signal}` : "?"],
+  ["command", (p) => p.command.join(" "), (p) => p.command.join(" "), true]], P.processes, 3);
