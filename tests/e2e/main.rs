@@ -5,4 +5,5 @@
 mod cpu;
 mod fixture;
 mod foundation;
+mod html;
 mod memory;
