@@ -37,6 +37,32 @@ enum Command {
     Run(RunArgs),
     /// Render a saved JSON profile again.
     Report(ReportArgs),
+    /// Export a saved profile's stacks for other tools.
+    Export(ExportArgs),
+}
+
+/// Formats of `mlprof export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    /// Folded stacks (`a;b;c value`) for flamegraph.pl, inferno and others.
+    Folded,
+    /// speedscope's JSON file format (all measures).
+    Speedscope,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// A JSON profile written by `mlprof run -o FILE` or `--json`.
+    profile: PathBuf,
+    /// The format to write.
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// What folded stacks are weighed by (speedscope holds all of them).
+    #[arg(long, value_enum, default_value = "cpu")]
+    measure: render::Measure,
+    /// Write to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -129,6 +155,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Report(args) => report(args),
+        Command::Export(args) => export(args),
     }
 }
 
@@ -214,11 +241,31 @@ fn report(args: ReportArgs) -> Result<i32> {
     Ok(0)
 }
 
+fn export(args: ExportArgs) -> Result<i32> {
+    let origin = args.profile.display().to_string();
+    let text = std::fs::read_to_string(&args.profile)
+        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
+    let profile = render::json::parse(&text, &origin)?;
+    let out = match args.format {
+        ExportFormat::Folded => render::folded::render(&profile, args.measure),
+        ExportFormat::Speedscope => render::speedscope::render(&profile)?,
+    };
+    write_text(
+        &out,
+        args.output.map_or(Destination::Stdout, Destination::File),
+    )?;
+    Ok(0)
+}
+
 fn emit(profile: &model::Profile, format: Format, destination: Destination) -> Result<()> {
     if matches!(destination, Destination::Nowhere) {
         return Ok(());
     }
     let text = render::render(profile, format)?;
+    write_text(&text, destination)
+}
+
+fn write_text(text: &str, destination: Destination) -> Result<()> {
     match &destination {
         Destination::File(path) => std::fs::write(path, text.as_bytes()).map_err(|e| {
             Error::new(format!(
@@ -227,8 +274,8 @@ fn emit(profile: &model::Profile, format: Format, destination: Destination) -> R
                 io_reason(&e)
             ))
         }),
-        Destination::Stdout => write_all(std::io::stdout().lock(), &text),
-        Destination::Stderr => write_all(std::io::stderr().lock(), &text),
+        Destination::Stdout => write_all(std::io::stdout().lock(), text),
+        Destination::Stderr => write_all(std::io::stderr().lock(), text),
         Destination::Nowhere => Ok(()),
     }
 }

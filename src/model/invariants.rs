@@ -57,6 +57,13 @@ pub fn violations(p: &Profile) -> Vec<String> {
             format!("process {} peak heap exceeds the tree's", proc.pid),
         );
     }
+    let frames = p.stack_frames.len() as u32;
+    check(
+        p.stacks
+            .iter()
+            .all(|s| s.frames.iter().all(|&f| f < frames)),
+        "a stack refers to a frame that does not exist".to_string(),
+    );
     for line in &p.lines {
         let c = &line.measures;
         check(

@@ -8,6 +8,7 @@ pub mod leaks;
 pub mod memory;
 pub mod places;
 pub mod profile;
+pub mod stacks;
 pub mod timeline;
 
 pub use attribute::attribute;

@@ -34,6 +34,12 @@ pub struct Profile {
     pub lines: Vec<LineStats>,
     /// Per function measures, whole process tree.
     pub functions: Vec<FunctionStats>,
+    /// Frames referred to by `stacks`.
+    #[serde(default)]
+    pub stack_frames: Vec<StackFrame>,
+    /// Whole stacks (outermost frame first) with their time and bytes: flame graphs, exports.
+    #[serde(default)]
+    pub stacks: Vec<StackStats>,
     /// Per thread CPU and waiting time.
     #[serde(default)]
     pub threads: Vec<ThreadStats>,
@@ -187,6 +193,35 @@ pub struct LineStats {
     /// The measures.
     #[serde(flatten)]
     pub measures: Measures,
+}
+
+/// One frame of a stack: a Python function at a line, or a native function (file = library,
+/// line 0).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StackFrame {
+    /// Source file, or library file name for a native frame.
+    pub file: String,
+    /// Qualified function name, or native symbol.
+    pub function: String,
+    /// Line in `file` (0 for native frames).
+    pub line: u32,
+}
+
+/// One distinct stack and what was measured in it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StackStats {
+    /// Indices into `stack_frames`, outermost first.
+    pub frames: Vec<u32>,
+    /// CPU seconds interpreting Python with this stack.
+    pub cpu_python_s: f64,
+    /// CPU seconds in native code (the leaf frame names it).
+    pub cpu_native_s: f64,
+    /// Seconds waiting with this stack.
+    pub cpu_system_s: f64,
+    /// Bytes allocated with this stack (sampled).
+    pub alloc_bytes: u64,
+    /// Of those, bytes still live at the heap peak.
+    pub peak_bytes: u64,
 }
 
 /// Time of one thread.

@@ -1,8 +1,10 @@
 //! Renderers: one module per output format behind one signature, reading only the model.
 //! Formats never import each other.
 
+pub mod folded;
 pub mod html;
 pub mod json;
+pub mod speedscope;
 pub mod text;
 pub mod units;
 
@@ -26,5 +28,46 @@ pub fn render(profile: &Profile, format: Format) -> Result<String> {
         Format::Text => Ok(text::render(profile)),
         Format::Json => json::render(profile),
         Format::Html => html::render(profile),
+    }
+}
+
+/// What a stack export weighs stacks by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Measure {
+    /// CPU time (Python and native), in microseconds.
+    Cpu,
+    /// CPU time plus waiting time, in microseconds.
+    Wall,
+    /// Bytes allocated.
+    Alloc,
+    /// Bytes still live at the heap peak.
+    Peak,
+}
+
+impl Measure {
+    /// The stack's value: microseconds for times, bytes for memory.
+    pub fn value(self, s: &crate::model::StackStats) -> u64 {
+        let us = |secs: f64| (secs * 1e6).round() as u64;
+        match self {
+            Measure::Cpu => us(s.cpu_python_s + s.cpu_native_s),
+            Measure::Wall => us(s.cpu_python_s + s.cpu_native_s + s.cpu_system_s),
+            Measure::Alloc => s.alloc_bytes,
+            Measure::Peak => s.peak_bytes,
+        }
+    }
+
+    /// Whether the measure is a time.
+    pub fn is_time(self) -> bool {
+        matches!(self, Measure::Cpu | Measure::Wall)
+    }
+
+    /// A title for viewers.
+    pub fn title(self) -> &'static str {
+        match self {
+            Measure::Cpu => "CPU time",
+            Measure::Wall => "CPU and waiting time",
+            Measure::Alloc => "bytes allocated",
+            Measure::Peak => "bytes held at the heap peak",
+        }
     }
 }

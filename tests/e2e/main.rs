@@ -3,6 +3,7 @@
 //! interpreters and runs things.
 
 mod cpu;
+mod export;
 mod fixture;
 mod foundation;
 mod html;

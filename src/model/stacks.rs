@@ -1,0 +1,115 @@
+//! Whole stacks, for flame graphs and exports: every CPU, waiting and allocation sample's
+//! Python frames (outermost first, all files, not only profiled ones), with the native function
+//! it was in as the leaf for native CPU time. Aggregated per distinct stack; the heaviest
+//! [`MAX_STACKS`] are kept. Pure.
+
+use std::collections::HashMap;
+
+use mlprof_wire::sample_flags;
+
+use super::cpu::NativeNames;
+use super::places::Lines;
+use super::profile::{StackFrame, StackStats};
+use crate::collect::Recording;
+use crate::symbolize::native::CodeClass;
+
+/// Most distinct stacks kept in a profile.
+pub const MAX_STACKS: usize = 20_000;
+
+#[derive(Default)]
+struct Table {
+    frames: Vec<StackFrame>,
+    index: HashMap<StackFrame, u32>,
+    stacks: HashMap<Vec<u32>, StackStats>,
+}
+
+impl Table {
+    fn frame(&mut self, f: StackFrame) -> u32 {
+        if let Some(&i) = self.index.get(&f) {
+            return i;
+        }
+        let i = self.frames.len() as u32;
+        self.frames.push(f.clone());
+        self.index.insert(f, i);
+        i
+    }
+
+    fn stack(
+        &mut self,
+        lines: &mut Lines<'_>,
+        frames: &[(u32, i32)],
+        leaf: Option<StackFrame>,
+    ) -> &mut StackStats {
+        let mut ids: Vec<u32> = Vec::with_capacity(frames.len() + 1);
+        for &(code, lasti) in frames.iter().rev() {
+            if let Some((info, line)) = lines.line(code, lasti) {
+                let f = StackFrame {
+                    file: info.filename.clone(),
+                    function: info.qualname.clone(),
+                    line,
+                };
+                ids.push(self.frame(f));
+            }
+        }
+        if let Some(leaf) = leaf {
+            ids.push(self.frame(leaf));
+        }
+        self.stacks.entry(ids).or_default()
+    }
+}
+
+/// The stacks of a recording: (frame table, stacks referring to it).
+pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<StackStats>) {
+    let mut t = Table::default();
+    for (ci, channel) in rec.channels.iter().enumerate() {
+        let mut lines = Lines::new(rec, ci);
+        for s in &channel.samples {
+            let secs = s.weight_ns as f64 / 1e9;
+            if s.flags & sample_flags::WAITING != 0 {
+                t.stack(&mut lines, &s.frames, None).cpu_system_s += secs;
+                continue;
+            }
+            match natives.get(&(ci, s.ip)) {
+                Some(r) if r.class == CodeClass::Interpreter => {
+                    t.stack(&mut lines, &s.frames, None).cpu_python_s += secs;
+                }
+                named => {
+                    let leaf = StackFrame {
+                        file: named.map_or_else(|| "?".into(), |r| r.library.clone()),
+                        function: named
+                            .and_then(|r| r.symbol.clone())
+                            .unwrap_or_else(|| format!("{:#x}", s.ip)),
+                        line: 0,
+                    };
+                    t.stack(&mut lines, &s.frames, Some(leaf)).cpu_native_s += secs;
+                }
+            }
+        }
+        let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
+        for a in &channel.allocs {
+            let stack = t.stack(&mut lines, &a.frames, None);
+            stack.alloc_bytes += a.weight;
+            if peak_ns.is_some_and(|p| a.t_ns <= p && a.freed_ns.is_none_or(|f| f > p)) {
+                stack.peak_bytes += a.weight;
+            }
+        }
+    }
+    let mut stacks: Vec<StackStats> = t
+        .stacks
+        .into_iter()
+        .map(|(frames, mut s)| {
+            s.frames = frames;
+            s
+        })
+        .collect();
+    let weight = |s: &StackStats| {
+        s.cpu_python_s + s.cpu_native_s + s.cpu_system_s + s.alloc_bytes as f64 * 1e-9
+    };
+    stacks.sort_by(|a, b| {
+        weight(b)
+            .total_cmp(&weight(a))
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
+    stacks.truncate(MAX_STACKS);
+    (t.frames, stacks)
+}

@@ -1,0 +1,110 @@
+//! Exports (issue 5): stacks of a real profile, read back in each format; totals agree with
+//! the profile's own per-line figures.
+
+use crate::fixture::{self, os};
+
+fn profile_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let py = &fixture::numpy_pythons()[0];
+    let out = dir.join("p.json");
+    let script = fixture::script("cpu_lines.py");
+    let status = fixture::mlprof()
+        .args(["run", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .args([os(&py.exe), os(&script), os("lines")])
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+fn export(profile: &std::path::Path, args: &[&str]) -> String {
+    let out = fixture::mlprof()
+        .arg("export")
+        .arg(profile)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
+    let dir = fixture::tempdir();
+    let path = profile_file(&dir);
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+    let cpu_lines: f64 = p
+        .lines
+        .iter()
+        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
+        .sum();
+
+    let folded = export(&path, &["--format", "folded"]);
+    let mut total_us = 0u64;
+    for line in folded.lines() {
+        let (stack, value) = line.rsplit_once(' ').expect("`stack value`");
+        assert!(!stack.is_empty());
+        total_us += value.parse::<u64>().expect("integer value");
+    }
+    let folded_s = total_us as f64 / 1e6;
+    assert!(
+        (folded_s - cpu_lines).abs() <= 0.01 * cpu_lines + 0.001,
+        "{folded_s} vs {cpu_lines}"
+    );
+    assert!(
+        folded.contains("pure_python (") && folded.contains("blas ("),
+        "user functions in the stacks"
+    );
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&export(&path, &["--format", "speedscope"])).unwrap();
+    assert_eq!(
+        doc["$schema"],
+        "https://www.speedscope.app/file-format-schema.json"
+    );
+    let frames = doc["shared"]["frames"].as_array().unwrap();
+    assert!(frames.iter().all(|f| f["name"].is_string()));
+    let profiles = doc["profiles"].as_array().unwrap();
+    let names: Vec<&str> = profiles
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"CPU time") && names.contains(&"bytes allocated"),
+        "{names:?}"
+    );
+    for prof in profiles {
+        assert_eq!(prof["type"], "sampled");
+        let samples = prof["samples"].as_array().unwrap();
+        let weights = prof["weights"].as_array().unwrap();
+        assert_eq!(samples.len(), weights.len());
+        for s in samples {
+            assert!(s
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| (i.as_u64().unwrap() as usize) < frames.len()));
+        }
+        let sum: f64 = weights.iter().map(|w| w.as_f64().unwrap()).sum();
+        assert!((sum - prof["endValue"].as_f64().unwrap()).abs() < 1e-6 * sum.max(1.0));
+    }
+    let cpu = profiles.iter().find(|p| p["name"] == "CPU time").unwrap();
+    let cpu_s = cpu["endValue"].as_f64().unwrap();
+    assert!(
+        (cpu_s - cpu_lines).abs() <= 0.01 * cpu_lines + 0.001,
+        "{cpu_s} vs {cpu_lines}"
+    );
+
+    let bad = fixture::mlprof()
+        .args(["export", "/nonexistent.json", "--format", "folded"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(70));
+    assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
+}
