@@ -48,6 +48,8 @@ enum ExportFormat {
     Folded,
     /// speedscope's JSON file format (all measures).
     Speedscope,
+    /// pprof's gzipped profile.proto (go tool pprof, Pyroscope, Parca, Grafana).
+    Pprof,
 }
 
 #[derive(Args)]
@@ -247,10 +249,11 @@ fn export(args: ExportArgs) -> Result<i32> {
         .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
     let profile = render::json::parse(&text, &origin)?;
     let out = match args.format {
-        ExportFormat::Folded => render::folded::render(&profile, args.measure),
-        ExportFormat::Speedscope => render::speedscope::render(&profile)?,
+        ExportFormat::Folded => render::folded::render(&profile, args.measure).into_bytes(),
+        ExportFormat::Speedscope => render::speedscope::render(&profile)?.into_bytes(),
+        ExportFormat::Pprof => render::pprof::render(&profile)?,
     };
-    write_text(
+    write_bytes(
         &out,
         args.output.map_or(Destination::Stdout, Destination::File),
     )?;
@@ -266,8 +269,12 @@ fn emit(profile: &model::Profile, format: Format, destination: Destination) -> R
 }
 
 fn write_text(text: &str, destination: Destination) -> Result<()> {
+    write_bytes(text.as_bytes(), destination)
+}
+
+fn write_bytes(text: &[u8], destination: Destination) -> Result<()> {
     match &destination {
-        Destination::File(path) => std::fs::write(path, text.as_bytes()).map_err(|e| {
+        Destination::File(path) => std::fs::write(path, text).map_err(|e| {
             Error::new(format!(
                 "cannot write {}: {}",
                 path.display(),
@@ -280,8 +287,8 @@ fn write_text(text: &str, destination: Destination) -> Result<()> {
     }
 }
 
-fn write_all(mut out: impl Write, text: &str) -> Result<()> {
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+fn write_all(mut out: impl Write, text: &[u8]) -> Result<()> {
+    match out.write_all(text).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(Error::new(format!("cannot write the report: {e}"))),

@@ -108,3 +108,54 @@ fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
     assert_eq!(bad.status.code(), Some(70));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }
+
+#[test]
+fn pprof_export_is_read_by_go_tool_pprof() {
+    let dir = fixture::tempdir();
+    let path = profile_file(&dir);
+    let out = dir.join("p.pb.gz");
+    let status = fixture::mlprof()
+        .arg("export")
+        .arg(&path)
+        .args(["--format", "pprof", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzipped");
+    if std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "NOTICE: `go` is not installed: the pprof export was not read back by go tool pprof"
+        );
+        return;
+    }
+    let top = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=cpu"])
+        .arg(&out)
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    assert!(text.contains("Type: cpu"), "{text}");
+    assert!(
+        text.contains("pure_python"),
+        "the pure-Python function is in the top list: {text}"
+    );
+    let alloc = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=alloc_space"])
+        .arg(&out)
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&alloc.stdout).contains("Type: alloc_space"));
+}
