@@ -106,7 +106,62 @@ function lines() {
   }
 }
 
+// An icicle flame graph of `value(stack)` over the profile's stacks (outermost frame on top).
+function flame(id, value, format) {
+  const svg = $(id), ns = "http://www.w3.org/2000/svg";
+  const root = { children: new Map(), value: 0, frame: -1 };
+  for (const s of P.stacks) {
+    const v = value(s);
+    if (v <= 0) continue;
+    root.value += v;
+    let node = root;
+    for (const f of s.frames.slice(0, 60)) {
+      // Flame graphs merge a function's frames whatever line they were on.
+      const fr = P.stack_frames[f], key = `${fr.function}\u0000${fr.file}`;
+      if (!node.children.has(key)) node.children.set(key, { children: new Map(), value: 0, frame: f });
+      node = node.children.get(key);
+      node.value += v;
+    }
+  }
+  if (root.value <= 0) { svg.setAttribute("height", 20); return; }
+  const W = svg.clientWidth || 1000, H = 17;
+  let depth = 0;
+  const draw = (node, x, level) => {
+    const w = W * node.value / root.value;
+    if (w < 1) return;
+    depth = Math.max(depth, level);
+    if (node.frame >= 0) {
+      const f = P.stack_frames[node.frame];
+      const native = f.line === 0;
+      const g = document.createElementNS(ns, "g");
+      const r = document.createElementNS(ns, "rect");
+      for (const [k, v] of Object.entries({ x, y: level * H, width: Math.max(w - 1, 1), height: H - 1,
+        fill: native ? "#f0b86e" : `hsl(${210 + (node.frame * 37) % 40}, 55%, ${62 + (node.frame * 13) % 14}%)` })) r.setAttribute(k, v);
+      const title = document.createElementNS(ns, "title");
+      title.textContent = `${f.function} (${native ? f.file : short(f.file)}) ${format(node.value)} (${pct(node.value, root.value)})`;
+      r.append(title);
+      g.append(r);
+      if (w > 40) {
+        const t = document.createElementNS(ns, "text");
+        t.setAttribute("x", x + 3); t.setAttribute("y", level * H + 12);
+        t.textContent = f.function.slice(0, Math.floor(w / 7));
+        g.append(t);
+      }
+      svg.append(g);
+    }
+    let cx = x;
+    for (const child of [...node.children.values()].sort((a, b) => b.value - a.value)) {
+      draw(child, cx, node.frame >= 0 ? level + 1 : level);
+      cx += W * child.value / root.value;
+    }
+  };
+  draw(root, 0, 0);
+  svg.setAttribute("height", (depth + 1) * H + 4);
+}
+
 timeline();
+flame("flame-cpu", (s) => s.cpu_python_s + s.cpu_native_s, secs);
+flame("flame-peak", (s) => s.peak_bytes, bytes);
 lines();
 table("peak", [["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)], ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line}`, true],
   ["source", (l) => l.source, (l) => l.source, true]], P.lines.filter((l) => l.peak_bytes > 0), 0);
