@@ -23,6 +23,14 @@ pub enum Format {
     Html,
 }
 
+/// Render `profile` in `format`, with `style` for the terminal report.
+pub fn render_for(profile: &Profile, format: Format, style: text::Style) -> Result<String> {
+    match format {
+        Format::Text => Ok(text::render_styled(profile, style)),
+        other => render(profile, other),
+    }
+}
+
 /// Render `profile` in `format`.
 pub fn render(profile: &Profile, format: Format) -> Result<String> {
     match format {

@@ -6,7 +6,56 @@ use std::fmt::Write;
 use super::units::{bytes, seconds};
 use crate::model::{Exit, Measures, Profile};
 
-/// Render the terminal report.
+/// How the report is shown: colour (a terminal, and `NO_COLOR` unset) and the width to fit
+/// (`None`: do not cut lines, e.g. when piped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Use ANSI colours.
+    pub color: bool,
+    /// Terminal width in characters.
+    pub width: Option<usize>,
+}
+
+/// Render the terminal report in `style`: lines longer than the width lose the end of their
+/// source text (the numbers come first, so they are never cut).
+pub fn render_styled(p: &Profile, style: Style) -> String {
+    let plain = render(p);
+    let mut out = String::with_capacity(plain.len());
+    for line in plain.lines() {
+        let fitted = match style.width {
+            Some(w) if line.chars().count() > w => {
+                let mut cut: String = line.chars().take(w.saturating_sub(1)).collect();
+                cut.push('…');
+                cut
+            }
+            _ => line.to_string(),
+        };
+        match (style.color, ansi(line)) {
+            (true, Some(code)) => out.push_str(&format!("{code}{fitted}\x1b[0m")),
+            _ => out.push_str(&fitted),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The ANSI style of a (plain, uncut) report line: section titles bold, warnings yellow,
+/// leaks red, native functions under a line dim.
+fn ansi(line: &str) -> Option<&'static str> {
+    if line.starts_with("warning:") {
+        Some("\x1b[33m")
+    } else if !line.is_empty() && !line.starts_with(' ') {
+        Some("\x1b[1m")
+    } else if line.contains("likelihood") && line.contains("growing") {
+        Some("\x1b[31m")
+    } else if line.starts_with("           ") && line.ends_with(')') && line.contains('%') {
+        Some("\x1b[2m")
+    } else {
+        None
+    }
+}
+
+/// Render the terminal report, plain and uncut.
 pub fn render(p: &Profile) -> String {
     let mut out = String::new();
     header(&mut out, p);
@@ -349,7 +398,148 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Process, SCHEMA};
+    use crate::model::{Leak, LineStats, NativeFrame, Process, ThreadStats, SCHEMA};
+
+    /// A profile with every section, by hand (no timings from a real run).
+    fn sample() -> Profile {
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            wall_s: 2.5,
+            cpu_user_s: 2.0,
+            cpu_kernel_s: 0.25,
+            ..Profile::default()
+        };
+        p.command = vec!["python3".into(), "train.py".into()];
+        p.exit.code = Some(0);
+        p.memory.peak_heap_bytes = 420 << 20;
+        p.memory.peak_rss_bytes = 450 << 20;
+        p.memory.unaccounted_bytes = 30 << 20;
+        p.memory.peak_at_s = 1.5;
+        p.gpu.reason = Some("libnvidia-ml.so.1 not found".into());
+        p.cpu_samples = 200;
+        let line = |n: u32, src: &str, py: f64, nat: f64, sys: f64| {
+            LineStats {
+                file: "/work/train.py".into(),
+                line: n,
+                function: "main".into(),
+                source: src.into(),
+                ..LineStats::default()
+            }
+            .with_cpu(py, nat, sys)
+        };
+        let mut matmul = line(
+            12,
+            "y = x @ w  # a long comment that a narrow terminal cuts off",
+            0.0,
+            1.2,
+            0.0,
+        );
+        matmul.measures.native = vec![NativeFrame {
+            symbol: "dgemm_kernel_HASWELL".into(),
+            library: "libopenblas.so".into(),
+            cpu_s: 1.1,
+        }];
+        let mut leak = line(20, "cache.append(np.ones(1 << 20))", 0.1, 0.1, 0.0);
+        leak.measures.alloc_bytes = 300 << 20;
+        leak.measures.peak_bytes = 300 << 20;
+        leak.measures.leak = Some(Leak {
+            likelihood: 0.99,
+            bytes_per_s: (100 << 20) as f64,
+        });
+        leak.footprint_bytes = (1..=20).map(|i| i << 24).collect();
+        p.lines = vec![
+            line(8, "for i in range(n):", 0.6, 0.0, 0.0),
+            matmul,
+            leak,
+            line(30, "time.sleep(0.3)", 0.0, 0.0, 0.3),
+        ];
+        p.threads = vec![
+            ThreadStats {
+                pid: 10,
+                tid: 10,
+                python: true,
+                cpu_python_s: 0.7,
+                cpu_native_s: 0.8,
+                cpu_system_s: 0.3,
+            },
+            ThreadStats {
+                pid: 10,
+                tid: 11,
+                python: false,
+                cpu_native_s: 0.5,
+                ..ThreadStats::default()
+            },
+        ];
+        p.warnings.push("example warning".into());
+        p
+    }
+
+    impl LineStats {
+        fn with_cpu(mut self, py: f64, nat: f64, sys: f64) -> LineStats {
+            (
+                self.measures.cpu_python_s,
+                self.measures.cpu_native_s,
+                self.measures.cpu_system_s,
+            ) = (py, nat, sys);
+            self
+        }
+    }
+
+    /// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+    fn snapshot(name: &str, got: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/snapshots")
+            .join(name);
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, got).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            got,
+            want,
+            "{} differs (UPDATE_SNAPSHOTS=1 to accept)",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn text_report_snapshot() {
+        snapshot(
+            "text-report.txt",
+            &render_styled(&sample(), Style::default()),
+        );
+    }
+
+    #[test]
+    fn narrow_terminal_cuts_source_never_numbers() {
+        let out = render_styled(
+            &sample(),
+            Style {
+                color: false,
+                width: Some(60),
+            },
+        );
+        snapshot("text-report-60.txt", &out);
+        assert!(out.lines().all(|l| l.chars().count() <= 60));
+        assert!(
+            out.contains("    12      0%     52%      0%    1.20 s"),
+            "numbers whole:\n{out}"
+        );
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        assert!(!render_styled(&sample(), Style::default()).contains('\x1b'));
+        let colored = render_styled(
+            &sample(),
+            Style {
+                color: true,
+                width: None,
+            },
+        );
+        assert!(colored.contains("\x1b[1mmlprof: python3 train.py\x1b[0m"));
+        assert!(colored.contains("\x1b[33mwarning: example warning\x1b[0m"));
+    }
 
     #[test]
     fn header_names_the_essentials() {
