@@ -50,6 +50,8 @@ enum ExportFormat {
     Speedscope,
     /// pprof's gzipped profile.proto (go tool pprof, Pyroscope, Parca, Grafana).
     Pprof,
+    /// Chrome's Trace Event format: counter tracks (chrome://tracing, Perfetto).
+    ChromeTrace,
 }
 
 #[derive(Args)]
@@ -252,6 +254,7 @@ fn export(args: ExportArgs) -> Result<i32> {
         ExportFormat::Folded => render::folded::render(&profile, args.measure).into_bytes(),
         ExportFormat::Speedscope => render::speedscope::render(&profile)?.into_bytes(),
         ExportFormat::Pprof => render::pprof::render(&profile)?,
+        ExportFormat::ChromeTrace => render::chrome::render(&profile)?.into_bytes(),
     };
     write_bytes(
         &out,

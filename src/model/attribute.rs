@@ -49,6 +49,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             reason: Some("GPU polling is not implemented in this version".to_string()),
             ..Gpu::default()
         },
+        cpu_timeline: timeline::cpu(rec, natives),
         lines,
         functions,
         stack_frames,

@@ -34,6 +34,9 @@ pub struct Profile {
     pub lines: Vec<LineStats>,
     /// Per function measures, whole process tree.
     pub functions: Vec<FunctionStats>,
+    /// CPU over time, all processes: time in each kind per bucket (at most a few hundred).
+    #[serde(default)]
+    pub cpu_timeline: Vec<CpuSample>,
     /// Frames referred to by `stacks`.
     #[serde(default)]
     pub stack_frames: Vec<StackFrame>,
@@ -135,6 +138,21 @@ pub struct MemorySample {
     pub heap_bytes: u64,
     /// Resident set size of the tree (bytes).
     pub rss_bytes: u64,
+}
+
+/// One bucket of the CPU timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuSample {
+    /// Start of the bucket, seconds from launch.
+    pub t_s: f64,
+    /// Bucket length in seconds.
+    pub span_s: f64,
+    /// CPU seconds interpreting Python in the bucket (all threads).
+    pub python_s: f64,
+    /// CPU seconds in native code.
+    pub native_s: f64,
+    /// Seconds Python threads spent waiting.
+    pub system_s: f64,
 }
 
 /// GPU summary.

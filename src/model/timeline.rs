@@ -1,8 +1,53 @@
 //! The footprint timeline: collector ticks reduced to at most a few thousand points, merging
 //! neighbours and keeping the maximum of each, so peaks are never smoothed away.
 
-use super::profile::MemorySample;
-use crate::collect::Tick;
+use mlprof_wire::sample_flags;
+
+use super::cpu::NativeNames;
+use super::profile::{CpuSample, MemorySample};
+use crate::collect::{Recording, Tick};
+use crate::symbolize::native::CodeClass;
+
+/// Most buckets in the CPU timeline.
+pub const CPU_BUCKETS: usize = 400;
+
+/// CPU time per bucket of at least 20 ms, at most [`CPU_BUCKETS`] buckets over the run.
+pub fn cpu(rec: &Recording, natives: &NativeNames) -> Vec<CpuSample> {
+    let span_ns = (rec.wall_ns / CPU_BUCKETS as u64).max(20_000_000);
+    let n = (rec.wall_ns / span_ns + 1) as usize;
+    let mut out: Vec<CpuSample> = (0..n)
+        .map(|i| CpuSample {
+            t_s: (i as u64 * span_ns) as f64 / 1e9,
+            span_s: span_ns as f64 / 1e9,
+            ..CpuSample::default()
+        })
+        .collect();
+    for (ci, channel) in rec.channels.iter().enumerate() {
+        for s in &channel.samples {
+            let Some(b) = out.get_mut((s.t_ns / span_ns) as usize) else {
+                continue;
+            };
+            let secs = s.weight_ns as f64 / 1e9;
+            if s.flags & sample_flags::WAITING != 0 {
+                b.system_s += secs;
+            } else if natives
+                .get(&(ci, s.ip))
+                .is_some_and(|r| r.class == CodeClass::Interpreter)
+            {
+                b.python_s += secs;
+            } else {
+                b.native_s += secs;
+            }
+        }
+    }
+    if out
+        .iter()
+        .all(|b| b.python_s + b.native_s + b.system_s == 0.0)
+    {
+        out.clear();
+    }
+    out
+}
 
 /// Most points a profile's timeline holds.
 pub const MAX_POINTS: usize = 2000;

@@ -1,6 +1,7 @@
 //! Renderers: one module per output format behind one signature, reading only the model.
 //! Formats never import each other.
 
+pub mod chrome;
 pub mod folded;
 pub mod html;
 pub mod json;

@@ -159,3 +159,44 @@ fn pprof_export_is_read_by_go_tool_pprof() {
         .unwrap();
     assert!(String::from_utf8_lossy(&alloc.stdout).contains("Type: alloc_space"));
 }
+
+#[test]
+fn chrome_trace_events_have_the_required_fields() {
+    let dir = fixture::tempdir();
+    let path = profile_file(&dir);
+    let doc: serde_json::Value =
+        serde_json::from_str(&export(&path, &["--format", "chrome-trace"])).unwrap();
+    let events = doc["traceEvents"].as_array().expect("traceEvents array");
+    assert!(events.len() > 10);
+    for e in events {
+        assert!(e["name"].is_string() && e["ph"].is_string(), "{e}");
+        assert!(
+            e["ts"].is_number() && e["pid"].is_u64() && e["tid"].is_u64(),
+            "{e}"
+        );
+        if e["ph"] == "C" {
+            assert!(
+                e["args"]
+                    .as_object()
+                    .is_some_and(|a| a.values().all(|v| v.is_number())),
+                "{e}"
+            );
+        }
+    }
+    let names: std::collections::HashSet<&str> =
+        events.iter().filter_map(|e| e["name"].as_str()).collect();
+    for n in ["process_name", "memory", "CPU (cores busy)"] {
+        assert!(names.contains(n), "{n} track missing: {names:?}");
+    }
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+    let cpu: f64 = p.cpu_timeline.iter().map(|b| b.python_s + b.native_s).sum();
+    let lines: f64 = p
+        .lines
+        .iter()
+        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
+        .sum();
+    assert!(
+        (cpu - lines).abs() <= 0.01 * lines + 0.001,
+        "timeline {cpu} vs lines {lines}"
+    );
+}
