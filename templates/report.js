@@ -81,29 +81,48 @@ function lines() {
     byFile.get(l.file).push(l);
   }
   const scale = 160;
+  // Sort keys of the columns (null: not sortable); rows keep their native-function rows.
+  const keys = [(l) => l.line, cpu, (l) => l.cpu_python_s + l.cpu_native_s, (l) => l.alloc_bytes,
+    (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes, (l) => l.copy_bytes,
+    (l) => (l.leak ? l.leak.likelihood : 0), null];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
-    const t = el("table");
-    t.append(el("tr", {}, ...["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "", "source"]
-      .map((h, i) => el("th", { class: i === 8 ? "src" : "" }, h))));
-    for (const l of ls.sort((a, b) => a.line - b.line)) {
-      const bar = (v, color) => el("span", { class: "bar", style: `width:${Math.round(scale * v / whole)}px;background:${color}` });
-      const held = el("span", { class: "bar", style: `width:${Math.round(80 * l.peak_bytes / heldMax)}px;background:var(--mem)` });
-      const leak = l.leak ? el("span", { title: `likelihood ${(100 * l.leak.likelihood).toFixed(0)}%`, style: "color:var(--leak)" }, "leak") : "";
-      t.append(el("tr", {},
-        el("td", {}, l.line), el("td", {}, secs(cpu(l))),
-        el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
-        el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
-        el("td", {}, held, " ", bytes(l.peak_bytes)), el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
-        el("td", { class: "src" }, l.source || l.function)));
-      for (const n of l.native.slice(0, 3)) {
-        if (n.cpu_s < 0.005 * whole) continue;
-        t.append(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-          el("td", { class: "name", colspan: 7 }, `${n.symbol} (${n.library})`)));
-      }
-    }
+    const t = el("table"), body = el("tbody");
+    const groups = ls.map((l) => [l, lineRows(l, whole, heldMax, scale)]);
+    let key = 0, desc = false;
+    const draw = () => {
+      groups.sort((a, b) => (keys[key](a[0]) - keys[key](b[0])) * (desc ? -1 : 1));
+      body.replaceChildren(...groups.flatMap((g) => g[1]));
+    };
+    const head = el("tr");
+    ["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "", "source"].forEach((h, i) => {
+      const th = el("th", { class: i === 8 ? "src" : "" }, h);
+      if (keys[i]) th.addEventListener("click", () => { desc = key === i ? !desc : i !== 0; key = i; draw(); });
+      head.append(th);
+    });
+    t.append(el("thead", {}, head), body);
+    draw();
     box.append(t);
   }
+}
+
+// The row of a line, then the rows of its top native functions.
+function lineRows(l, whole, heldMax, scale) {
+  const bar = (v, color) => el("span", { class: "bar", style: `width:${Math.round(scale * v / whole)}px;background:${color}` });
+  const held = el("span", { class: "bar", style: `width:${Math.round(80 * l.peak_bytes / heldMax)}px;background:var(--mem)` });
+  const leak = l.leak ? el("span", { title: `likelihood ${(100 * l.leak.likelihood).toFixed(0)}%`, style: "color:var(--leak)" }, "leak") : "";
+  const rows = [el("tr", {},
+    el("td", {}, l.line), el("td", {}, secs(cpu(l))),
+    el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
+    el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
+    el("td", {}, held, " ", bytes(l.peak_bytes)), el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
+    el("td", { class: "src" }, l.source || l.function))];
+  for (const n of l.native.slice(0, 3)) {
+    if (n.cpu_s < 0.005 * whole) continue;
+    rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
+      el("td", { class: "name", colspan: 7 }, `${n.symbol} (${n.library})`)));
+  }
+  return rows;
 }
 
 // An icicle flame graph of `value(stack)` over the profile's stacks (outermost frame on top).
@@ -115,7 +134,7 @@ function flame(id, value, format) {
     if (v <= 0) continue;
     root.value += v;
     let node = root;
-    for (const f of s.frames.slice(0, 60)) {
+    for (const f of s.frames.slice(0, 40)) {
       // Flame graphs merge a function's frames whatever line they were on.
       const fr = P.stack_frames[f], key = `${fr.function}\u0000${fr.file}`;
       if (!node.children.has(key)) node.children.set(key, { children: new Map(), value: 0, frame: f });

@@ -69,6 +69,7 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         procs: procs.into_values().collect(),
         ticks,
         warnings: Vec::new(),
+        labels: labels(),
     })
 }
 
@@ -108,4 +109,24 @@ fn poll(
         heap_bytes,
         rss_bytes,
     }
+}
+
+/// `host` and the distributed-training rank variables that are set.
+fn labels() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    if unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0 {
+        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        out.insert(
+            "host".to_string(),
+            String::from_utf8_lossy(&name[..len]).into_owned(),
+        );
+    }
+    for var in ["RANK", "LOCAL_RANK", "WORLD_SIZE"] {
+        if let Ok(value) = std::env::var(var) {
+            out.insert(var.to_ascii_lowercase(), value);
+        }
+    }
+    out
 }

@@ -29,6 +29,8 @@ pub struct Recording {
     pub ticks: Vec<Tick>,
     /// Things to tell the user.
     pub warnings: Vec<String>,
+    /// Host name and rank variables of the run.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One collector tick: the tree's footprint.

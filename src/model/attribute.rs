@@ -69,6 +69,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
             .count() as u64,
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
+        labels: rec.labels.clone(),
         warnings,
     }
 }

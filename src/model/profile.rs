@@ -54,6 +54,10 @@ pub struct Profile {
     /// CPU samples taken (all processes and threads).
     #[serde(default)]
     pub cpu_samples: u64,
+    /// Where and as what the run happened: `host`, and `RANK`, `LOCAL_RANK`, `WORLD_SIZE` when
+    /// set (distributed jobs), for merging and for continuous-profiling backends.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -228,6 +232,9 @@ pub struct StackFrame {
 /// One distinct stack and what was measured in it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StackStats {
+    /// Process the stack was seen in.
+    #[serde(default)]
+    pub pid: u32,
     /// Indices into `stack_frames`, outermost first.
     pub frames: Vec<u32>,
     /// CPU seconds interpreting Python with this stack.

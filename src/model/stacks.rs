@@ -20,7 +20,8 @@ pub const MAX_STACKS: usize = 20_000;
 struct Table {
     frames: Vec<StackFrame>,
     index: HashMap<StackFrame, u32>,
-    stacks: HashMap<Vec<u32>, StackStats>,
+    stacks: HashMap<(u32, Vec<u32>), StackStats>,
+    pid: u32,
 }
 
 impl Table {
@@ -54,7 +55,7 @@ impl Table {
         if let Some(leaf) = leaf {
             ids.push(self.frame(leaf));
         }
-        self.stacks.entry(ids).or_default()
+        self.stacks.entry((self.pid, ids)).or_default()
     }
 }
 
@@ -63,6 +64,7 @@ pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<St
     let mut t = Table::default();
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
+        t.pid = channel.pid;
         for s in &channel.samples {
             let secs = s.weight_ns as f64 / 1e9;
             if s.flags & sample_flags::WAITING != 0 {
@@ -97,8 +99,8 @@ pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<St
     let mut stacks: Vec<StackStats> = t
         .stacks
         .into_iter()
-        .map(|(frames, mut s)| {
-            s.frames = frames;
+        .map(|((pid, frames), mut s)| {
+            (s.pid, s.frames) = (pid, frames);
             s
         })
         .collect();

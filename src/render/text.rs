@@ -241,7 +241,7 @@ fn memory_lines(out: &mut String, p: &Profile) {
     let _ = writeln!(
         out,
         "    {:>11} {:>7} {:>11} {:>11}  {:<10} line",
-        "allocated", "Python", "held", "copied", "footprint"
+        "allocated", "Python", "held", "copy/s", "footprint"
     );
     for l in top.iter().take(25) {
         let m = &l.measures;
@@ -256,7 +256,7 @@ fn memory_lines(out: &mut String, p: &Profile) {
             bytes(m.alloc_bytes),
             python,
             bytes(m.peak_bytes),
-            bytes(m.copy_bytes),
+            rate(m.copy_bytes, p.wall_s),
             sparkline(&l.footprint_bytes),
             short(&l.file),
             l.line,
@@ -293,6 +293,14 @@ fn leaks(out: &mut String, p: &Profile) {
             l.source.trim()
         );
     }
+}
+
+/// Bytes per second over the run: `12.0 MiB/s`.
+fn rate(bytes_total: u64, wall_s: f64) -> String {
+    if bytes_total == 0 || wall_s <= 0.0 {
+        return "0 B/s".to_string();
+    }
+    format!("{}/s", bytes((bytes_total as f64 / wall_s) as u64))
 }
 
 /// The file name without its directories.

@@ -21,7 +21,8 @@ def pure_python(seconds):
 
 
 def blas(seconds):
-    a = np.random.default_rng(0).standard_normal((300, 300))
+    # Large enough that BLAS, not allocating each 5 MB result, is the line's work.
+    a = np.random.default_rng(0).standard_normal((800, 800))
     deadline = time.thread_time() + seconds
     while time.thread_time() < deadline:
         a @ a  # @blas
