@@ -5,6 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/pythons.sh
+# speedscope's published file-format JSON Schema, which the export test validates against.
+schema=target/test-data/speedscope-file-format-schema.json
+if [ ! -s "$schema" ] && command -v npm >/dev/null 2>&1; then
+    mkdir -p target/test-data
+    tmp=$(mktemp -d)
+    if (cd "$tmp" && npm pack speedscope --silent >/dev/null 2>&1 && tar xzf speedscope-*.tgz package/dist/release/file-format-schema.json); then
+        cp "$tmp/package/dist/release/file-format-schema.json" "$schema"
+    else
+        echo "test: could not fetch speedscope's schema; the speedscope test will say so" >&2
+    fi
+    rm -rf "$tmp"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
