@@ -19,17 +19,15 @@ pub struct Style {
 /// Render the terminal report in `style`: lines longer than the width lose the end of their
 /// source text (the numbers come first, so they are never cut).
 pub fn render_styled(p: &Profile, style: Style) -> String {
-    let plain = render(p);
-    let mut out = String::with_capacity(plain.len());
-    for line in plain.lines() {
+    let marked = render_marked(p);
+    let mut out = String::with_capacity(marked.len());
+    for marked_line in marked.lines() {
+        let line = marked_line.replace(SOURCE, "");
         let fitted = match style.width {
-            Some(w) if line.chars().count() > w => {
-                let mut cut: String = line.chars().take(w.saturating_sub(1)).collect();
-                cut.push('…');
-                cut
-            }
-            _ => line.to_string(),
+            Some(w) if line.chars().count() > w => fit(marked_line, w),
+            _ => line.clone(),
         };
+        let line = line.as_str();
         match (style.color, ansi(line)) {
             (true, Some(code)) => out.push_str(&format!("{code}{fitted}\x1b[0m")),
             _ => out.push_str(&fitted),
@@ -48,15 +46,46 @@ fn ansi(line: &str) -> Option<&'static str> {
         Some("\x1b[1m")
     } else if line.contains("likelihood") && line.contains("growing") {
         Some("\x1b[31m")
-    } else if line.starts_with("           ") && line.ends_with(')') && line.contains('%') {
+    } else if line.starts_with("                ") && line.ends_with(')') && line.contains('%') {
         Some("\x1b[2m")
     } else {
         None
     }
 }
 
+/// Marks where a row's source text starts: only what follows may be cut to fit a width.
+const SOURCE: char = '\u{1}';
+
+/// Cut a marked line to `width` characters: from its source text if it has one (never the
+/// numbers before it: a row too wide for them is left to wrap), else from its end.
+fn fit(marked: &str, width: usize) -> String {
+    let (numbers, source) = match marked.split_once(SOURCE) {
+        Some((numbers, source)) => (numbers, Some(source)),
+        None => (marked, None),
+    };
+    let room = width.saturating_sub(numbers.chars().count());
+    match source {
+        Some(src) if src.chars().count() <= room => format!("{numbers}{src}"),
+        Some(src) if room > 1 => format!(
+            "{numbers}{}…",
+            src.chars().take(room - 1).collect::<String>()
+        ),
+        Some(_) => numbers.trim_end().to_string(),
+        None => {
+            let mut cut: String = marked.chars().take(width.saturating_sub(1)).collect();
+            cut.push('…');
+            cut
+        }
+    }
+}
+
 /// Render the terminal report, plain and uncut.
 pub fn render(p: &Profile) -> String {
+    render_marked(p).replace(SOURCE, "")
+}
+
+/// The report with [`SOURCE`] marks.
+fn render_marked(p: &Profile) -> String {
     let mut out = String::new();
     header(&mut out, p);
     if p.processes.len() > 1 {
@@ -126,42 +155,72 @@ fn pct(part: f64, whole: f64) -> String {
     format!("{:.0}%", 100.0 * part / whole)
 }
 
+/// Whether a line shows in the per-line table: enough time, or enough memory activity.
+fn shown(l: &crate::model::LineStats, whole_s: f64, whole_bytes: u64) -> bool {
+    let m = &l.measures;
+    total_time(m) >= MIN_SHARE * whole_s
+        || (whole_bytes > 0 && m.alloc_bytes as f64 >= MIN_SHARE * whole_bytes as f64)
+        || m.peak_bytes > 0
+        || m.copy_bytes > 0
+}
+
+/// One table per file, a row per line: time by kind (shares of the sampled time), then memory
+/// (allocated, Python share, held at the peak, copies per second, footprint, leak mark), then
+/// the source; the top native functions under their line.
 fn lines(out: &mut String, p: &Profile) {
     let whole: f64 = p.lines.iter().map(|l| total_time(&l.measures)).sum();
-    if whole <= 0.0 {
+    let whole_bytes: u64 = p.lines.iter().map(|l| l.measures.alloc_bytes).sum();
+    if whole <= 0.0 && whole_bytes == 0 {
         return;
     }
     let _ = writeln!(
         out,
-        "\nCPU by line ({} sampled, {} samples; shares of sampled time)",
+        "\nBy line ({} sampled in {} samples; time as shares of it; memory sampled, held = live at the heap peak)",
         seconds(whole),
         p.cpu_samples
     );
     let mut file = "";
-    for line in p
-        .lines
-        .iter()
-        .filter(|l| total_time(&l.measures) >= MIN_SHARE * whole)
-    {
+    for line in p.lines.iter().filter(|l| shown(l, whole, whole_bytes)) {
         if line.file != file {
             file = &line.file;
             let _ = writeln!(out, "  {file}");
             let _ = writeln!(
                 out,
-                "    {:>6} {:>7} {:>7} {:>7} {:>9}  source",
-                "line", "Python", "native", "system", "time"
+                "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} source",
+                "line",
+                "Python",
+                "native",
+                "system",
+                "time",
+                "allocated",
+                "Py",
+                "held",
+                "copy/s",
+                "footprint",
+                "leak"
             );
         }
         let m = &line.measures;
         let source: String = line.source.trim().chars().take(SOURCE_CHARS).collect();
+        let python_share = if m.alloc_bytes > 0 {
+            pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
+        } else {
+            "-".into()
+        };
         let _ = writeln!(
             out,
-            "    {:>6} {:>7} {:>7} {:>7} {:>9}  {}",
+            "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} \u{1}{}",
             line.line,
             pct(m.cpu_python_s, whole),
             pct(m.cpu_native_s, whole),
             pct(m.cpu_system_s, whole),
             seconds(total_time(m)),
+            bytes(m.alloc_bytes),
+            python_share,
+            bytes(m.peak_bytes),
+            rate(m.copy_bytes, p.wall_s),
+            sparkline(&line.footprint_bytes),
+            if m.leak.is_some() { "leak" } else { "" },
             if source.is_empty() {
                 line.function.as_str()
             } else {
@@ -176,7 +235,7 @@ fn lines(out: &mut String, p: &Profile) {
         {
             let _ = writeln!(
                 out,
-                "    {:>6} {:>7} {:>7}   {} ({})",
+                "    {:>6} {:>6} {:>6}   \u{1}{} ({})",
                 "",
                 "",
                 pct(native.cpu_s, whole),
@@ -220,44 +279,28 @@ fn functions(out: &mut String, p: &Profile) {
     }
 }
 
+/// The lines holding the most memory at the heap peak.
 fn memory_lines(out: &mut String, p: &Profile) {
-    let total: u64 = p.lines.iter().map(|l| l.measures.alloc_bytes).sum();
-    if total == 0 {
-        return;
-    }
     let mut top: Vec<_> = p
         .lines
         .iter()
-        .filter(|l| {
-            let m = &l.measures;
-            m.alloc_bytes as f64 >= MIN_SHARE * total as f64 || m.peak_bytes > 0 || m.copy_bytes > 0
-        })
+        .filter(|l| l.measures.peak_bytes > 0)
         .collect();
-    top.sort_by_key(|l| std::cmp::Reverse((l.measures.peak_bytes, l.measures.alloc_bytes)));
+    if top.is_empty() {
+        return;
+    }
+    top.sort_by_key(|l| std::cmp::Reverse(l.measures.peak_bytes));
     let _ = writeln!(
         out,
-        "\nMemory by line (sampled; held = still live at the heap peak)"
+        "\nHeld at the heap peak ({} at {})",
+        bytes(p.memory.peak_heap_bytes),
+        seconds(p.memory.peak_at_s)
     );
-    let _ = writeln!(
-        out,
-        "    {:>11} {:>7} {:>11} {:>11}  {:<10} line",
-        "allocated", "Python", "held", "copy/s", "footprint"
-    );
-    for l in top.iter().take(25) {
-        let m = &l.measures;
-        let python = if m.alloc_bytes > 0 {
-            pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
-        } else {
-            "-".into()
-        };
+    for l in top.iter().take(10) {
         let _ = writeln!(
             out,
-            "    {:>11} {:>7} {:>11} {:>11}  {:<10} {}:{}  {}",
-            bytes(m.alloc_bytes),
-            python,
-            bytes(m.peak_bytes),
-            rate(m.copy_bytes, p.wall_s),
-            sparkline(&l.footprint_bytes),
+            "    {:>11}  {}:{}  \u{1}{}",
+            bytes(l.measures.peak_bytes),
             short(&l.file),
             l.line,
             l.source
@@ -528,11 +571,29 @@ mod tests {
             },
         );
         snapshot("text-report-60.txt", &out);
-        assert!(out.lines().all(|l| l.chars().count() <= 60));
+        let wide = render_styled(&sample(), Style::default());
+        for (narrow, full) in out.lines().zip(wide.lines()) {
+            if narrow.chars().count() > 60 {
+                // Too wide for its numbers alone: left whole (to wrap), never cut.
+                assert!(
+                    full.starts_with(narrow.trim_end()),
+                    "{narrow:?} vs {full:?}"
+                );
+            }
+        }
         assert!(
-            out.contains("    12      0%     52%      0%    1.20 s"),
+            out.contains("        12     0%    52%     0%   1.20 s"),
             "numbers whole:\n{out}"
         );
+        let at_120 = render_styled(
+            &sample(),
+            Style {
+                color: false,
+                width: Some(120),
+            },
+        );
+        assert!(at_120.lines().all(|l| l.chars().count() <= 120), "{at_120}");
+        assert!(at_120.contains("cache.append"), "source kept where it fits");
     }
 
     #[test]
