@@ -21,7 +21,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let threads = super::cpu::add(rec, natives, filter, &mut places);
     super::memory::add(rec, filter, &mut places);
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
-    let (stack_frames, stacks) = super::stacks::build(rec, natives);
+    let (stack_frames, stacks, samples) = super::stacks::build(rec, natives);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)
@@ -52,6 +52,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         cpu_timeline: timeline::cpu(rec, natives),
         lines,
         functions,
+        samples,
         stack_frames,
         stacks,
         threads,

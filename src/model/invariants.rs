@@ -64,6 +64,12 @@ pub fn violations(p: &Profile) -> Vec<String> {
             .all(|s| s.frames.iter().all(|&f| f < frames)),
         "a stack refers to a frame that does not exist".to_string(),
     );
+    check(
+        p.samples
+            .iter()
+            .all(|s| (s.stack as usize) < p.stacks.len()),
+        "a timeline sample refers to a stack that does not exist".to_string(),
+    );
     for line in &p.lines {
         let c = &line.measures;
         check(

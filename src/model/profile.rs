@@ -37,6 +37,9 @@ pub struct Profile {
     /// CPU over time, all processes: time in each kind per bucket (at most a few hundred).
     #[serde(default)]
     pub cpu_timeline: Vec<CpuSample>,
+    /// CPU samples over time (thinned evenly to at most 20,000): for timeline views.
+    #[serde(default)]
+    pub samples: Vec<TimedSample>,
     /// Frames referred to by `stacks`.
     #[serde(default)]
     pub stack_frames: Vec<StackFrame>,
@@ -142,6 +145,21 @@ pub struct MemorySample {
     pub heap_bytes: u64,
     /// Resident set size of the tree (bytes).
     pub rss_bytes: u64,
+}
+
+/// One CPU sample on the timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimedSample {
+    /// Seconds from launch.
+    pub t_s: f64,
+    /// Process id.
+    pub pid: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Index into `stacks`.
+    pub stack: u32,
+    /// CPU seconds it stands for.
+    pub cpu_s: f64,
 }
 
 /// One bucket of the CPU timeline.

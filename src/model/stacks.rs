@@ -9,12 +9,17 @@ use mlprof_wire::sample_flags;
 
 use super::cpu::NativeNames;
 use super::places::Lines;
-use super::profile::{StackFrame, StackStats};
+use super::profile::{StackFrame, StackStats, TimedSample};
 use crate::collect::Recording;
 use crate::symbolize::native::CodeClass;
 
 /// Most distinct stacks kept in a profile.
 pub const MAX_STACKS: usize = 20_000;
+/// Most samples kept on the timeline.
+pub const MAX_SAMPLES: usize = 20_000;
+
+/// A CPU sample before its stack index is known: (ns from launch, pid, tid, stack key, seconds).
+type Timed = (u64, u32, u32, (u32, Vec<u32>), f64);
 
 #[derive(Default)]
 struct Table {
@@ -22,6 +27,8 @@ struct Table {
     index: HashMap<StackFrame, u32>,
     stacks: HashMap<(u32, Vec<u32>), StackStats>,
     pid: u32,
+    /// The key of the last stack touched (for the sample timeline).
+    last: (u32, Vec<u32>),
 }
 
 impl Table {
@@ -55,13 +62,19 @@ impl Table {
         if let Some(leaf) = leaf {
             ids.push(self.frame(leaf));
         }
+        self.last = (self.pid, ids.clone());
         self.stacks.entry((self.pid, ids)).or_default()
     }
 }
 
-/// The stacks of a recording: (frame table, stacks referring to it).
-pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<StackStats>) {
+/// The stacks of a recording: (frame table, stacks referring to it, CPU samples on the
+/// timeline referring to the stacks).
+pub fn build(
+    rec: &Recording,
+    natives: &NativeNames,
+) -> (Vec<StackFrame>, Vec<StackStats>, Vec<TimedSample>) {
     let mut t = Table::default();
+    let mut timed: Vec<Timed> = Vec::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         t.pid = channel.pid;
@@ -86,6 +99,13 @@ pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<St
                     t.stack(&mut lines, &s.frames, Some(leaf)).cpu_native_s += secs;
                 }
             }
+            timed.push((
+                s.t_ns,
+                channel.pid,
+                s.tid,
+                std::mem::take(&mut t.last),
+                secs,
+            ));
         }
         let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
         for a in &channel.allocs {
@@ -113,5 +133,33 @@ pub fn build(rec: &Recording, natives: &NativeNames) -> (Vec<StackFrame>, Vec<St
             .then_with(|| a.frames.cmp(&b.frames))
     });
     stacks.truncate(MAX_STACKS);
-    (t.frames, stacks)
+    let samples = timeline(&stacks, timed);
+    (t.frames, stacks, samples)
+}
+
+/// CPU samples in time order, thinned evenly to [`MAX_SAMPLES`] (each kept one standing for
+/// those skipped), referring to kept stacks only.
+fn timeline(stacks: &[StackStats], mut timed: Vec<Timed>) -> Vec<TimedSample> {
+    let index: HashMap<(u32, &[u32]), u32> = stacks
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.pid, s.frames.as_slice()), i as u32))
+        .collect();
+    timed.sort_by_key(|t| t.0);
+    let step = timed.len().div_ceil(MAX_SAMPLES).max(1);
+    timed
+        .chunks(step)
+        .filter_map(|chunk| {
+            let (t_ns, pid, tid, key, _) = &chunk[0];
+            let stack = *index.get(&(key.0, key.1.as_slice()))?;
+            let cpu_s = chunk.iter().map(|c| c.4).sum();
+            Some(TimedSample {
+                t_s: *t_ns as f64 / 1e9,
+                pid: *pid,
+                tid: *tid,
+                stack,
+                cpu_s,
+            })
+        })
+        .collect()
 }

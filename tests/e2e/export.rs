@@ -188,6 +188,21 @@ fn chrome_trace_events_have_the_required_fields() {
     for n in ["process_name", "memory", "CPU (cores busy)"] {
         assert!(names.contains(n), "{n} track missing: {names:?}");
     }
+    let frames = doc["stackFrames"].as_object().expect("stackFrames");
+    let samples = doc["samples"].as_array().expect("samples");
+    assert!(samples.len() > 10, "CPU samples on the timeline");
+    for s in samples {
+        assert!(s["ts"].is_number() && s["tid"].is_u64() && s["name"].is_string());
+        assert!(frames.contains_key(s["sf"].as_str().unwrap()), "{s}");
+    }
+    for f in frames.values() {
+        assert!(
+            f["parent"]
+                .as_str()
+                .is_none_or(|parent| frames.contains_key(parent)),
+            "{f}"
+        );
+    }
     let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
     let cpu: f64 = p.cpu_timeline.iter().map(|b| b.python_s + b.native_s).sum();
     let lines: f64 = p
