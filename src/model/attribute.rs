@@ -17,6 +17,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let processes = processes(rec);
     let mut warnings = rec.warnings.clone();
     warnings.extend(python_warnings(rec));
+    warnings.extend(death_note(rec));
     let mut places = std::collections::HashMap::new();
     let threads = super::cpu::add(rec, natives, filter, &mut places);
     super::memory::add(rec, filter, &mut places);
@@ -193,4 +194,43 @@ fn python_warnings(rec: &Recording) -> Vec<String> {
         }
     }
     out
+}
+
+/// What a user needs to know when the program did not exit by itself: which signal, when, and
+/// how big the heap was (SIGKILL at a large heap is most often the out-of-memory killer or a
+/// container's memory limit).
+fn death_note(rec: &Recording) -> Option<String> {
+    let signal = rec.exit.signal?;
+    let heap: i64 = rec
+        .channels
+        .iter()
+        .filter(|c| c.pid == rec.child_pid)
+        .map(|c| c.heap_current.max(0))
+        .max()
+        .unwrap_or(0);
+    let rss = rec
+        .ticks
+        .iter()
+        .rev()
+        .find(|t| t.rss_bytes > 0)
+        .map_or(0, |t| t.rss_bytes);
+    let at = format!("{:.1} s", rec.wall_ns as f64 / NS);
+    let sizes = format!("heap {}, RSS {}", human(heap as u64), human(rss));
+    Some(match signal {
+        9 => format!("killed by SIGKILL at {at}, {sizes}: likely out of memory (the kernel's OOM killer or a memory limit), or kill -9"),
+        11 => format!("crashed with SIGSEGV at {at}, {sizes}"),
+        6 => format!("aborted (SIGABRT) at {at}, {sizes}"),
+        7 => format!("crashed with SIGBUS at {at}, {sizes}"),
+        n => format!("ended by signal {n} at {at}, {sizes}"),
+    })
+}
+
+/// Sizes for the note (the model does not depend on the renderers' units).
+fn human(bytes: u64) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    if gib >= 1.0 {
+        format!("{gib:.1} GiB")
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
 }
