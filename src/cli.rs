@@ -116,6 +116,9 @@ struct RunArgs {
     /// Mean bytes copied between two copy samples (0: no copy volume).
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
     copy_sample_bytes: u64,
+    /// Profile only the launched process: not its fork children, nor programs it runs.
+    #[arg(long)]
+    no_follow: bool,
     /// Attribute time to any file, the standard library and installed packages included.
     #[arg(long, conflicts_with = "profile_only")]
     profile_all: bool,
@@ -181,6 +184,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         rate_hz: args.rate,
         memory_sample_bytes: args.memory_sample_bytes,
         copy_sample_bytes: args.copy_sample_bytes,
+        follow: !args.no_follow,
     };
     let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -30,6 +30,17 @@ pub fn send(record: &Record) {
     }
 }
 
+/// Stop using the channel (a fork child that is not followed): later records are dropped.
+pub fn detach() {
+    let old = BASE.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    let len = LEN.swap(0, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: mapped by `open` with `len` bytes and no longer published; the fork child is
+        // single-threaded at this point.
+        unsafe { libc::munmap(old as *mut libc::c_void, len) };
+    }
+}
+
 /// The Python status of the channel in use (a fork child copies its parent's before
 /// replacing the channel).
 pub fn previous_python_status() -> u32 {

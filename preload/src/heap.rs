@@ -40,3 +40,10 @@ pub fn publish(shared: &'static HeapCounters, inherited: Option<i64>) {
     }
     COUNTERS.store(shared as *const _ as *mut _, Ordering::Release);
 }
+
+/// Count in this process only again, from `bytes` (a fork child that is not followed: its
+/// parent's shared counters must not see its allocations).
+pub fn detach(bytes: i64) {
+    BOOT.reset_to(bytes);
+    COUNTERS.store(&BOOT as *const _ as *mut _, Ordering::Release);
+}

@@ -2,7 +2,7 @@
 //! recording the exit status. The load-time constructor runs before `main`, single-threaded;
 //! the fork-child handler runs in the only thread of the child. Neither allocates.
 
-use core::sync::atomic::{AtomicI64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use libc::c_int;
 use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
@@ -30,6 +30,10 @@ extern "C" fn on_load() {
         .sample_interval_ns
         .store(interval as u32, Ordering::Relaxed);
     hooks::thread::announce();
+    if env_u64(c"MLPROF_NO_FOLLOW") != 0 {
+        NO_FOLLOW.store(true, Ordering::Relaxed);
+        strip_from_ld_preload();
+    }
     // SAFETY: registering plain `extern "C"` callbacks that live as long as the library.
     unsafe {
         libc::pthread_atfork(Some(on_fork_prepare), None, Some(on_fork_child));
@@ -63,7 +67,16 @@ extern "C" fn on_fork_prepare() {
     );
 }
 
+/// `--no-follow`: only the launched process is profiled.
+static NO_FOLLOW: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn on_fork_child() {
+    if NO_FOLLOW.load(Ordering::Relaxed) {
+        channel::detach();
+        heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));
+        sampler::timer::forget_this_thread();
+        return;
+    }
     let Some(header) = attach(true) else { return };
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
@@ -133,6 +146,40 @@ pub fn record_exit(code: c_int, immediate: bool) {
     rec.a = code as i64 as u64;
     rec.b = immediate as u64;
     ring.push(&rec);
+}
+
+/// Remove this library from `LD_PRELOAD`, so that programs this process executes are not
+/// profiled (`--no-follow`). Load time, single-threaded; entries are separated by `:` or spaces.
+fn strip_from_ld_preload() {
+    let mut value = [0u8; 4096];
+    if copy_env(c"LD_PRELOAD", &mut value).is_none() {
+        return;
+    }
+    let len = value.iter().position(|&b| b == 0).unwrap_or(0);
+    let mut kept = [0u8; 4096];
+    let mut n = 0;
+    for entry in value[..len]
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|e| !e.is_empty())
+    {
+        if entry.ends_with(b"/libmlprof_preload.so") || entry == b"libmlprof_preload.so" {
+            continue;
+        }
+        if n > 0 {
+            kept[n] = b':';
+            n += 1;
+        }
+        kept[n..n + entry.len()].copy_from_slice(entry);
+        n += entry.len();
+    }
+    // SAFETY: NUL-terminated buffers; load time, no other thread reads the environment yet.
+    unsafe {
+        if n == 0 {
+            libc::unsetenv(c"LD_PRELOAD".as_ptr());
+        } else {
+            libc::setenv(c"LD_PRELOAD".as_ptr(), kept.as_ptr().cast(), 1);
+        }
+    }
 }
 
 /// A number from the environment (0 when unset or malformed: that feature off).

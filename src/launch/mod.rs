@@ -25,6 +25,8 @@ pub struct Sampling {
     pub memory_sample_bytes: u64,
     /// Mean bytes between copy samples (0: off).
     pub copy_sample_bytes: u64,
+    /// Profile children too (fork children and programs the command runs).
+    pub follow: bool,
 }
 
 /// A running profiled command.
@@ -60,6 +62,9 @@ pub fn spawn(
             mlprof_wire::ENV_COPY_SAMPLE,
             sampling.copy_sample_bytes.to_string(),
         );
+    if !sampling.follow {
+        cmd.env("MLPROF_NO_FOLLOW", "1");
+    }
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
             std::io::stderr()

@@ -116,10 +116,21 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         ppid: first.map_or(0, |f| f.ppid),
         command: last.map_or_else(|| rec.command.clone(), |l| l.command.clone()),
         exit,
-        python: images.iter().rev().find_map(|i| i.python.clone()),
+        // Identity is the last image's: a subprocess child is a fork of Python that then runs
+        // `sh`, and it is `sh`. A fork image that went on to exec counts its own growth only
+        // (its inherited heap was the parent's, gone at the exec).
+        python: last.and_then(|l| l.python.clone()),
         peak_heap_bytes: images
             .iter()
-            .map(|i| i.heap_peak.max(0) as u64)
+            .enumerate()
+            .map(|(i, image)| {
+                let peak = image.heap_peak.max(0) as u64;
+                if image.forked && i + 1 < images.len() {
+                    peak.saturating_sub(image.inherited_heap)
+                } else {
+                    peak
+                }
+            })
             .max()
             .unwrap_or(0),
         peak_rss_bytes: peak_rss,
@@ -128,8 +139,8 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         cpu_s,
         start_s: first.map_or(0.0, |f| f.start_ns as f64 / NS),
         instrumented: !images.is_empty(),
-        forked: first.is_some_and(|f| f.forked),
-        inherited_heap_bytes: first.map_or(0, |f| f.inherited_heap),
+        forked: last.is_some_and(|l| l.forked),
+        inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
     }
 }
 
