@@ -39,6 +39,23 @@ enum Command {
     Report(ReportArgs),
     /// Export a saved profile's stacks for other tools.
     Export(ExportArgs),
+    /// Check a saved profile against budgets (exit 97 when one is exceeded).
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// A JSON profile written by `mlprof run -o FILE` or `--json`.
+    profile: PathBuf,
+    /// Peak heap limit.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_peak: Option<u64>,
+    /// Peak RSS limit.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_rss: Option<u64>,
+    /// Limit on bytes held at the end by lines flagged as likely leaks.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_leak: Option<u64>,
 }
 
 /// Formats of `mlprof export`.
@@ -116,6 +133,15 @@ struct RunArgs {
     /// Mean bytes copied between two copy samples (0: no copy volume).
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
     copy_sample_bytes: u64,
+    /// Fail (exit 97) if the process tree's peak heap exceeds SIZE (exact, repeatable).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_peak: Option<u64>,
+    /// Fail (exit 97) if the tree's peak RSS exceeds SIZE (noisier than the heap).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_rss: Option<u64>,
+    /// Fail (exit 97) if lines flagged as likely leaks hold more than SIZE at the end.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_leak: Option<u64>,
     /// Profile only the launched process: not its fork children, nor programs it runs.
     #[arg(long)]
     no_follow: bool,
@@ -163,6 +189,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Run(args) => run_command(args),
         Command::Report(args) => report(args),
         Command::Export(args) => export(args),
+        Command::Check(args) => check(args),
     }
 }
 
@@ -204,13 +231,23 @@ fn run_command(args: RunArgs) -> Result<i32> {
     };
     let mut profile = model::attribute(&recording, &natives, &filter);
     symbolize::sources::attach(&mut profile);
+    let budgets = crate::budget::Budgets {
+        max_peak_bytes: args.max_peak,
+        max_rss_bytes: args.max_rss,
+        max_leak_bytes: args.max_leak,
+    };
+    profile.violations = crate::budget::verdicts(&profile, &budgets);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             eprintln!("mlprof: warning: {warning}");
         }
     }
     emit(&profile, format, destination)?;
+    for v in &profile.violations {
+        eprintln!("mlprof: {}", v.message);
+    }
     Ok(match (profile.exit.code, profile.exit.signal) {
+        (Some(0), _) if !profile.violations.is_empty() => crate::budget::EXIT_BUDGET,
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => crate::error::EXIT_ERROR,
@@ -247,6 +284,33 @@ fn report(args: ReportArgs) -> Result<i32> {
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
     emit(&profile, format, destination)?;
     Ok(0)
+}
+
+fn check(args: CheckArgs) -> Result<i32> {
+    let origin = args.profile.display().to_string();
+    let text = std::fs::read_to_string(&args.profile)
+        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
+    let profile = render::json::parse(&text, &origin)?;
+    let budgets = crate::budget::Budgets {
+        max_peak_bytes: args.max_peak,
+        max_rss_bytes: args.max_rss,
+        max_leak_bytes: args.max_leak,
+    };
+    if !budgets.any() {
+        return Err(Error::with_code(
+            "check: no budget given (--max-peak, --max-rss, --max-leak)",
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let violations = crate::budget::verdicts(&profile, &budgets);
+    for v in &violations {
+        eprintln!("mlprof: {}", v.message);
+    }
+    Ok(if violations.is_empty() {
+        0
+    } else {
+        crate::budget::EXIT_BUDGET
+    })
 }
 
 fn export(args: ExportArgs) -> Result<i32> {

@@ -5,6 +5,7 @@
 //! → [`model::attribute`] turns that into the [`model::Profile`] (pure) → [`render`] prints it.
 //! [`launch`] starts the target; [`cli`] wires the commands together.
 
+pub mod budget;
 pub mod cli;
 pub mod collect;
 pub mod error;

@@ -72,6 +72,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .count() as u64,
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         labels: rec.labels.clone(),
+        violations: Vec::new(),
         warnings,
     }
 }

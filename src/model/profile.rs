@@ -61,6 +61,10 @@ pub struct Profile {
     /// set (distributed jobs), for merging and for continuous-profiling backends.
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Budgets this run exceeded (`--max-peak`, `--max-rss`, `--max-leak`); empty if none or
+    /// none set.
+    #[serde(default)]
+    pub violations: Vec<Violation>,
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -145,6 +149,19 @@ pub struct MemorySample {
     pub heap_bytes: u64,
     /// Resident set size of the tree (bytes).
     pub rss_bytes: u64,
+}
+
+/// One exceeded budget (see `budget.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Violation {
+    /// `peak_heap`, `peak_rss` or `leaks`.
+    pub budget: String,
+    /// The limit in bytes.
+    pub limit_bytes: u64,
+    /// What was measured, in bytes.
+    pub actual_bytes: u64,
+    /// One line for people: `budget exceeded: peak heap 7.1 GiB > 6.0 GiB (train.py:88 held ...)`.
+    pub message: String,
 }
 
 /// One CPU sample on the timeline.

@@ -12,7 +12,8 @@ import numpy as np
 
 size_mb = int(sys.argv[1])
 how = sys.argv[2] if len(sys.argv) > 2 else "exit"
-kept = np.ones(size_mb * 10**6, dtype=np.uint8)  # touched, so RSS grows too
+# Touched (ones, not empty), so RSS grows too.
+kept = np.ones(size_mb * 10**6, dtype=np.uint8)  # @kept
 if how == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 print(int(kept.sum()))
