@@ -2,6 +2,8 @@
 //! repeated runs give the same verdict), peak RSS (noisier: documented as such) and bytes held
 //! by lines flagged as likely leaks. Each violation says what, by how much, and where.
 
+use std::collections::BTreeMap;
+
 use crate::model::{Profile, Violation};
 use crate::render::units::bytes;
 
@@ -10,7 +12,7 @@ use crate::render::units::bytes;
 pub const EXIT_BUDGET: i32 = 97;
 
 /// The limits of a run; `None` = no limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Budgets {
     /// Peak heap of the tree.
     pub max_peak_bytes: Option<u64>,
@@ -18,6 +20,12 @@ pub struct Budgets {
     pub max_rss_bytes: Option<u64>,
     /// Bytes still held at the end by lines flagged as likely leaks.
     pub max_leak_bytes: Option<u64>,
+    /// Bytes a line (`file.py:88`, file name or path suffix) may hold at the heap peak.
+    pub lines: BTreeMap<String, u64>,
+    /// Bytes a function's lines (`file.py::qualname`) may hold at the heap peak.
+    pub functions: BTreeMap<String, u64>,
+    /// Bytes a file's lines may hold at the heap peak.
+    pub files: BTreeMap<String, u64>,
 }
 
 impl Budgets {
@@ -26,6 +34,15 @@ impl Budgets {
         self.max_peak_bytes.is_some()
             || self.max_rss_bytes.is_some()
             || self.max_leak_bytes.is_some()
+            || !(self.lines.is_empty() && self.functions.is_empty() && self.files.is_empty())
+    }
+
+    /// Flags override the file's tree limits; the file's per-place limits stay.
+    pub fn with_flags(mut self, peak: Option<u64>, rss: Option<u64>, leak: Option<u64>) -> Budgets {
+        self.max_peak_bytes = peak.or(self.max_peak_bytes);
+        self.max_rss_bytes = rss.or(self.max_rss_bytes);
+        self.max_leak_bytes = leak.or(self.max_leak_bytes);
+        self
     }
 }
 
@@ -77,6 +94,66 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
                 limit,
                 total,
                 &by.join(", "),
+            ));
+        }
+    }
+    out.extend(places(p, b));
+    out
+}
+
+/// Per-line, per-function and per-file limits on bytes held at the heap peak.
+fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
+    let matches = |file: &str, want: &str| file == want || file.ends_with(&format!("/{want}"));
+    let held = |keep: &dyn Fn(&crate::model::LineStats) -> bool| -> u64 {
+        p.lines
+            .iter()
+            .filter(|l| keep(l))
+            .map(|l| l.measures.peak_bytes)
+            .sum()
+    };
+    let mut out = Vec::new();
+    for (key, &limit) in &b.lines {
+        let Some((file, line)) = key
+            .rsplit_once(':')
+            .and_then(|(f, l)| Some((f, l.parse::<u32>().ok()?)))
+        else {
+            continue;
+        };
+        let bytes_held = held(&|l| l.line == line && matches(&l.file, file));
+        if bytes_held > limit {
+            out.push(violation(
+                "line",
+                &format!("{key} held"),
+                limit,
+                bytes_held,
+                "",
+            ));
+        }
+    }
+    for (key, &limit) in &b.functions {
+        let Some((file, function)) = key.split_once("::") else {
+            continue;
+        };
+        let bytes_held = held(&|l| l.function == function && matches(&l.file, file));
+        if bytes_held > limit {
+            out.push(violation(
+                "function",
+                &format!("{key} held"),
+                limit,
+                bytes_held,
+                "",
+            ));
+        }
+    }
+    for (key, &limit) in &b.files {
+        let bytes_held = held(&|l| matches(&l.file, key));
+        if bytes_held > limit {
+            out.push(violation(
+                "file",
+                &format!("{key} held"),
+                limit,
+                bytes_held,
+                "",
             ));
         }
     }

@@ -47,6 +47,9 @@ enum Command {
 struct CheckArgs {
     /// A JSON profile written by `mlprof run -o FILE` or `--json`.
     profile: PathBuf,
+    /// Budgets from a file (as for `run`).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
+    budget: Option<PathBuf>,
     /// Peak heap limit.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_peak: Option<u64>,
@@ -133,6 +136,10 @@ struct RunArgs {
     /// Mean bytes copied between two copy samples (0: no copy volume).
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
     copy_sample_bytes: u64,
+    /// Budgets from a file: FILE, or mlprof.toml / pyproject.toml [tool.mlprof] found from a
+    /// directory (the working directory without a value) upward; flags override its limits.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
+    budget: Option<PathBuf>,
     /// Fail (exit 97) if the process tree's peak heap exceeds SIZE (exact, repeatable).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_peak: Option<u64>,
@@ -203,6 +210,13 @@ enum Destination {
 
 fn run_command(args: RunArgs) -> Result<i32> {
     launch::block_forwarded_signals();
+    // A malformed budget file is an error before anything runs.
+    budgets(
+        args.budget.as_deref(),
+        args.max_peak,
+        args.max_rss,
+        args.max_leak,
+    )?;
     let (format, destination) = run_destination(&args);
     let session = launch::Session::create()?;
     let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
@@ -231,11 +245,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
     };
     let mut profile = model::attribute(&recording, &natives, &filter);
     symbolize::sources::attach(&mut profile);
-    let budgets = crate::budget::Budgets {
-        max_peak_bytes: args.max_peak,
-        max_rss_bytes: args.max_rss,
-        max_leak_bytes: args.max_leak,
-    };
+    let budgets = budgets(
+        args.budget.as_deref(),
+        args.max_peak,
+        args.max_rss,
+        args.max_leak,
+    )?;
     profile.violations = crate::budget::verdicts(&profile, &budgets);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
@@ -291,14 +306,15 @@ fn check(args: CheckArgs) -> Result<i32> {
     let text = std::fs::read_to_string(&args.profile)
         .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
     let profile = render::json::parse(&text, &origin)?;
-    let budgets = crate::budget::Budgets {
-        max_peak_bytes: args.max_peak,
-        max_rss_bytes: args.max_rss,
-        max_leak_bytes: args.max_leak,
-    };
+    let budgets = budgets(
+        args.budget.as_deref(),
+        args.max_peak,
+        args.max_rss,
+        args.max_leak,
+    )?;
     if !budgets.any() {
         return Err(Error::with_code(
-            "check: no budget given (--max-peak, --max-rss, --max-leak)",
+            "check: no budget given (--budget, --max-peak, --max-rss, --max-leak)",
             crate::error::EXIT_USAGE,
         ));
     }
@@ -395,4 +411,23 @@ fn io_reason(e: &std::io::Error) -> String {
         std::io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
         _ => e.to_string(),
     }
+}
+
+/// The budgets of a command: from the budget file if one is named (a directory, `.` when
+/// `--budget` has no value: found from there upward), overridden by the flags.
+fn budgets(
+    file: Option<&Path>,
+    peak: Option<u64>,
+    rss: Option<u64>,
+    leak: Option<u64>,
+) -> Result<crate::budget::Budgets> {
+    let from_file = match file {
+        None => crate::budget::Budgets::default(),
+        Some(dir) if dir.is_dir() => {
+            let start = std::path::absolute(dir).map_err(|e| Error::new(format!("--budget: {e}")))?;
+            crate::budget_file::load(&crate::budget_file::discover(&start)?)?
+        }
+        Some(path) => crate::budget_file::load(path)?,
+    };
+    Ok(from_file.with_flags(peak, rss, leak))
 }

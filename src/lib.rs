@@ -6,6 +6,7 @@
 //! [`launch`] starts the target; [`cli`] wires the commands together.
 
 pub mod budget;
+pub mod budget_file;
 pub mod cli;
 pub mod collect;
 pub mod error;

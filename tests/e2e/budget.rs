@@ -73,3 +73,75 @@ fn the_programs_own_failure_keeps_its_code_and_check_gates_a_saved_profile() {
         "no budget given is a usage error"
     );
 }
+
+#[test]
+fn budget_files_set_per_line_and_per_function_limits_and_bad_files_fail_first() {
+    let kept = crate::cpu::markers("keep_array.py")["kept"];
+    let dir = fixture::tempdir();
+    let file = dir.join("mlprof.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[lines]\n\"keep_array.py:{kept}\" = \"100MiB\"\n\"keep_array.py:1\" = \"1MiB\"\n[functions]\n\"keep_array.py::<module>\" = \"150MiB\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = run(&["--budget", file.to_str().unwrap()], "200", "exit");
+    assert_eq!(code, Some(97), "{stderr}");
+    let violations: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("mlprof: budget exceeded"))
+        .collect();
+    assert_eq!(
+        violations.len(),
+        2,
+        "the kept line and its function, not line 1: {violations:?}"
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.contains(&format!("keep_array.py:{kept} held 190."))),
+        "{violations:?}"
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.contains("keep_array.py::<module> held")),
+        "{violations:?}"
+    );
+
+    // Found from the working directory upward when no file is named.
+    let py = &fixture::numpy_pythons()[0];
+    let nested = dir.join("sub/dir");
+    std::fs::create_dir_all(&nested).unwrap();
+    let found = fixture::mlprof()
+        .args(["run", "-q", "--budget", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script("keep_array.py"))
+        .args(["200", "exit"])
+        .current_dir(&nested)
+        .output()
+        .unwrap();
+    assert_eq!(
+        found.status.code(),
+        Some(97),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+
+    std::fs::write(&file, "[lines]\n\"a.py:3\" = = \"1GiB\"\n").unwrap();
+    let bad = fixture::mlprof()
+        .args(["run", "--budget"])
+        .arg(&file)
+        .args(["--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(70), "{err}");
+    assert!(
+        err.starts_with(&format!("mlprof: {}:2:", file.display())),
+        "file:line:column: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(bad.stdout.is_empty(), "the program did not run");
+}
