@@ -50,21 +50,29 @@ impl Budgets {
 pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     let mut out = Vec::new();
     if let Some(limit) = b.max_peak_bytes.filter(|&l| p.memory.peak_heap_bytes > l) {
-        out.push(violation(
-            "peak_heap",
-            "peak heap",
-            limit,
-            p.memory.peak_heap_bytes,
-            &holders(p),
+        out.push(at(
+            violation(
+                "peak_heap",
+                "peak heap",
+                limit,
+                p.memory.peak_heap_bytes,
+                &holders(p),
+            ),
+            p,
+            &|_| true,
         ));
     }
     if let Some(limit) = b.max_rss_bytes.filter(|&l| p.memory.peak_rss_bytes > l) {
-        out.push(violation(
-            "peak_rss",
-            "peak RSS",
-            limit,
-            p.memory.peak_rss_bytes,
-            &holders(p),
+        out.push(at(
+            violation(
+                "peak_rss",
+                "peak RSS",
+                limit,
+                p.memory.peak_rss_bytes,
+                &holders(p),
+            ),
+            p,
+            &|_| true,
         ));
     }
     if let Some(limit) = b.max_leak_bytes {
@@ -121,12 +129,10 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
         };
         let bytes_held = held(&|l| l.line == line && matches(&l.file, file));
         if bytes_held > limit {
-            out.push(violation(
-                "line",
-                &format!("{key} held"),
-                limit,
-                bytes_held,
-                "",
+            out.push(at(
+                violation("line", &format!("{key} held"), limit, bytes_held, ""),
+                p,
+                &|l| l.line == line && matches(&l.file, file),
             ));
         }
     }
@@ -136,24 +142,20 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
         };
         let bytes_held = held(&|l| l.function == function && matches(&l.file, file));
         if bytes_held > limit {
-            out.push(violation(
-                "function",
-                &format!("{key} held"),
-                limit,
-                bytes_held,
-                "",
+            out.push(at(
+                violation("function", &format!("{key} held"), limit, bytes_held, ""),
+                p,
+                &|l| l.function == function && matches(&l.file, file),
             ));
         }
     }
     for (key, &limit) in &b.files {
         let bytes_held = held(&|l| matches(&l.file, key));
         if bytes_held > limit {
-            out.push(violation(
-                "file",
-                &format!("{key} held"),
-                limit,
-                bytes_held,
-                "",
+            out.push(at(
+                violation("file", &format!("{key} held"), limit, bytes_held, ""),
+                p,
+                &|l| matches(&l.file, key),
             ));
         }
     }
@@ -174,7 +176,23 @@ fn violation(budget: &str, what: &str, limit: u64, actual: u64, whereabouts: &st
         limit_bytes: limit,
         actual_bytes: actual,
         message,
+        file: None,
+        line: None,
     }
+}
+
+/// The violation, located at the line holding most of what it counts.
+fn at(mut v: Violation, p: &Profile, keep: &dyn Fn(&crate::model::LineStats) -> bool) -> Violation {
+    let top = p
+        .lines
+        .iter()
+        .filter(|l| keep(l) && l.line > 0)
+        .max_by_key(|l| l.measures.peak_bytes);
+    if let Some(top) = top {
+        v.file = Some(top.file.clone());
+        v.line = Some(top.line);
+    }
+    v
 }
 
 /// The three lines holding most at the heap peak: `train.py:88 held 3.9 GiB, ...`.

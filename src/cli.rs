@@ -140,6 +140,9 @@ struct RunArgs {
     /// directory (the working directory without a value) upward; flags override its limits.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
     budget: Option<PathBuf>,
+    /// Write the budget verdicts as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Fail (exit 97) if the process tree's peak heap exceeds SIZE (exact, repeatable).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_peak: Option<u64>,
@@ -251,16 +254,24 @@ fn run_command(args: RunArgs) -> Result<i32> {
         args.max_rss,
         args.max_leak,
     )?;
+    let budgets_set = budgets.any();
     profile.violations = crate::budget::verdicts(&profile, &budgets);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             eprintln!("mlprof: warning: {warning}");
         }
     }
+    let report_on_stdout = matches!(destination, Destination::Stdout);
     emit(&profile, format, destination)?;
     for v in &profile.violations {
         eprintln!("mlprof: {}", v.message);
     }
+    ci_outputs(
+        &profile,
+        args.junit.as_deref(),
+        report_on_stdout,
+        budgets_set,
+    )?;
     Ok(match (profile.exit.code, profile.exit.signal) {
         (Some(0), _) if !profile.violations.is_empty() => crate::budget::EXIT_BUDGET,
         (Some(code), _) => code,
@@ -424,10 +435,50 @@ fn budgets(
     let from_file = match file {
         None => crate::budget::Budgets::default(),
         Some(dir) if dir.is_dir() => {
-            let start = std::path::absolute(dir).map_err(|e| Error::new(format!("--budget: {e}")))?;
+            let start =
+                std::path::absolute(dir).map_err(|e| Error::new(format!("--budget: {e}")))?;
             crate::budget_file::load(&crate::budget_file::discover(&start)?)?
         }
         Some(path) => crate::budget_file::load(path)?,
     };
     Ok(from_file.with_flags(peak, rss, leak))
+}
+
+/// CI outputs of the budget verdicts, when budgets were set: GitHub Actions annotations and job
+/// summary (when `GITHUB_ACTIONS=true`; annotations on stdout unless the report is there), and
+/// JUnit XML when asked.
+fn ci_outputs(
+    p: &model::Profile,
+    junit: Option<&Path>,
+    report_on_stdout: bool,
+    budgets_set: bool,
+) -> Result<()> {
+    if let Some(path) = junit {
+        std::fs::write(path, crate::budget_report::junit(p)).map_err(|e| {
+            Error::new(format!(
+                "cannot write {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        })?;
+    }
+    if !budgets_set || std::env::var("GITHUB_ACTIONS").as_deref() != Ok("true") {
+        return Ok(());
+    }
+    let annotations = crate::budget_report::github_annotations(&p.violations);
+    if report_on_stdout {
+        eprint!("{annotations}");
+    } else {
+        print!("{annotations}");
+    }
+    if let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY") {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&summary)
+            .map_err(|e| Error::new(format!("cannot write the job summary: {}", io_reason(&e))))?;
+        let _ = file.write_all(crate::budget_report::markdown_summary(p).as_bytes());
+    }
+    Ok(())
 }

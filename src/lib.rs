@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod budget_file;
+pub mod budget_report;
 pub mod cli;
 pub mod collect;
 pub mod error;

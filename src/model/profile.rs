@@ -162,6 +162,12 @@ pub struct Violation {
     pub actual_bytes: u64,
     /// One line for people: `budget exceeded: peak heap 7.1 GiB > 6.0 GiB (train.py:88 held ...)`.
     pub message: String,
+    /// Where it shows in the source (the line, or the biggest holder), if anywhere.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// The line in `file`.
+    #[serde(default)]
+    pub line: Option<u32>,
 }
 
 /// One CPU sample on the timeline.

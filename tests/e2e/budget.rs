@@ -145,3 +145,46 @@ fn budget_files_set_per_line_and_per_function_limits_and_bad_files_fail_first() 
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(bad.stdout.is_empty(), "the program did not run");
 }
+
+#[test]
+fn ci_gets_annotations_a_job_summary_and_junit() {
+    let kept = crate::cpu::markers("keep_array.py")["kept"];
+    let dir = fixture::tempdir();
+    let (summary, junit) = (dir.join("summary.md"), dir.join("budgets.xml"));
+    let py = &fixture::numpy_pythons()[0];
+    let out = fixture::mlprof()
+        .args(["run", "-q", "--max-peak", "100MiB", "--junit"])
+        .arg(&junit)
+        .arg("--")
+        .arg(&py.exe)
+        .arg(fixture::script("keep_array.py"))
+        .args(["200", "exit"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(97));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let script = fixture::script("keep_array.py");
+    let annotation = format!(
+        "::error file={},line={kept},title=mlprof budget::budget exceeded: peak heap",
+        script.display()
+    );
+    assert!(stdout.contains(&annotation), "{stdout}");
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        md.contains("| peak_heap | 100.0 MiB |") && md.contains(&format!("`keep_array.py:{kept}`")),
+        "{md}"
+    );
+    let parse = std::process::Command::new(&fixture::pythons()[0].exe)
+        .args(["-c", "import sys, xml.etree.ElementTree as E; s = E.parse(sys.argv[1]).getroot(); print(s.get('failures'), len(s.findall('testcase/failure')))"])
+        .arg(&junit)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&parse.stdout),
+        "1 1\n",
+        "{}",
+        String::from_utf8_lossy(&parse.stderr)
+    );
+}
