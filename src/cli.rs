@@ -47,6 +47,12 @@ enum Command {
 struct CheckArgs {
     /// A JSON profile written by `mlprof run -o FILE` or `--json`.
     profile: PathBuf,
+    /// Compare with this saved profile (as for `run`).
+    #[arg(long, value_name = "PROFILE")]
+    baseline: Option<PathBuf>,
+    /// Growth against the baseline allowed, in percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::baseline::DEFAULT_PERCENT)]
+    tolerance: f64,
     /// Budgets from a file (as for `run`).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
     budget: Option<PathBuf>,
@@ -140,6 +146,13 @@ struct RunArgs {
     /// directory (the working directory without a value) upward; flags override its limits.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
     budget: Option<PathBuf>,
+    /// Fail (exit 97) when the peak heap or a line's allocations grew against this saved
+    /// profile by more than --tolerance percent and 10 MiB.
+    #[arg(long, value_name = "PROFILE")]
+    baseline: Option<PathBuf>,
+    /// Growth against the baseline allowed, in percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::baseline::DEFAULT_PERCENT)]
+    tolerance: f64,
     /// Write the budget verdicts as JUnit XML to FILE.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -213,7 +226,8 @@ enum Destination {
 
 fn run_command(args: RunArgs) -> Result<i32> {
     launch::block_forwarded_signals();
-    // A malformed budget file is an error before anything runs.
+    // A malformed budget file or baseline is an error before anything runs.
+    let baseline = args.baseline.as_deref().map(read_profile).transpose()?;
     budgets(
         args.budget.as_deref(),
         args.max_peak,
@@ -254,8 +268,17 @@ fn run_command(args: RunArgs) -> Result<i32> {
         args.max_rss,
         args.max_leak,
     )?;
-    let budgets_set = budgets.any();
+    let budgets_set = budgets.any() || args.baseline.is_some();
     profile.violations = crate::budget::verdicts(&profile, &budgets);
+    if let Some(base) = &baseline {
+        let t = crate::baseline::Tolerance {
+            percent: args.tolerance,
+            ..Default::default()
+        };
+        profile
+            .violations
+            .extend(crate::baseline::regressions(&profile, base, &t));
+    }
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             eprintln!("mlprof: warning: {warning}");
@@ -323,13 +346,21 @@ fn check(args: CheckArgs) -> Result<i32> {
         args.max_rss,
         args.max_leak,
     )?;
-    if !budgets.any() {
+    if !budgets.any() && args.baseline.is_none() {
         return Err(Error::with_code(
-            "check: no budget given (--budget, --max-peak, --max-rss, --max-leak)",
+            "check: no budget given (--budget, --max-peak, --max-rss, --max-leak, --baseline)",
             crate::error::EXIT_USAGE,
         ));
     }
-    let violations = crate::budget::verdicts(&profile, &budgets);
+    let mut violations = crate::budget::verdicts(&profile, &budgets);
+    if let Some(path) = &args.baseline {
+        let base = read_profile(path)?;
+        let t = crate::baseline::Tolerance {
+            percent: args.tolerance,
+            ..Default::default()
+        };
+        violations.extend(crate::baseline::regressions(&profile, &base, &t));
+    }
     for v in &violations {
         eprintln!("mlprof: {}", v.message);
     }
@@ -481,4 +512,12 @@ fn ci_outputs(
         let _ = file.write_all(crate::budget_report::markdown_summary(p).as_bytes());
     }
     Ok(())
+}
+
+/// Read and check a saved profile.
+fn read_profile(path: &Path) -> Result<model::Profile> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
+    render::json::parse(&text, &origin)
 }

@@ -5,6 +5,7 @@
 //! → [`model::attribute`] turns that into the [`model::Profile`] (pure) → [`render`] prints it.
 //! [`launch`] starts the target; [`cli`] wires the commands together.
 
+pub mod baseline;
 pub mod budget;
 pub mod budget_file;
 pub mod budget_report;

@@ -188,3 +188,44 @@ fn ci_gets_annotations_a_job_summary_and_junit() {
         String::from_utf8_lossy(&parse.stderr)
     );
 }
+
+#[test]
+fn a_baseline_flags_a_doubled_line_and_not_noise() {
+    let kept = crate::cpu::markers("keep_array.py")["kept"];
+    let dir = fixture::tempdir();
+    let base = dir.join("base.json");
+    let (code, _) = run(&["-o", base.to_str().unwrap()], "100", "exit");
+    assert_eq!(code, Some(0));
+
+    let (code, stderr) = run(&["--baseline", base.to_str().unwrap()], "200", "exit");
+    assert_eq!(code, Some(97), "{stderr}");
+    let line_regression = format!("mlprof: regression: keep_array.py:{kept} allocated 190.");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with(&line_regression) && l.ends_with("(+100%)")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("regression: peak heap"), "{stderr}");
+
+    let (code, stderr) = run(&["--baseline", base.to_str().unwrap()], "101", "exit");
+    assert_eq!(code, Some(0), "a 1% move is noise: {stderr}");
+    assert!(!stderr.contains("regression"), "{stderr}");
+
+    let now = dir.join("now.json");
+    let (code, _) = run(&["-o", now.to_str().unwrap()], "200", "exit");
+    assert_eq!(code, Some(0));
+    let check = fixture::mlprof()
+        .arg("check")
+        .arg(&now)
+        .arg("--baseline")
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(97),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
