@@ -12,7 +12,7 @@ use crate::render::units::bytes;
 pub const EXIT_BUDGET: i32 = 97;
 
 /// The limits of a run; `None` = no limit.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Budgets {
     /// Peak heap of the tree.
     pub max_peak_bytes: Option<u64>,
@@ -26,6 +26,12 @@ pub struct Budgets {
     pub functions: BTreeMap<String, u64>,
     /// Bytes a file's lines may hold at the heap peak.
     pub files: BTreeMap<String, u64>,
+    /// Bytes copied (memcpy family) by the whole tree.
+    pub max_copy_bytes: Option<u64>,
+    /// CPU seconds (user + kernel) of the tree.
+    pub max_cpu_s: Option<f64>,
+    /// Path patterns (`*` matches anything) whose lines no budget counts.
+    pub ignore: Vec<String>,
 }
 
 impl Budgets {
@@ -35,6 +41,8 @@ impl Budgets {
             || self.max_rss_bytes.is_some()
             || self.max_leak_bytes.is_some()
             || !(self.lines.is_empty() && self.functions.is_empty() && self.files.is_empty())
+            || self.max_copy_bytes.is_some()
+            || self.max_cpu_s.is_some()
     }
 
     /// Flags override the file's tree limits; the file's per-place limits stay.
@@ -79,7 +87,7 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
         let leaking: Vec<(String, u64)> = p
             .lines
             .iter()
-            .filter(|l| l.measures.leak.is_some())
+            .filter(|l| l.measures.leak.is_some() && !b.ignored(&l.file))
             .map(|l| {
                 (
                     place(&l.file, l.line),
@@ -105,8 +113,47 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
             ));
         }
     }
+    let copied: u64 = p
+        .lines
+        .iter()
+        .filter(|l| !b.ignored(&l.file))
+        .map(|l| l.measures.copy_bytes)
+        .sum();
+    if let Some(limit) = b.max_copy_bytes.filter(|&l| copied > l) {
+        out.push(violation("copy", "copy volume", limit, copied, ""));
+    }
+    let cpu = p.cpu_user_s + p.cpu_kernel_s;
+    if let Some(limit) = b.max_cpu_s.filter(|&l| cpu > l) {
+        out.push(Violation {
+            budget: "cpu".into(),
+            message: format!("budget exceeded: CPU time {cpu:.2} s > {limit:.2} s"),
+            ..Violation::default()
+        });
+    }
     out.extend(places(p, b));
     out
+}
+
+/// Whether `path` matches a glob pattern where `*` matches any run of characters (a pattern
+/// without `/` may match any path suffix).
+pub fn glob(pattern: &str, path: &str) -> bool {
+    fn from(p: &[u8], s: &[u8]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some((b'*', rest)) => (0..=s.len()).any(|i| from(rest, &s[i..])),
+            Some((&c, rest)) => s.first() == Some(&c) && from(rest, &s[1..]),
+        }
+    }
+    let (p, s) = (pattern.as_bytes(), path.as_bytes());
+    from(p, s)
+        || (!pattern.starts_with('/') && (0..s.len()).any(|i| s[i] == b'/' && from(p, &s[i + 1..])))
+}
+
+impl Budgets {
+    /// Whether lines of `file` are left out of budgets.
+    pub fn ignored(&self, file: &str) -> bool {
+        self.ignore.iter().any(|pat| glob(pat, file))
+    }
 }
 
 /// Per-line, per-function and per-file limits on bytes held at the heap peak.
@@ -115,7 +162,7 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
     let held = |keep: &dyn Fn(&crate::model::LineStats) -> bool| -> u64 {
         p.lines
             .iter()
-            .filter(|l| keep(l))
+            .filter(|l| keep(l) && !b.ignored(&l.file))
             .map(|l| l.measures.peak_bytes)
             .sum()
     };
@@ -224,6 +271,44 @@ fn place(file: &str, line: u32) -> String {
 mod tests {
     use super::*;
     use crate::model::{LineStats, SCHEMA};
+
+    #[test]
+    fn globs_match_paths_and_suffixes() {
+        assert!(glob("tests/*", "/repo/tests/test_a.py"));
+        assert!(glob("*.py", "/repo/a.py"));
+        assert!(glob("/repo/*", "/repo/x/y.py"));
+        assert!(!glob("/other/*", "/repo/x.py"));
+        assert!(!glob("tests/*", "/repo/src/a.py"));
+    }
+
+    #[test]
+    fn copy_cpu_and_ignored_lines() {
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            cpu_user_s: 10.0,
+            cpu_kernel_s: 2.0,
+            ..Profile::default()
+        };
+        let mut hot = LineStats {
+            file: "/repo/tests/test_big.py".into(),
+            line: 5,
+            ..LineStats::default()
+        };
+        hot.measures.peak_bytes = 4 << 30;
+        hot.measures.copy_bytes = 8 << 30;
+        p.lines.push(hot);
+        let mut b = Budgets {
+            max_cpu_s: Some(11.0),
+            max_copy_bytes: Some(1 << 30),
+            ..Budgets::default()
+        };
+        b.files.insert("test_big.py".into(), 1 << 30);
+        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        assert_eq!(kinds, ["copy", "cpu", "file"]);
+        b.ignore.push("tests/*".into());
+        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        assert_eq!(kinds, ["cpu"], "ignored lines count for no budget");
+    }
 
     #[test]
     fn exceeded_budgets_name_the_lines_that_hold_memory() {

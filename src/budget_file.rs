@@ -13,6 +13,9 @@
 //! [files]
 //! "data.py" = "1GiB"
 //! ```
+//!
+//! Also (at the top, before any table): `max-copy = "20GiB"` (bytes copied by the tree),
+//! `max-cpu = 3600` (CPU seconds of the tree), `ignore = ["tests/*"]` (lines no budget counts).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,9 +88,12 @@ fn parse(t: &toml::Table) -> std::result::Result<Budgets, String> {
             "lines" => b.lines = sizes(key, value)?,
             "functions" => b.functions = sizes(key, value)?,
             "files" => b.files = sizes(key, value)?,
+            "max-copy" => b.max_copy_bytes = Some(size(key, value)?),
+            "max-cpu" => b.max_cpu_s = Some(seconds(key, value)?),
+            "ignore" => b.ignore = strings(key, value)?,
             other => {
                 return Err(format!(
-                    "unknown key '{other}' (max-peak, max-rss, max-leak, lines, functions, files)"
+                    "unknown key '{other}' (max-peak, max-rss, max-leak, max-copy, max-cpu, lines, functions, files, ignore)"
                 ))
             }
         }
@@ -101,6 +107,28 @@ fn size(key: &str, value: &toml::Value) -> std::result::Result<u64, String> {
         toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
         _ => Err(format!("{key}: expected a size like \"2GiB\"")),
     }
+}
+
+fn seconds(key: &str, value: &toml::Value) -> std::result::Result<f64, String> {
+    match value {
+        toml::Value::Float(f) if *f >= 0.0 => Ok(*f),
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as f64),
+        _ => Err(format!("{key}: expected seconds, like 120 or 1.5")),
+    }
+}
+
+fn strings(key: &str, value: &toml::Value) -> std::result::Result<Vec<String>, String> {
+    let toml::Value::Array(items) = value else {
+        return Err(format!("{key}: expected a list of patterns"));
+    };
+    items
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("{key}: patterns are strings"))
+        })
+        .collect()
 }
 
 fn sizes(key: &str, value: &toml::Value) -> std::result::Result<BTreeMap<String, u64>, String> {
