@@ -47,24 +47,75 @@ enum Command {
 struct CheckArgs {
     /// A JSON profile written by `mlprof run -o FILE` or `--json`.
     profile: PathBuf,
-    /// Compare with this saved profile (as for `run`).
+    #[command(flatten)]
+    gate: GateArgs,
+}
+
+/// Budgets and baseline, shared by `run` and `check`: exceeding them exits 97.
+#[derive(Args)]
+struct GateArgs {
+    /// Budgets from a file: FILE, or mlprof.toml / pyproject.toml [tool.mlprof] found from a
+    /// directory (the working directory without a value) upward; flags override its limits.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
+    budget: Option<PathBuf>,
+    /// Fail when the peak heap or a line's allocations grew against this saved profile by more
+    /// than --tolerance percent and 10 MiB.
     #[arg(long, value_name = "PROFILE")]
     baseline: Option<PathBuf>,
     /// Growth against the baseline allowed, in percent.
     #[arg(long, value_name = "PERCENT", default_value_t = crate::baseline::DEFAULT_PERCENT)]
     tolerance: f64,
-    /// Budgets from a file (as for `run`).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
-    budget: Option<PathBuf>,
-    /// Peak heap limit.
+    /// Fail if the process tree's peak heap exceeds SIZE (exact, repeatable).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_peak: Option<u64>,
-    /// Peak RSS limit.
+    /// Fail if the tree's peak RSS exceeds SIZE (noisier than the heap).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_rss: Option<u64>,
-    /// Limit on bytes held at the end by lines flagged as likely leaks.
+    /// Fail if lines flagged as likely leaks hold more than SIZE at the end.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_leak: Option<u64>,
+}
+
+/// The gate of a command, loaded once (a malformed budget file or baseline is an error before
+/// anything runs).
+struct Gate {
+    budgets: crate::budget::Budgets,
+    baseline: Option<model::Profile>,
+    tolerance: crate::baseline::Tolerance,
+}
+
+impl GateArgs {
+    fn load(&self) -> Result<Gate> {
+        Ok(Gate {
+            budgets: budgets(
+                self.budget.as_deref(),
+                self.max_peak,
+                self.max_rss,
+                self.max_leak,
+            )?,
+            baseline: self.baseline.as_deref().map(read_profile).transpose()?,
+            tolerance: crate::baseline::Tolerance {
+                percent: self.tolerance,
+                ..Default::default()
+            },
+        })
+    }
+}
+
+impl Gate {
+    /// Whether anything is checked.
+    fn any(&self) -> bool {
+        self.budgets.any() || self.baseline.is_some()
+    }
+
+    /// Budget verdicts and regressions of `p`.
+    fn verdicts(&self, p: &model::Profile) -> Vec<model::Violation> {
+        let mut out = crate::budget::verdicts(p, &self.budgets);
+        if let Some(base) = &self.baseline {
+            out.extend(crate::baseline::regressions(p, base, &self.tolerance));
+        }
+        out
+    }
 }
 
 /// Formats of `mlprof export`.
@@ -142,29 +193,11 @@ struct RunArgs {
     /// Mean bytes copied between two copy samples (0: no copy volume).
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
     copy_sample_bytes: u64,
-    /// Budgets from a file: FILE, or mlprof.toml / pyproject.toml [tool.mlprof] found from a
-    /// directory (the working directory without a value) upward; flags override its limits.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = ".")]
-    budget: Option<PathBuf>,
-    /// Fail (exit 97) when the peak heap or a line's allocations grew against this saved
-    /// profile by more than --tolerance percent and 10 MiB.
-    #[arg(long, value_name = "PROFILE")]
-    baseline: Option<PathBuf>,
-    /// Growth against the baseline allowed, in percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = crate::baseline::DEFAULT_PERCENT)]
-    tolerance: f64,
+    #[command(flatten)]
+    gate: GateArgs,
     /// Write the budget verdicts as JUnit XML to FILE.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
-    /// Fail (exit 97) if the process tree's peak heap exceeds SIZE (exact, repeatable).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
-    max_peak: Option<u64>,
-    /// Fail (exit 97) if the tree's peak RSS exceeds SIZE (noisier than the heap).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
-    max_rss: Option<u64>,
-    /// Fail (exit 97) if lines flagged as likely leaks hold more than SIZE at the end.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
-    max_leak: Option<u64>,
     /// Profile only the launched process: not its fork children, nor programs it runs.
     #[arg(long)]
     no_follow: bool,
@@ -226,14 +259,7 @@ enum Destination {
 
 fn run_command(args: RunArgs) -> Result<i32> {
     launch::block_forwarded_signals();
-    // A malformed budget file or baseline is an error before anything runs.
-    let baseline = args.baseline.as_deref().map(read_profile).transpose()?;
-    budgets(
-        args.budget.as_deref(),
-        args.max_peak,
-        args.max_rss,
-        args.max_leak,
-    )?;
+    let gate = args.gate.load()?;
     let (format, destination) = run_destination(&args);
     let session = launch::Session::create()?;
     let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
@@ -262,23 +288,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
     };
     let mut profile = model::attribute(&recording, &natives, &filter);
     symbolize::sources::attach(&mut profile);
-    let budgets = budgets(
-        args.budget.as_deref(),
-        args.max_peak,
-        args.max_rss,
-        args.max_leak,
-    )?;
-    let budgets_set = budgets.any() || args.baseline.is_some();
-    profile.violations = crate::budget::verdicts(&profile, &budgets);
-    if let Some(base) = &baseline {
-        let t = crate::baseline::Tolerance {
-            percent: args.tolerance,
-            ..Default::default()
-        };
-        profile
-            .violations
-            .extend(crate::baseline::regressions(&profile, base, &t));
-    }
+    profile.violations = gate.verdicts(&profile);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             eprintln!("mlprof: warning: {warning}");
@@ -293,7 +303,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         &profile,
         args.junit.as_deref(),
         report_on_stdout,
-        budgets_set,
+        gate.any(),
     )?;
     Ok(match (profile.exit.code, profile.exit.signal) {
         (Some(0), _) if !profile.violations.is_empty() => crate::budget::EXIT_BUDGET,
@@ -325,10 +335,7 @@ fn format_for(path: &Path) -> Format {
 }
 
 fn report(args: ReportArgs) -> Result<i32> {
-    let origin = args.profile.display().to_string();
-    let text = std::fs::read_to_string(&args.profile)
-        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
-    let profile = render::json::parse(&text, &origin)?;
+    let profile = read_profile(&args.profile)?;
     let format = args.format.chosen().unwrap_or(Format::Text);
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
     emit(&profile, format, destination)?;
@@ -336,31 +343,15 @@ fn report(args: ReportArgs) -> Result<i32> {
 }
 
 fn check(args: CheckArgs) -> Result<i32> {
-    let origin = args.profile.display().to_string();
-    let text = std::fs::read_to_string(&args.profile)
-        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
-    let profile = render::json::parse(&text, &origin)?;
-    let budgets = budgets(
-        args.budget.as_deref(),
-        args.max_peak,
-        args.max_rss,
-        args.max_leak,
-    )?;
-    if !budgets.any() && args.baseline.is_none() {
+    let profile = read_profile(&args.profile)?;
+    let gate = args.gate.load()?;
+    if !gate.any() {
         return Err(Error::with_code(
             "check: no budget given (--budget, --max-peak, --max-rss, --max-leak, --baseline)",
             crate::error::EXIT_USAGE,
         ));
     }
-    let mut violations = crate::budget::verdicts(&profile, &budgets);
-    if let Some(path) = &args.baseline {
-        let base = read_profile(path)?;
-        let t = crate::baseline::Tolerance {
-            percent: args.tolerance,
-            ..Default::default()
-        };
-        violations.extend(crate::baseline::regressions(&profile, &base, &t));
-    }
+    let violations = gate.verdicts(&profile);
     for v in &violations {
         eprintln!("mlprof: {}", v.message);
     }
@@ -372,10 +363,7 @@ fn check(args: CheckArgs) -> Result<i32> {
 }
 
 fn export(args: ExportArgs) -> Result<i32> {
-    let origin = args.profile.display().to_string();
-    let text = std::fs::read_to_string(&args.profile)
-        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
-    let profile = render::json::parse(&text, &origin)?;
+    let profile = read_profile(&args.profile)?;
     let out = match args.format {
         ExportFormat::Folded => render::folded::render(&profile, args.measure).into_bytes(),
         ExportFormat::Speedscope => render::speedscope::render(&profile)?.into_bytes(),
