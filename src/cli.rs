@@ -1,5 +1,5 @@
-//! The command line: `mlprof run` and `mlprof report`, parsed with clap and carried out by
-//! wiring launch → collect → model → render.
+//! The command line: `mlprof run`, `report`, `export`, `check` and `merge`, parsed with clap
+//! and carried out by wiring launch → collect → model → render.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -41,6 +41,21 @@ enum Command {
     Export(ExportArgs),
     /// Check a saved profile against budgets (exit 97 when one is exceeded).
     Check(CheckArgs),
+    /// Combine profiles of several hosts or ranks into one, with a per-rank breakdown.
+    Merge(MergeArgs),
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// JSON profiles written by `mlprof run -o FILE` (one per host or rank).
+    #[arg(required = true, num_args = 1.., value_name = "PROFILE")]
+    profiles: Vec<PathBuf>,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Write the merged profile (or report) to FILE: format from --text/--json/--html, else
+    /// from the extension (.html, .txt, otherwise JSON). Without it, a terminal report.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -246,6 +261,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Report(args) => report(args),
         Command::Export(args) => export(args),
         Command::Check(args) => check(args),
+        Command::Merge(args) => merge(args),
     }
 }
 
@@ -339,6 +355,34 @@ fn report(args: ReportArgs) -> Result<i32> {
     let format = args.format.chosen().unwrap_or(Format::Text);
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
     emit(&profile, format, destination)?;
+    Ok(0)
+}
+
+fn merge(args: MergeArgs) -> Result<i32> {
+    let inputs = args
+        .profiles
+        .iter()
+        .map(|path| {
+            Ok(model::merge::Input {
+                source: path
+                    .file_name()
+                    .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into()),
+                profile: read_profile(path)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let merged = model::merge::merge(inputs);
+    let (format, destination) = match args.output {
+        Some(path) => (
+            args.format.chosen().unwrap_or_else(|| format_for(&path)),
+            Destination::File(path),
+        ),
+        None => (
+            args.format.chosen().unwrap_or(Format::Text),
+            Destination::Stdout,
+        ),
+    };
+    emit(&merged, format, destination)?;
     Ok(0)
 }
 

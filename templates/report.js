@@ -178,9 +178,73 @@ function flame(id, value, format) {
   svg.setAttribute("height", (depth + 1) * H + 4);
 }
 
+// The per-process view: the flame graphs, threads and a lines table of one chosen process
+// (built from its stacks: the innermost Python frame of each stack is its line).
+function processLines(pid) {
+  const by = new Map();
+  for (const s of P.stacks) {
+    if (s.pid !== pid) continue;
+    let leaf = null;
+    for (const f of s.frames) if (P.stack_frames[f].line > 0) leaf = P.stack_frames[f];
+    if (!leaf) continue;
+    const key = `${leaf.file}\u0000${leaf.line}`;
+    if (!by.has(key)) by.set(key, { file: leaf.file, line: leaf.line, function: leaf.function,
+      cpu_python_s: 0, cpu_native_s: 0, cpu_system_s: 0, alloc_bytes: 0, peak_bytes: 0 });
+    const l = by.get(key);
+    for (const k of ["cpu_python_s", "cpu_native_s", "cpu_system_s", "alloc_bytes", "peak_bytes"]) l[k] += s[k];
+  }
+  return [...by.values()];
+}
+
+const threadColumns = [["pid", (t) => t.pid, (t) => t.pid], ["tid", (t) => t.tid, (t) => t.tid], ["kind", (t) => t.python, (t) => t.python ? "Python" : "native", true],
+  ["Python", (t) => t.cpu_python_s, (t) => secs(t.cpu_python_s)], ["native", (t) => t.cpu_native_s, (t) => secs(t.cpu_native_s)],
+  ["waiting", (t) => t.cpu_system_s, (t) => secs(t.cpu_system_s)]];
+
+function showProcess(choice) {
+  const pid = choice === "" ? null : Number(choice);
+  const keep = (s) => pid === null || s.pid === pid;
+  for (const id of ["flame-cpu", "flame-peak"]) $(id).replaceChildren();
+  flame("flame-cpu", (s) => keep(s) ? s.cpu_python_s + s.cpu_native_s : 0, secs);
+  flame("flame-peak", (s) => keep(s) ? s.peak_bytes : 0, bytes);
+  table("threads", threadColumns, P.threads.filter(keep), 3);
+  $("process-lines-part").hidden = pid === null;
+  if (pid === null) return;
+  const proc = P.processes.find((p) => p.pid === pid);
+  $("process-lines-title").textContent = `Lines of process ${pid}` + (proc ? ` (${proc.command.join(" ")})` : "");
+  table("process-lines", [["time", cpu, (l) => secs(cpu(l))], ["Python", (l) => l.cpu_python_s, (l) => secs(l.cpu_python_s)],
+    ["native", (l) => l.cpu_native_s, (l) => secs(l.cpu_native_s)], ["system", (l) => l.cpu_system_s, (l) => secs(l.cpu_system_s)],
+    ["allocated", (l) => l.alloc_bytes, (l) => bytes(l.alloc_bytes)], ["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)],
+    ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line} ${l.function}`, true]], processLines(pid), 0);
+}
+
+function processChooser() {
+  if (P.processes.length < 2) return;
+  const sel = $("process-select");
+  sel.append(el("option", { value: "" }, "all processes"));
+  for (const p of P.processes) {
+    const label = `${p.rank ? p.rank + ": " : ""}${p.pid} ${p.command.join(" ")}`.slice(0, 120);
+    sel.append(el("option", { value: String(p.pid) }, label));
+  }
+  sel.addEventListener("change", () => showProcess(sel.value));
+  $("process-part").hidden = false;
+}
+
+function ranks() {
+  if (!P.ranks || !P.ranks.length) return;
+  $("ranks-part").hidden = false;
+  table("ranks", [["rank", (r) => r.name, (r) => r.name, true], ["peak heap", (r) => r.peak_heap_bytes, (r) => bytes(r.peak_heap_bytes)],
+    ["peak RSS", (r) => r.peak_rss_bytes, (r) => bytes(r.peak_rss_bytes)], ["allocated", (r) => r.alloc_bytes, (r) => bytes(r.alloc_bytes)],
+    ["GPU memory", (r) => r.peak_gpu_memory_bytes, (r) => bytes(r.peak_gpu_memory_bytes)],
+    ["CPU", (r) => r.cpu_s, (r) => secs(r.cpu_s)], ["wall", (r) => r.wall_s, (r) => secs(r.wall_s)],
+    ["processes", (r) => r.processes, (r) => r.processes],
+    ["exit", (r) => r.exit.code ?? -1, (r) => r.exit.code !== null ? r.exit.code : r.exit.signal !== null ? `signal ${r.exit.signal}` : "?"],
+    ["source", (r) => r.source, (r) => r.source, true]], P.ranks, 1);
+}
+
 timeline();
-flame("flame-cpu", (s) => s.cpu_python_s + s.cpu_native_s, secs);
-flame("flame-peak", (s) => s.peak_bytes, bytes);
+ranks();
+processChooser();
+showProcess("");
 lines();
 table("peak", [["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)], ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line}`, true],
   ["source", (l) => l.source, (l) => l.source, true]], P.lines.filter((l) => l.peak_bytes > 0), 0);
@@ -192,10 +256,7 @@ table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_
   ["native", (f) => f.cpu_native_s, (f) => secs(f.cpu_native_s)], ["system", (f) => f.cpu_system_s, (f) => secs(f.cpu_system_s)],
   ["allocated", (f) => f.alloc_bytes, (f) => bytes(f.alloc_bytes)], ["held at peak", (f) => f.peak_bytes, (f) => bytes(f.peak_bytes)],
   ["function", (f) => f.function, (f) => `${f.function} (${short(f.file)}:${f.line})`, true]], P.functions, 0);
-table("threads", [["pid", (t) => t.pid, (t) => t.pid], ["tid", (t) => t.tid, (t) => t.tid], ["kind", (t) => t.python, (t) => t.python ? "Python" : "native", true],
-  ["Python", (t) => t.cpu_python_s, (t) => secs(t.cpu_python_s)], ["native", (t) => t.cpu_native_s, (t) => secs(t.cpu_native_s)],
-  ["waiting", (t) => t.cpu_system_s, (t) => secs(t.cpu_system_s)]], P.threads, 3);
-table("processes", [["pid", (p) => p.pid, (p) => p.pid], ["ppid", (p) => p.ppid, (p) => p.ppid], ["python", (p) => p.python || "", (p) => p.python || "-"],
+table("processes", [...(P.ranks && P.ranks.length ? [["rank", (p) => p.rank || "", (p) => p.rank || "-", true]] : []), ["pid", (p) => p.pid, (p) => p.pid], ["ppid", (p) => p.ppid, (p) => p.ppid], ["python", (p) => p.python || "", (p) => p.python || "-"],
   ["peak heap", (p) => p.peak_heap_bytes, (p) => bytes(p.peak_heap_bytes)], ["peak RSS", (p) => p.peak_rss_bytes, (p) => bytes(p.peak_rss_bytes)],
   ["CPU", (p) => p.cpu_s, (p) => secs(p.cpu_s)], ["exit", (p) => p.exit.code ?? -1, (p) => p.exit.code !== null ? p.exit.code : p.exit.signal !== null ? `signal ${p.exit.signal}` : "?"],
-  ["command", (p) => p.command.join(" "), (p) => p.command.join(" "), true]], P.processes, 3);
+  ["command", (p) => p.command.join(" "), (p) => p.command.join(" "), true]], P.processes, P.ranks && P.ranks.length ? 4 : 3);

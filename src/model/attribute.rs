@@ -74,6 +74,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         labels: rec.labels.clone(),
         violations: Vec::new(),
         warnings,
+        ranks: Vec::new(),
     }
 }
 
@@ -142,6 +143,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         instrumented: !images.is_empty(),
         forked: last.is_some_and(|l| l.forked),
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
+        rank: None,
     }
 }
 

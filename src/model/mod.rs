@@ -6,6 +6,7 @@ pub mod filter;
 pub mod invariants;
 pub mod leaks;
 pub mod memory;
+pub mod merge;
 pub mod places;
 pub mod profile;
 pub mod stacks;

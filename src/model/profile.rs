@@ -68,6 +68,41 @@ pub struct Profile {
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// For a profile made by `mlprof merge`: one entry per merged profile (host or rank), in
+    /// the order given; empty for a single run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<Rank>,
+}
+
+/// One merged profile's totals (see `mlprof merge`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rank {
+    /// `rank N` from the `RANK` label, else the host, else the file name.
+    pub name: String,
+    /// The profile file it came from.
+    pub source: String,
+    /// Its labels (host, rank, local_rank, world_size).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Its command.
+    pub command: Vec<String>,
+    /// How its command ended.
+    pub exit: Exit,
+    /// Its wall-clock seconds.
+    pub wall_s: f64,
+    /// Its user + kernel CPU seconds.
+    pub cpu_s: f64,
+    /// Its process tree's peak heap.
+    pub peak_heap_bytes: u64,
+    /// Its process tree's peak RSS.
+    pub peak_rss_bytes: u64,
+    /// Its GPU memory peak.
+    pub peak_gpu_memory_bytes: u64,
+    /// Bytes its lines allocated (sampled estimate, summed over lines).
+    pub alloc_bytes: u64,
+    /// Its processes.
+    pub processes: usize,
+    /// Its dropped events.
+    pub dropped_events: u64,
 }
 
 /// How a process ended. Both `None`: still running when profiling stopped, or killed by a
@@ -119,6 +154,9 @@ pub struct Process {
     /// Heap bytes a fork child inherited from its parent (included in its peak).
     #[serde(default)]
     pub inherited_heap_bytes: u64,
+    /// In a merged profile: the name of the rank (or host) the process ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<String>,
 }
 
 /// Memory summary of the process tree.
@@ -260,7 +298,7 @@ pub struct LineStats {
 
 /// One frame of a stack: a Python function at a line, or a native function (file = library,
 /// line 0).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct StackFrame {
     /// Source file, or library file name for a native frame.
     pub file: String,

@@ -88,6 +88,9 @@ pub fn render(p: &Profile) -> String {
 fn render_marked(p: &Profile) -> String {
     let mut out = String::new();
     header(&mut out, p);
+    if !p.ranks.is_empty() {
+        ranks(&mut out, p);
+    }
     if p.processes.len() > 1 {
         processes(&mut out, p);
     }
@@ -397,17 +400,66 @@ fn threads(out: &mut String, p: &Profile) {
     }
 }
 
-fn processes(out: &mut String, p: &Profile) {
-    let _ = writeln!(out, "\nProcesses ({})", p.processes.len());
+/// A merged profile's inputs, then their sum.
+fn ranks(out: &mut String, p: &Profile) {
+    let _ = writeln!(out, "\nRanks ({}, merged)", p.ranks.len());
     let _ = writeln!(
         out,
-        "  {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  command",
-        "pid", "ppid", "python", "peak heap", "peak RSS", "CPU", "exit"
+        "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5} {:>10}  source",
+        "rank", "peak heap", "peak RSS", "allocated", "CPU", "wall", "procs", "exit"
     );
-    for proc in &p.processes {
+    for r in &p.ranks {
         let _ = writeln!(
             out,
-            "  {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  {}",
+            "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5} {:>10}  {}",
+            r.name,
+            bytes(r.peak_heap_bytes),
+            bytes(r.peak_rss_bytes),
+            bytes(r.alloc_bytes),
+            seconds(r.cpu_s),
+            seconds(r.wall_s),
+            r.processes,
+            exit(&r.exit),
+            r.source
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5}",
+        "sum",
+        bytes(p.ranks.iter().map(|r| r.peak_heap_bytes).sum()),
+        bytes(p.ranks.iter().map(|r| r.peak_rss_bytes).sum()),
+        bytes(p.ranks.iter().map(|r| r.alloc_bytes).sum()),
+        seconds(p.ranks.iter().map(|r| r.cpu_s).sum()),
+        seconds(p.wall_s),
+        p.ranks.iter().map(|r| r.processes).sum::<usize>(),
+    );
+}
+
+fn processes(out: &mut String, p: &Profile) {
+    let _ = writeln!(out, "\nProcesses ({})", p.processes.len());
+    let ranked = p.processes.iter().any(|q| q.rank.is_some());
+    let _ = writeln!(
+        out,
+        "  {}{:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  command",
+        if ranked { "rank        " } else { "" },
+        "pid",
+        "ppid",
+        "python",
+        "peak heap",
+        "peak RSS",
+        "CPU",
+        "exit"
+    );
+    for proc in &p.processes {
+        let rank = match (&proc.rank, ranked) {
+            (Some(r), _) => format!("{r:<11.11} "),
+            (None, true) => format!("{:<11} ", "-"),
+            (None, false) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {rank}{:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  {}",
             proc.pid,
             proc.ppid,
             proc.python.as_deref().unwrap_or("-"),

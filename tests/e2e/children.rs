@@ -78,3 +78,79 @@ fn thirty_two_forked_children_of_eight_threads_each_complete_and_are_all_seen() 
     );
     assert_eq!(p.dropped_events, 0, "no records lost");
 }
+
+#[test]
+fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
+    let script = fixture::script("keep_array.py");
+    let kept = crate::cpu::markers("keep_array.py")["kept"];
+    let py = fixture::numpy_pythons().last().expect("a Python with numpy");
+    let dir = fixture::tempdir();
+    let mut paths = Vec::new();
+    for (rank, mb) in [("0", "100"), ("1", "200")] {
+        let path = dir.join(format!("rank{rank}.json"));
+        let status = fixture::mlprof()
+            .args(["run", "-q", "-o"])
+            .arg(&path)
+            .arg("--")
+            .arg(&py.exe)
+            .arg(&script)
+            .arg(mb)
+            .env("RANK", rank)
+            .env("WORLD_SIZE", "2")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        paths.push(path);
+    }
+    let all = dir.join("all.json");
+    let out = fixture::mlprof()
+        .arg("merge")
+        .args(&paths)
+        .arg("-o")
+        .arg(&all)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let merged = fixture::check_profile(&std::fs::read_to_string(&all).unwrap());
+    let parts: Vec<_> = paths
+        .iter()
+        .map(|p| fixture::check_profile(&std::fs::read_to_string(p).unwrap()))
+        .collect();
+    let names: Vec<_> = merged.ranks.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["rank 0", "rank 1"]);
+    assert_eq!(
+        merged.memory.peak_heap_bytes,
+        parts.iter().map(|p| p.memory.peak_heap_bytes).sum::<u64>(),
+        "the merged peak is the sum of the ranks' peaks"
+    );
+    assert_eq!(merged.ranks[1].peak_heap_bytes, parts[1].memory.peak_heap_bytes);
+    assert_eq!(merged.labels.get("world_size").map(String::as_str), Some("2"));
+    let line = crate::cpu::line(&merged, "keep_array.py", kept);
+    let truth = 300e6;
+    assert!(
+        fixture::within(line.measures.alloc_bytes as f64, truth, 0.10),
+        "the kept line summed over ranks: {} vs {truth}",
+        line.measures.alloc_bytes
+    );
+    assert!(merged
+        .processes
+        .iter()
+        .all(|p| p.rank.as_deref().is_some_and(|r| r.starts_with("rank "))));
+
+    let text = fixture::mlprof().arg("merge").args(&paths).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("Ranks (2, merged)"), "{text}");
+    assert!(text.contains("rank 1") && text.contains("\n  sum "), "{text}");
+
+    let bad = fixture::mlprof()
+        .arg("merge")
+        .arg(&paths[0])
+        .arg(dir.join("missing.json"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.lines().count(), 1, "one-line error: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
