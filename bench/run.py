@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """Benchmark runner: each workload unprofiled and under each installed profiler.
 
-    python3 bench/run.py [--mlprof PATH] [--python PATH] [--runs N] [--warmup N]
-                         [--workloads a,b] [--profilers a,b] [--markdown FILE]
+    python3 bench/run.py [--mlprof PATH] [--python PATH | --install] [--runs N] [--warmup N]
+                         [--workloads a,b] [--profilers a,b] [--no-accuracy]
+                         [--profiles-dir DIR] [--markdown FILE]
 
 Runs are interleaved (none, mlprof, [others], none, mlprof, ... ) so that drift on a shared
 machine hits every variant alike. Each command is started by a small launcher process (see
 LAUNCHER) that times fork..os.wait4 with time.perf_counter() and reports the rusage os.wait4
-returns for that one child (CPU time, peak RSS). Only the Python 3 standard library is used.
-See bench/README.md.
+returns for that one child (CPU time, peak RSS). After the timed rounds of a workload, each
+profiler gets one unmeasured "accuracy run" (and one at size 0, for the baseline of its peak
+figure) whose output file is parsed and compared with the truth marked in the workload's
+source (see ACCURACY below). Only the Python 3 standard library is used. See bench/README.md.
 """
 
 import argparse
+import ast
 import datetime
 import functools
+import json
 import os
 import platform
 import re
@@ -28,23 +33,60 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 WORKLOAD_DIR = BENCH_DIR / "workloads"
-DEFAULT_WORKLOADS = ["alloc_churn", "pure_python", "numpy_matmul", "numpy_alloc"]
+INSTALL_VENV = REPO_DIR / "target" / "bench-venv"
+INSTALL_PACKAGES = ["numpy", "scikit-learn", "onnxruntime", "onnx", "scalene", "memray",
+                    "py-spy", "filprofiler"]
+# Table order; any other script in bench/workloads/ (not starting with "_") comes after these.
+WORKLOAD_ORDER = ["alloc_churn", "pure_python", "numpy_matmul", "numpy_alloc", "mixed_lines",
+                  "large_arrays", "leak", "copies", "threads", "mp_pool", "mp_pool_spawn",
+                  "sklearn_fit", "onnx_arena_on", "onnx_arena_off"]
+# mlprof's own configurations: shown in a second table (mlprof itself is in both).
+MLPROF_VARIANTS = ["mlprof", "mlprof-cpu", "mlprof-min"]
 
-# Filled in by main(): the mlprof binary and a scratch directory for profilers' output files
-# (emptied after every run so memray/scalene captures do not fill the disk).
-CONFIG = {"mlprof": None, "scratch": None}
+# Filled in by main(): the mlprof binary, a scratch directory for the timed runs' output
+# files (emptied after every run so memray/scalene captures do not fill the disk), and the
+# directory that keeps the accuracy runs' profiles.
+CONFIG = {"mlprof": None, "scratch": None, "profiles": None}
+
+
+def all_workloads():
+    """Workload names: scripts in bench/workloads/ not starting with '_', in table order."""
+    found = {p.stem for p in WORKLOAD_DIR.glob("*.py") if not p.name.startswith("_")}
+    return [w for w in WORKLOAD_ORDER if w in found] + sorted(found - set(WORKLOAD_ORDER))
 
 
 # --------------------------------------------------------------------------------------------
 # Profilers
 #
-# PROFILERS maps a name to a function(workload_cmd) -> command list, or None when that
-# profiler is not installed for the workload's Python. workload_cmd is
-# [python, /path/to/workload.py, *args]. "none" is the unprofiled baseline and must stay
-# first. To add a profiler: write a function, add it here, and (if the profiler runs as a
-# separate process that launches the workload, like mlprof or py-spy) add its name to
-# SEPARATE_PROCESS so its own peak RSS is sampled.
+# Each Profiler has a command builder `build(workload_cmd, out)` -> command list, or None when
+# it is not installed for the workload's Python. workload_cmd is [python, script, *args].
+# `out` is None for a timed run (write nothing, or only under _scratch()) and a path for the
+# accuracy run: the profile must then be written to exactly that path (a file, or a directory
+# for Fil), which `parse(out, ctx)` reads back (see ACCURACY). "none" is the unprofiled
+# baseline and must stay first.
 # --------------------------------------------------------------------------------------------
+
+
+class Profiler:
+    """A profiler under comparison.
+
+    name: column label. build(cmd, out): see above. parse: function(out, ctx) -> report dict
+    (see parse_* below), or None if nothing can be checked. ext: suffix of the accuracy
+    profile's path ("" for a directory). separate_process: the profiler is its own process
+    that launches the workload, so its own peak RSS is sampled. reports_peak: it reports a
+    whole-run peak figure, so the accuracy run is repeated at size 0 for its baseline.
+    note: one line for the notes under the table, or None.
+    """
+
+    def __init__(self, name, build, parse=None, ext="", separate_process=False,
+                 reports_peak=False, note=None):
+        self.name = name
+        self.build = build
+        self.parse = parse
+        self.ext = ext
+        self.separate_process = separate_process
+        self.reports_peak = reports_peak
+        self.note = note
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,100 +129,505 @@ def _scratch(name):
     return str(Path(CONFIG["scratch"]) / name)
 
 
-def prof_none(cmd):
+def build_none(cmd, out=None):
     return list(cmd)
 
 
-def prof_mlprof(cmd):
-    """mlprof with its defaults: CPU, memory and copy profiling."""
+def _mlprof(cmd, out, options):
     if not CONFIG["mlprof"]:
         return None
-    return [CONFIG["mlprof"], "run", "-q", "--", *cmd]
+    report = ["-q"] if out is None else ["-o", out]
+    return [CONFIG["mlprof"], "run", *report, *options, "--", *cmd]
 
 
-def prof_mlprof_cpu(cmd):
+def build_mlprof(cmd, out=None):
+    """mlprof with its defaults: CPU, memory and copy profiling. JSON profile with -o."""
+    return _mlprof(cmd, out, [])
+
+
+def build_mlprof_cpu(cmd, out=None):
     """mlprof with CPU profiling only (no allocation or copy sampling)."""
-    if not CONFIG["mlprof"]:
-        return None
-    off = ["--memory-sample-bytes", "0", "--copy-sample-bytes", "0"]
-    return [CONFIG["mlprof"], "run", "-q", *off, "--", *cmd]
+    return _mlprof(cmd, out, ["--memory-sample-bytes", "0", "--copy-sample-bytes", "0"])
 
 
-def prof_mlprof_min(cmd):
+def build_mlprof_min(cmd, out=None):
     """mlprof's minimal interposer: exact heap counters only, no sampling at all."""
-    if not CONFIG["mlprof"]:
-        return None
-    off = ["--rate", "0", "--memory-sample-bytes", "0", "--copy-sample-bytes", "0"]
-    return [CONFIG["mlprof"], "run", "-q", *off, "--", *cmd]
+    return _mlprof(cmd, out, ["--rate", "0", "--memory-sample-bytes", "0",
+                              "--copy-sample-bytes", "0"])
 
 
-def prof_pyspy(cmd):
-    # py-spy 0.4: `record -o FILE [-f flamegraph|speedscope|raw] [-r RATE] -- cmd...`
-    # (default rate 100 Hz, like mlprof's collector).
+def build_pyspy(cmd, out=None, native=False):
+    # py-spy 0.4: `record -o FILE [-f flamegraph|speedscope|raw] [-r RATE] [--native] -- cmd`
+    # (default rate 100 Hz, like mlprof's collector; idle threads are not sampled).
     exe = _find_exe("py-spy", cmd[0])
     if exe is None:
         return None
-    return [exe, "record", "-o", os.devnull, "--", *cmd]
+    extra = ["--native"] if native else []
+    if out is None:
+        return [exe, "record", *extra, "-o", os.devnull, "--", *cmd]
+    return [exe, "record", *extra, "-f", "raw", "-o", out, "--", *cmd]
 
 
-def prof_memray(cmd):
+def build_pyspy_native(cmd, out=None):
+    return build_pyspy(cmd, out, native=True)
+
+
+def build_memray(cmd, out=None):
     # memray 1.x: `python -m memray run [-q] [-f] [-o FILE] [--native] script args...`
-    # Default mode (every allocation recorded, Python stacks only). -f overwrites.
+    # Default mode (every allocation recorded, Python stacks only, the parent process only:
+    # fork children need --follow-fork). -f overwrites.
     python, script, *args = cmd
     if not _importable(python, "memray"):
         return None
-    return [python, "-m", "memray", "run", "-q", "-f", "-o", _scratch("memray.bin"),
-            script, *args]
+    path = out or _scratch("memray.bin")
+    return [python, "-m", "memray", "run", "-q", "-f", "-o", path, script, *args]
 
 
-def prof_scalene(cmd):
-    # Scalene 2.x: `scalene run [-o FILE] prog.py --- args` (JSON to scalene-profile.json by
-    # default; no browser). Scalene 1.x took flags directly: `scalene --cli --json --outfile
-    # FILE prog.py --- args`. (`--off` would start with profiling *off*, so it is not used.)
+def build_scalene(cmd, out=None):
+    # Scalene 2.x: `scalene run [-o FILE] prog.py --- args` (JSON profile; no browser).
+    # Scalene 1.x took flags directly: `scalene --cli --json --outfile FILE prog.py --- args`.
+    # (`--off` would start with profiling *off*, so it is not used.)
     python, script, *args = cmd
     if not _importable(python, "scalene"):
         return None
+    path = out or _scratch("scalene.json")
     tail = [script] + (["---", *args] if args else [])
     m = re.search(r"(\d+)\.\d+", _module_version(python, "scalene"))
     major = int(m.group(1)) if m else 2
     if major >= 2:
-        return [python, "-m", "scalene", "run", "-o", _scratch("scalene.json"), *tail]
-    return [python, "-m", "scalene", "--cli", "--json", "--outfile", _scratch("scalene.json"),
-            *tail]
+        return [python, "-m", "scalene", "run", "-o", path, *tail]
+    return [python, "-m", "scalene", "--cli", "--json", "--outfile", path, *tail]
 
 
-def prof_fil(cmd):
-    # Hook only: Fil (`fil-profile [-o DIR] run [--no-browser] script args`, as read from
-    # filprofiler 2024.11) is detected but not wired yet - its CLI has moved between
-    # releases; check `fil-profile --help` on an install before enabling. Fil forces
-    # OPENBLAS_NUM_THREADS=1 etc., which changes the numpy workloads themselves: note that
-    # when reporting its numbers.
+def build_fil(cmd, out=None):
+    # filprofiler 2024.x: `fil-profile [-o DIR] [--no-browser] run script args` (the options
+    # go before `run`). It writes DIR/<timestamp>/peak-memory.prof (folded stacks of the
+    # allocations live at the peak, in bytes), two SVG flame graphs and index.html at exit.
+    # Fil sets OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and similar to 1 in the profiled
+    # process, which changes the BLAS workloads themselves (one BLAS thread).
+    python, script, *args = cmd
+    exe = _find_exe("fil-profile", python)
+    if exe is None or not _importable(python, "filprofiler"):
+        return None
+    path = out or _scratch("fil")
+    return [exe, "-o", path, "--no-browser", "run", script, *args]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers of the accuracy runs' profiles
+#
+# Each returns a report dict; a value of None means "this profiler does not report that"
+# (shown as "–"):
+#   peak_bytes  the whole-run peak memory figure the profiler reports (bytes);
+#   peak_lines  {loc: bytes}: how much each workload line held at the peak, per the profiler;
+#   leak_lines  {loc: score}: workload lines the profiler flags as leaking (higher = worse);
+#   copy_lines  {loc: volume}: copy volume per workload line;
+#   cpu_lines   {loc: (python, native, system)}: CPU split per workload line, any unit; an
+#               element is None when the profiler cannot tell that category.
+# loc is "file.py:LINE" for a file of the workload (the script and the sibling modules it
+# imports, ctx["names"]); lines elsewhere (libraries, start-up) are left out.
+# --------------------------------------------------------------------------------------------
+
+
+def _loc(path, line, ctx):
+    """'file.py:LINE' if `path` is one of the workload's files, else None."""
+    if not path or line is None:
+        return None
+    base = os.path.basename(path)
+    if base not in ctx["names"]:
+        return None
+    if os.path.isabs(path) and Path(path).resolve().parent != WORKLOAD_DIR:
+        return None
+    return f"{base}:{int(line)}"
+
+
+def _add(d, key, value):
+    if key is not None:
+        d[key] = d.get(key, 0) + value
+
+
+def parse_mlprof(out, ctx, memory=True, copy=True, cpu=True):
+    """mlprof's JSON profile (docs/profile-schema.md): peak = memory.peak_heap_bytes (exact
+    heap of the tree); per line: peak_bytes, leak (not null = flagged; ranked by
+    bytes_per_s), copy_bytes, cpu_python_s / cpu_native_s / cpu_system_s."""
+    with open(out) as f:
+        prof = json.load(f)
+    peak, leak, copies, split = {}, {}, {}, {}
+    for ln in prof["lines"]:
+        loc = _loc(ln["file"], ln["line"], ctx)
+        if loc is None:
+            continue
+        _add(peak, loc, ln["peak_bytes"])
+        _add(copies, loc, ln["copy_bytes"])
+        if ln.get("leak"):
+            leak[loc] = max(leak.get(loc, 0), ln["leak"]["bytes_per_s"], 1e-9)
+        split[loc] = (ln["cpu_python_s"], ln["cpu_native_s"], ln["cpu_system_s"])
+    return {"peak_bytes": prof["memory"]["peak_heap_bytes"],
+            "peak_lines": peak if memory else None,
+            "leak_lines": leak if memory else None,
+            "copy_lines": copies if copy else None,
+            "cpu_lines": split if cpu else None}
+
+
+def parse_mlprof_cpu(out, ctx):
+    return parse_mlprof(out, ctx, memory=False, copy=False)
+
+
+def parse_mlprof_min(out, ctx):
+    return parse_mlprof(out, ctx, memory=False, copy=False, cpu=False)
+
+
+# Run with the workload's Python (memray is installed there, not necessarily for run.py):
+# argv: capture file, JSON list of the workload's file names, workload directory.
+MEMRAY_READER = r"""
+import json, os, sys
+from memray import FileReader
+path, names, wdir = sys.argv[1], set(json.loads(sys.argv[2])), os.path.realpath(sys.argv[3])
+reader = FileReader(path)
+def loc(rec):
+    for _func, file, line in rec.stack_trace():  # innermost frame first
+        base = os.path.basename(file)
+        if base in names and (not os.path.isabs(file)
+                              or os.path.dirname(os.path.realpath(file)) == wdir):
+            return "%s:%d" % (base, line)
     return None
+def by_line(records):
+    out = {}
+    for rec in records:
+        k = loc(rec)
+        if k is not None:
+            out[k] = out.get(k, 0) + rec.size
+    return out
+print(json.dumps({
+    "peak_bytes": reader.metadata.peak_memory,
+    "peak_lines": by_line(reader.get_high_watermark_allocation_records(merge_threads=True)),
+    "leak_lines": by_line(reader.get_leaked_allocation_records(merge_threads=True)),
+}))
+"""
+
+
+def parse_memray(out, ctx):
+    """memray's capture file, read with memray's own reader API (memray.FileReader) in the
+    workload's Python: peak = metadata.peak_memory; peak lines = the allocations live at the
+    high-water mark; leaks = the allocations still live when tracking stopped (what `memray
+    flamegraph --leaks` shows), both by the innermost frame in the workload's files."""
+    r = subprocess.run([ctx["python"], "-c", MEMRAY_READER, out, json.dumps(sorted(ctx["names"])),
+                        str(WORKLOAD_DIR)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("memray reader: " + (r.stderr.strip().splitlines() or ["failed"])[-1])
+    rep = json.loads(r.stdout)
+    rep.update(copy_lines=None, cpu_lines=None)
+    return rep
+
+
+def parse_scalene(out, ctx):
+    """Scalene's JSON: peak = max_footprint_mb (MiB); peak line = max_footprint_fname/lineno
+    (the line running when the footprint peaked: Scalene has no per-line "held at the peak"
+    figure); leaks = files[f].leaks (ranked by velocity_mb_s); copy = n_copy_mb_s; CPU split =
+    n_cpu_percent_python / n_cpu_percent_c / n_sys_percent."""
+    with open(out) as f:
+        prof = json.load(f)
+    peak_bytes = int(float(prof.get("max_footprint_mb", 0)) * 2**20)
+    peak, leak, copies, split = {}, {}, {}, {}
+    loc = _loc(prof.get("max_footprint_fname"), prof.get("max_footprint_lineno"), ctx)
+    if loc:
+        peak[loc] = peak_bytes
+    for fname, fdata in prof.get("files", {}).items():
+        for ln in fdata.get("lines", []):
+            loc = _loc(fname, ln.get("lineno"), ctx)
+            if loc is None:
+                continue
+            _add(copies, loc, ln.get("n_copy_mb_s", 0))
+            split[loc] = (ln.get("n_cpu_percent_python", 0), ln.get("n_cpu_percent_c", 0),
+                          ln.get("n_sys_percent", 0))
+        for lineno, info in (fdata.get("leaks") or {}).items():
+            loc = _loc(fname, int(lineno), ctx)
+            if loc is not None:
+                score = info.get("velocity_mb_s", 0) if isinstance(info, dict) else info
+                leak[loc] = max(float(score or 0), 1e-9)
+    return {"peak_bytes": peak_bytes, "peak_lines": peak, "leak_lines": leak,
+            "copy_lines": copies, "cpu_lines": split}
+
+
+def _split_frame(frame):
+    """('file', line) of a folded-stack frame 'func (file:line)' / 'file:line (func)', else
+    None (a native frame 'func (lib.so)' or '0x... (?)')."""
+    m = re.fullmatch(r"(?:.* \()?(.+?):(\d+)(?:\)| \(.*\))", frame)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def parse_fil(out, ctx):
+    """Fil's peak-memory.prof: folded stacks (outermost frame first, 'file:line (func)') of
+    the allocations live at the peak, each with its bytes. peak = their sum; peak lines = by
+    the innermost frame in the workload's files."""
+    profs = sorted(Path(out).glob("**/peak-memory.prof"), key=lambda p: p.stat().st_mtime)
+    if not profs:
+        raise RuntimeError("no peak-memory.prof written")
+    total, peak = 0, {}
+    with open(profs[-1]) as f:
+        for row in f:
+            stack, _, count = row.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            total += int(count)
+            for frame in reversed(stack.split(";")):
+                fl = _split_frame(frame)
+                loc = fl and _loc(fl[0], fl[1], ctx)
+                if loc:
+                    _add(peak, loc, int(count))
+                    break
+    return {"peak_bytes": total, "peak_lines": peak, "leak_lines": None, "copy_lines": None,
+            "cpu_lines": None}
+
+
+def parse_pyspy(out, ctx, native=False):
+    """py-spy's raw folded stacks (outermost first, 'func (file:line)', then a count of
+    samples). CPU per line by the innermost frame in the workload's files. Without --native
+    there is no Python/native split (cpu_lines None); with it, a sample whose innermost frame
+    is native counts as native. Idle threads are not sampled (no system/waiting figure)."""
+    split = {}
+    with open(out) as f:
+        for row in f:
+            stack, _, count = row.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            frames = stack.split(";")
+            leaf_native = _split_frame(frames[-1]) is None
+            for frame in reversed(frames):
+                fl = _split_frame(frame)
+                loc = fl and _loc(fl[0], fl[1], ctx)
+                if loc:
+                    py, nat, _ = split.get(loc, (0, 0, None))
+                    n = int(count)
+                    split[loc] = (py, nat + n, None) if leaf_native else (py + n, nat, None)
+                    break
+    return {"peak_bytes": None, "peak_lines": None, "leak_lines": None, "copy_lines": None,
+            "cpu_lines": split if native else None}
+
+
+def parse_pyspy_native(out, ctx):
+    return parse_pyspy(out, ctx, native=True)
 
 
 PROFILERS = {
-    "none": prof_none,
-    "mlprof": prof_mlprof,
-    "mlprof-cpu": prof_mlprof_cpu,
-    "mlprof-min": prof_mlprof_min,
-    "py-spy": prof_pyspy,
-    "memray": prof_memray,
-    "scalene": prof_scalene,
-    "fil": prof_fil,
+    "none": Profiler("none", build_none),
+    "mlprof": Profiler("mlprof", build_mlprof, parse_mlprof, ".json", True, True),
+    "mlprof-cpu": Profiler("mlprof-cpu", build_mlprof_cpu, parse_mlprof_cpu, ".json", True,
+                           True),
+    "mlprof-min": Profiler("mlprof-min", build_mlprof_min, parse_mlprof_min, ".json", True,
+                           True),
+    "py-spy": Profiler("py-spy", build_pyspy, parse_pyspy, ".txt", True),
+    "py-spy-native": Profiler("py-spy-native", build_pyspy_native, parse_pyspy_native, ".txt",
+                              True),
+    "memray": Profiler("memray", build_memray, parse_memray, ".bin", reports_peak=True,
+                       note="memray: default mode, parent process only (no --follow-fork)"),
+    "scalene": Profiler("scalene", build_scalene, parse_scalene, ".json", reports_peak=True),
+    "fil": Profiler("fil", build_fil, parse_fil, "", reports_peak=True,
+                    note="fil: Fil sets OPENBLAS_NUM_THREADS/OMP_NUM_THREADS=1 (and similar) "
+                         "in the profiled process, so the BLAS workloads run single-threaded "
+                         "under it"),
 }
-
-# Profilers whose top process is the profiler itself (it spawns the workload): its own peak
-# RSS (VmHWM) is sampled from /proc. memray/scalene/Fil live inside the Python process.
-SEPARATE_PROCESS = {"mlprof", "mlprof-cpu", "mlprof-min", "py-spy"}
+# Compared by default (py-spy-native only when asked for with --profilers).
+DEFAULT_PROFILERS = ["mlprof", "mlprof-cpu", "mlprof-min", "py-spy", "memray", "scalene", "fil"]
 
 
 def profiler_unavailable_note(name, python):
     if name.startswith("mlprof"):
         return "mlprof: binary not found (pass --mlprof PATH)"
-    if name == "fil":
-        return "fil: installed but not wired in bench/run.py yet (see prof_fil)"
     return f"{name}: not installed for {python}, skipped"
 
+
+# --------------------------------------------------------------------------------------------
+# Accuracy
+#
+# The truth is marked in each workload's source, by comments alone at the end of a line:
+#   # @peak    the line holding the most memory at the peak
+#   # @leak    a line that leaks
+#   # @copy    the line copying the most bytes
+#   # @python  a line that is (nearly) all Python time
+#   # @native  a line that is (nearly) all native time
+#   # @system  a line that is (nearly) all waiting (sleep, I/O, locks)
+# (several on one line: `# @leak @peak`), and by a module-level constant
+# EXPECTED_PEAK_BYTES: the bytes the workload's own data holds at its peak beyond what the
+# same script holds when run with size 0. The script and the sibling modules it imports
+# from bench/workloads/ are scanned.
+# --------------------------------------------------------------------------------------------
+
+MARKERS = ("peak", "leak", "copy", "python", "native", "system")
+MARKER_RE = re.compile(r"#\s*((?:@\w+\s*)+)$")
+
+
+def workload_sources(name):
+    """The workload's script and the modules of bench/workloads/ it imports (one level)."""
+    script = WORKLOAD_DIR / f"{name}.py"
+    files = [script]
+    for m in re.finditer(r"^\s*(?:from\s+(\w+)\s+import|import\s+(\w+))", script.read_text(),
+                         re.M):
+        dep = WORKLOAD_DIR / f"{m.group(1) or m.group(2)}.py"
+        if dep.is_file() and dep not in files:
+            files.append(dep)
+    return files
+
+
+def _const_eval(node, env):
+    """Value of an int expression made of literals, known names and + - * // ** (else
+    ValueError)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in env:
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+               ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+               ast.Pow: lambda a, b: a ** b}
+        op = ops.get(type(node.op))
+        if op:
+            return op(_const_eval(node.left, env), _const_eval(node.right, env))
+    raise ValueError("not a constant expression")
+
+
+def workload_truth(name):
+    """{'names': file names, 'markers': {marker: set of locs}, 'expected_peak': int|None}."""
+    markers = {m: set() for m in MARKERS}
+    expected = None
+    files = workload_sources(name)
+    for path in files:
+        text = path.read_text()
+        for lineno, line in enumerate(text.splitlines(), 1):
+            m = MARKER_RE.search(line)
+            if m:
+                for tag in m.group(1).split():
+                    if tag[1:] in markers:
+                        markers[tag[1:]].add(f"{path.name}:{lineno}")
+        env = {}
+        for stmt in ast.parse(text).body:
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)):
+                try:
+                    env[stmt.targets[0].id] = _const_eval(stmt.value, env)
+                except ValueError:
+                    pass
+        if expected is None and "EXPECTED_PEAK_BYTES" in env:
+            expected = env["EXPECTED_PEAK_BYTES"]
+    return {"names": {p.name for p in files}, "markers": markers, "expected_peak": expected}
+
+
+def _short(loc, script):
+    return loc[len(script):] if loc.startswith(script + ":") else loc
+
+
+def check_top(values, truth, script):
+    """'✓' if the line with the largest value is a marked one, '✗ (line named)', or '–'."""
+    if values is None:
+        return "–"
+    ranked = [(v, k) for k, v in values.items() if v and v > 0]
+    if not ranked:
+        return "✗ (none)"
+    top = max(ranked)[1]
+    return "✓" if top in truth else f"✗ ({_short(top, script)})"
+
+
+def check_split(split, markers, script):
+    """'✓' if every @python / @native / @system line has more than half of its CPU (and
+    waiting) in that category, else '✗ (the first line that does not)', or '–'."""
+    if split is None:
+        return "–"
+    checked = 0
+    for k, cat in enumerate(("python", "native", "system")):
+        for loc in sorted(markers[cat]):
+            vals = split.get(loc)
+            if vals is not None and vals[k] is None:
+                continue  # this profiler cannot tell that category
+            checked += 1
+            total = sum(v for v in (vals or ()) if v)
+            share = vals[k] / total if total > 0 else 0.0
+            if share <= 0.5:
+                return f"✗ ({_short(loc, script)} {share:.0%} {cat})"
+    return "✓" if checked else "–"
+
+
+def lines_named(report, truth, script):
+    """The accuracy column: e.g. 'peak ✓ leak – py/nat ✓' (items the workload marks)."""
+    mk = truth["markers"]
+    if report is None:
+        return "–"
+    parts = []
+    for label, key, values in (("peak", "peak", report["peak_lines"]),
+                               ("leak", "leak", report["leak_lines"]),
+                               ("copy", "copy", report["copy_lines"])):
+        if mk[key]:
+            parts.append(f"{label} {check_top(values, mk[key], script)}")
+    if mk["python"] or mk["native"] or mk["system"]:
+        parts.append(f"py/nat {check_split(report['cpu_lines'], mk, script)}")
+    return " ".join(parts) if parts else "(no marks)"
+
+
+def _path_size(path):
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return None
+
+
+def _remove(path):
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+
+
+def accuracy_run(prof, wcmd, out, ctx):
+    """One unmeasured run of `wcmd` under `prof`, its profile written to `out` and parsed.
+    Returns {'rc', 'size', 'report' (or None), 'error' (or None)}."""
+    _remove(out)
+    cmd = prof.build(wcmd, out)
+    try:
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, errors="replace", timeout=1800,
+                           cwd=CONFIG["scratch"])
+        rc, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired:
+        rc, err = 124, "timed out"
+    res = {"rc": rc, "size": _path_size(out), "report": None, "error": None}
+    if prof.parse is None or res["size"] is None:
+        res["error"] = None if prof.parse is None else f"no profile written (exit {rc})"
+        if rc != 0 and err.strip():
+            res["error"] += ": " + err.strip().splitlines()[-1][:200]
+        return res
+    try:
+        res["report"] = prof.parse(out, ctx)
+    except Exception as e:  # a profile the parser does not understand: report, not crash
+        res["error"] = f"parse failed: {type(e).__name__}: {e}"[:300]
+    return res
+
+
+def accuracy(name, wcmd, profilers, python, log):
+    """Accuracy runs of one workload: per profiler a full-size run and, for profilers that
+    report a peak, a size-0 run. Returns {profiler: dict} (see summarize)."""
+    truth = workload_truth(name)
+    ctx = {"names": truth["names"], "python": python}
+    out = {}
+    for pname in profilers:
+        if pname == "none":
+            continue
+        prof = PROFILERS[pname]
+        base = str(Path(CONFIG["profiles"]) / f"{name}.{pname}")
+        full = accuracy_run(prof, wcmd, base + prof.ext, ctx)
+        zero = None
+        if prof.reports_peak:
+            zero = accuracy_run(prof, wcmd + ["0"], base + ".size0" + prof.ext, ctx)
+        out[pname] = {"full": full, "zero": zero, "truth": truth}
+        rep = full["report"]
+        peak = rep and rep.get("peak_bytes")
+        log(f"  {name}: accuracy {pname}: exit {full['rc']}, profile "
+            f"{_size(full['size'])}, peak {_mib_b(peak)} MiB, "
+            f"{lines_named(rep, truth, name + '.py')}"
+            + (f" [{full['error']}]" if full["error"] else ""))
+    return out
 
 # --------------------------------------------------------------------------------------------
 # Measurement
@@ -321,13 +768,14 @@ def clean_scratch():
 # --------------------------------------------------------------------------------------------
 
 
-def bench_workload(name, python, profilers, runs, warmup, log):
-    """Returns dict: {'skipped': reason} or {'runs': {profiler: [Run]}, 'errors': {...}}."""
+def bench_workload(name, python, profilers, runs, warmup, log, with_accuracy=True):
+    """Returns dict: {'skipped': reason} or {'runs': {profiler: [Run]}, 'errors': {...},
+    'accuracy': {profiler: ...}}."""
     script = WORKLOAD_DIR / f"{name}.py"
     wcmd = [python, str(script)]
     cmds = {}
     for prof in profilers:
-        c = PROFILERS[prof](wcmd)
+        c = PROFILERS[prof].build(wcmd)
         if c is not None:
             cmds[prof] = c
 
@@ -351,7 +799,7 @@ def bench_workload(name, python, profilers, runs, warmup, log):
         measured = i >= warmup
         this_round = []
         for prof in order:
-            r, _ = measure(cmds[prof], sample_own=prof in SEPARATE_PROCESS)
+            r, _ = measure(cmds[prof], sample_own=PROFILERS[prof].separate_process)
             clean_scratch()
             if r.rc != 0:
                 errors.setdefault(prof, []).append(r.rc)
@@ -360,7 +808,8 @@ def bench_workload(name, python, profilers, runs, warmup, log):
             this_round.append(f"{prof}={r.wall:.2f}s" + (f"(exit {r.rc})" if r.rc else ""))
         tag = f"run {i + 1 - warmup}/{runs}" if measured else f"warm-up {i + 1}/{warmup}"
         log(f"  {name}: {tag} " + " ".join(this_round))
-    return {"runs": results, "errors": errors, "cmds": cmds}
+    acc = accuracy(name, wcmd, order, python, log) if with_accuracy else {}
+    return {"runs": results, "errors": errors, "cmds": cmds, "accuracy": acc}
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,6 +819,44 @@ def bench_workload(name, python, profilers, runs, warmup, log):
 
 def _mib(kib, digits=0):
     return "-" if kib is None else f"{kib / 1024:.{digits}f}"
+
+
+def _mib_b(n, digits=1):
+    return "–" if n is None else f"{n / 2**20:.{digits}f}"
+
+
+def _size(n):
+    """A profile's size: KiB below 10 MiB, else MiB."""
+    if n is None:
+        return "–"
+    return f"{n / 1024:,.0f} KiB" if n < 10 * 2**20 else f"{n / 2**20:,.1f} MiB"
+
+
+def accuracy_cells(name, acc):
+    """(reported peak, peak extra reported / exact, lines named, profile size) cells."""
+    if acc is None:
+        return ["", "", "", ""]
+    full, zero, truth = acc["full"], acc["zero"], acc["truth"]
+    rep = full["report"]
+    if rep is None:
+        why = full["error"] or "–"
+        return ["–", "–", why.replace("|", "/"), _size(full["size"])]
+    peak = rep.get("peak_bytes")
+    extra = "–"
+    zrep = zero and zero["report"]
+    if peak is not None and zrep and zrep.get("peak_bytes") is not None:
+        diff = peak - zrep["peak_bytes"]
+        exact = truth["expected_peak"]
+        if exact:
+            extra = f"{diff / 2**20:.1f} / {exact / 2**20:.1f} ({(diff - exact) / exact:+.0%})"
+        else:
+            extra = f"{diff / 2**20:.1f} / ?"
+    elif peak is not None:
+        extra = "size-0 run failed"
+    named = lines_named(rep, truth, f"{name}.py")
+    if full["rc"] != 0:
+        named += f" (exit {full['rc']})"
+    return [_mib_b(peak), extra, named, _size(full["size"])]
 
 
 def summarize(results, base="none"):
@@ -405,30 +892,54 @@ def summarize(results, base="none"):
                 "own_rss": max(own) if own else None,
                 "n": len(pairs),
                 "errors": res["errors"].get(prof, []) + res["errors"].get(base, []),
+                "accuracy": accuracy_cells(wname, res.get("accuracy", {}).get(prof)),
             })
     return rows
 
 
 HEADER = ("| workload | profiler | unprofiled s | profiled s | ratio of medians | "
           "median pair ratio | pair ratios min-max | CPU ratio | peak RSS unprofiled MiB | "
-          "peak RSS profiled MiB (tree max) | profiler own peak RSS MiB |")
-ALIGN = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+          "peak RSS profiled MiB (tree max) | profiler own peak RSS MiB | "
+          "reported peak MiB | peak extra MiB reported / exact | lines named | profile size |")
+ALIGN = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"
+
+LEGEND = ("Lines named: `peak` the line the profiler says holds the most at the peak is the "
+          "`@peak` line; `leak` the `@leak` line is the top line it flags as a leak; `copy` "
+          "the `@copy` line has its largest copy volume; `py/nat` each `@python` / `@native` "
+          "/ `@system` line has more than half of its time in that category. ✓ right, "
+          "✗ wrong (the line it named instead, or the line and share that failed), – not "
+          "reported by that profiler (or that configuration); items appear only for truths "
+          "the workload marks.")
 
 
 def markdown_table(rows):
     lines = [HEADER, ALIGN]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['workload']} | - | skipped: {r['skipped']} | | | | | | | | |")
+            lines.append(f"| {r['workload']} | - | skipped: {r['skipped']} |"
+                         + " |" * (HEADER.count("|") - 4))
             continue
         err = f" (exit codes {sorted(set(r['errors']))}!)" if r["errors"] else ""
-        own = _mib(r["own_rss"], 1) if r["profiler"] in SEPARATE_PROCESS else "in-process"
+        own = (_mib(r["own_rss"], 1) if PROFILERS[r["profiler"]].separate_process
+               else "in-process")
+        acc = " | ".join(r["accuracy"])
         lines.append(
             f"| {r['workload']} | {r['profiler']}{err} | {r['base_wall']:.3f} | "
             f"{r['prof_wall']:.3f} | {r['ratio_of_medians']:.2f}x | "
             f"{r['median_pair_ratio']:.2f}x | {r['min_ratio']:.2f}-{r['max_ratio']:.2f} | "
-            f"{r['cpu_ratio']:.2f}x | {_mib(r['base_rss'])} | {_mib(r['prof_rss'])} | {own} |")
+            f"{r['cpu_ratio']:.2f}x | {_mib(r['base_rss'])} | {_mib(r['prof_rss'])} | {own} | "
+            f"{acc} |")
     return "\n".join(lines)
+
+
+def split_tables(rows):
+    """(comparison rows: mlprof and the other profilers; mlprof configuration rows: mlprof,
+    mlprof-cpu, mlprof-min - empty unless a variant other than mlprof was run)."""
+    main_rows = [r for r in rows if "skipped" in r or r["profiler"] not in MLPROF_VARIANTS[1:]]
+    variant_rows = [r for r in rows if "skipped" in r or r["profiler"] in MLPROF_VARIANTS]
+    if not any(r.get("profiler") in MLPROF_VARIANTS[1:] for r in rows):
+        variant_rows = []
+    return main_rows, variant_rows
 
 
 def cpu_model():
@@ -452,6 +963,18 @@ def target_python_info(python):
     return exe, ver, numpy
 
 
+def tool_versions(python):
+    """'memray 1.20.0, scalene 2.4.0, ...' for the profilers installed for `python`."""
+    code = ("import importlib.metadata as m\n"
+            "for d in ('py-spy', 'memray', 'scalene', 'filprofiler', 'scikit-learn',"
+            " 'onnxruntime'):\n"
+            "    try: print(d, m.version(d))\n"
+            "    except Exception: pass\n")
+    r = subprocess.run([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                       text=True)
+    return ", ".join(r.stdout.strip().splitlines()) or "none"
+
+
 def mlprof_version(path):
     try:
         r = subprocess.run([path, "--version"], stdout=subprocess.PIPE,
@@ -469,22 +992,46 @@ def default_mlprof():
     return shutil.which("mlprof")
 
 
+def install_venv(log):
+    """Create target/bench-venv (if missing) and pip-install INSTALL_PACKAGES into it.
+    Only run on request (--install): it downloads packages."""
+    py = INSTALL_VENV / "bin" / "python"
+    if not py.is_file():
+        log(f"creating {INSTALL_VENV}")
+        subprocess.run([sys.executable, "-m", "venv", str(INSTALL_VENV)], check=True)
+    log(f"installing into {INSTALL_VENV}: {' '.join(INSTALL_PACKAGES)}")
+    subprocess.run([str(py), "-m", "pip", "install", "--upgrade", "pip"], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", *INSTALL_PACKAGES], check=True)
+    return str(py)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mlprof", default=None,
                     help="mlprof binary (default: target/release/mlprof, else target/debug, "
                          "else PATH)")
-    ap.add_argument("--python", default=sys.executable,
-                    help="Python that runs the workloads (default: this one)")
+    ap.add_argument("--python", default=None,
+                    help="Python that runs the workloads (default: target/bench-venv with "
+                         "--install, else this one)")
+    ap.add_argument("--install", action="store_true",
+                    help="create target/bench-venv and pip-install numpy, scikit-learn, "
+                         "onnxruntime, onnx and the profilers into it (downloads; on demand "
+                         "only), then use it unless --python is given")
     ap.add_argument("--runs", type=int, default=7, help="measured runs per variant (default 7)")
     ap.add_argument("--warmup", type=int, default=1,
                     help="unmeasured rounds before measuring (default 1)")
-    ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+    ap.add_argument("--workloads", default=",".join(all_workloads()),
                     help="comma-separated names from bench/workloads/ (default: all)")
-    ap.add_argument("--profilers", default=",".join(p for p in PROFILERS if p != "none"),
+    ap.add_argument("--profilers", default=",".join(DEFAULT_PROFILERS),
                     help="comma-separated profilers to compare with the unprofiled run "
-                         "(default: all installed)")
-    ap.add_argument("--markdown", metavar="FILE", help="also write the table, with a header "
+                         f"(default: all installed of {', '.join(DEFAULT_PROFILERS)}; also "
+                         "py-spy-native)")
+    ap.add_argument("--no-accuracy", action="store_true",
+                    help="skip the accuracy runs (timing columns only)")
+    ap.add_argument("--profiles-dir", metavar="DIR",
+                    help="keep the accuracy runs' profiles in DIR (default: a temporary "
+                         "directory, removed at the end)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the tables, with a header "
                     "describing machine and date, to FILE")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.warmup < 0:
@@ -492,9 +1039,8 @@ def main(argv=None):
 
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if not (WORKLOAD_DIR / f"{w}.py").is_file():
-            ap.error(f"unknown workload {w!r} (have: "
-                     f"{', '.join(sorted(p.stem for p in WORKLOAD_DIR.glob('*.py')))})")
+        if w.startswith("_") or not (WORKLOAD_DIR / f"{w}.py").is_file():
+            ap.error(f"unknown workload {w!r} (have: {', '.join(all_workloads())})")
     wanted = [p.strip() for p in args.profilers.split(",") if p.strip()]
     for p in wanted:
         if p not in PROFILERS or p == "none":
@@ -508,8 +1054,17 @@ def main(argv=None):
             ap.error(f"--mlprof {mlprof}: not an executable")
     CONFIG["mlprof"] = mlprof
 
-    with tempfile.TemporaryDirectory(prefix="mlprof-bench-") as scratch:
-        CONFIG["scratch"] = scratch
+    if args.install:
+        installed = install_venv(lambda m: print(m, file=sys.stderr, flush=True))
+        args.python = args.python or installed
+    args.python = args.python or sys.executable
+
+    with tempfile.TemporaryDirectory(prefix="mlprof-bench-") as tmp:
+        CONFIG["scratch"] = str(Path(tmp) / "scratch")
+        os.mkdir(CONFIG["scratch"])
+        profiles = Path(args.profiles_dir).resolve() if args.profiles_dir else Path(tmp) / "p"
+        profiles.mkdir(parents=True, exist_ok=True)
+        CONFIG["profiles"] = str(profiles)
         return run_all(args, argv, workloads, wanted, mlprof)
 
 
@@ -525,9 +1080,11 @@ def run_all(args, argv, workloads, wanted, mlprof):
     profilers = ["none"]
     probe_cmd = [py_exe, str(WORKLOAD_DIR / "pure_python.py")]
     for p in wanted:
-        if PROFILERS[p](probe_cmd) is not None:
+        if PROFILERS[p].build(probe_cmd) is not None:
             profilers.append(p)
-        elif p == "mlprof" or (p == "fil" and _find_exe("fil-profile", py_exe)):
+            if PROFILERS[p].note:
+                notes.append(PROFILERS[p].note)
+        elif p.startswith("mlprof"):
             notes.append(profiler_unavailable_note(p, py_exe))
         else:
             missing.append(p)
@@ -535,17 +1092,35 @@ def run_all(args, argv, workloads, wanted, mlprof):
         notes.append(f"not installed for {py_exe}, skipped: {', '.join(missing)}")
 
     log(f"python {py_exe} ({py_ver}, numpy {numpy_ver}); mlprof {mlprof}; "
-        f"profilers: {', '.join(profilers)}; {args.runs} runs + {args.warmup} warm-up, interleaved")
+        f"profilers: {', '.join(profilers)}; {args.runs} runs + {args.warmup} warm-up, interleaved"
+        + ("" if args.no_accuracy else f"; accuracy profiles in {CONFIG['profiles']}"))
     for n in notes:
         log(f"note: {n}")
 
     results = {}
     for w in workloads:
-        results[w] = bench_workload(w, py_exe, profilers, args.runs, args.warmup, log)
+        results[w] = bench_workload(w, py_exe, profilers, args.runs, args.warmup, log,
+                                    with_accuracy=not args.no_accuracy)
 
     floor = rss_floor_kib()
     rows = summarize(results)
-    table = markdown_table(rows)
+    main_rows, variant_rows = split_tables(rows)
+    tables = [markdown_table(main_rows)]
+    if variant_rows:
+        tables.append("mlprof configurations (`mlprof`: defaults; `mlprof-cpu`: "
+                      "`--memory-sample-bytes 0 --copy-sample-bytes 0`; `mlprof-min`: also "
+                      "`--rate 0`, exact heap counters only):\n\n" + markdown_table(variant_rows))
+    accuracy_notes = [] if args.no_accuracy else [
+        LEGEND,
+        "Accuracy columns come from one separate, unmeasured run per workload and profiler, "
+        "whose profile is kept and parsed (`profile size`: its size on disk; for Fil the "
+        "whole output directory). Reported peak: mlprof `memory.peak_heap_bytes` (exact heap "
+        "of the process tree), memray `peak_memory`, Scalene `max_footprint_mb`, Fil the sum "
+        "of peak-memory.prof. Peak extra: that figure minus the same profiler's figure for "
+        "the same workload run with size 0, against the workload's EXPECTED_PEAK_BYTES "
+        "(`?`: not known by construction); the subtraction cancels each tool's own baseline "
+        "(interpreter, imports, what it counts).",
+    ]
     footnotes = [
         f"Medians of {args.runs} interleaved runs per variant after {args.warmup} warm-up "
         "round(s); whole-process wall time (start-up included) on a possibly shared machine.",
@@ -559,11 +1134,15 @@ def run_all(args, argv, workloads, wanted, mlprof):
         "Profiler own peak RSS: VmHWM of the profiler process itself (mlprof's collector, "
         "py-spy), sampled from /proc every 20 ms until it exits - a lower bound; "
         "'in-process' profilers run inside the Python process and are in the tree max.",
-    ] + [f"Not run - {n}" for n in notes]
+    ] + accuracy_notes + [f"Note - {n}" if n.split(":")[0] in profilers else f"Not run - {n}"
+                          for n in notes]
 
     print()
-    print(table)
+    print("\n\n".join(tables))
     print()
+    if not args.no_accuracy:
+        print(LEGEND)
+        print()
     for f in footnotes:
         print(f"- {f}")
 
@@ -575,11 +1154,13 @@ def run_all(args, argv, workloads, wanted, mlprof):
             f"Machine: {platform.platform()}, {cpu_model()}, {os.cpu_count()} CPUs. "
             f"Python {py_ver} ({py_exe}), numpy {numpy_ver}. "
             f"mlprof: {mlprof_version(mlprof) if mlprof else 'not found'} ({mlprof}). "
+            f"Other tools: {tool_versions(py_exe)}. "
             f"Date: {now:%Y-%m-%d %H:%M} UTC. "
             f"Command: `python3 bench/run.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
             "",
         ]
-        md = "\n".join(header + [table, ""] + [f"- {f}" for f in footnotes]) + "\n"
+        md = "\n".join(header + ["\n\n".join(tables), ""]
+                       + [f"- {f}" for f in footnotes]) + "\n"
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(md)
         log(f"wrote {args.markdown}")

@@ -216,6 +216,10 @@ struct RunArgs {
     /// Profile only the launched process: not its fork children, nor programs it runs.
     #[arg(long)]
     no_follow: bool,
+    /// After the command ends, keep collecting from descendants it left running for up to
+    /// SECONDS; any still running then are reported as such and left running.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = seconds)]
+    wait_children: f64,
     /// Attribute time to any file, the standard library and installed packages included.
     #[arg(long, conflicts_with = "profile_only")]
     profile_all: bool,
@@ -289,7 +293,8 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let stop = Arc::new(AtomicBool::new(false));
     launch::forward_signals(launched.pid, stop.clone());
-    let recorded = collect::record(&session, launched, launch_ns);
+    let wait = std::time::Duration::from_secs_f64(args.wait_children);
+    let recorded = collect::record(&session, launched, launch_ns, wait);
     stop.store(true, Ordering::Relaxed);
     let mut recording = recorded?;
     recording.command = args
@@ -329,6 +334,16 @@ fn run_command(args: RunArgs) -> Result<i32> {
     })
 }
 
+/// A duration in seconds: finite, not negative, at most a day.
+fn seconds(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.0..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds from 0 to 86400"
+        )),
+    }
+}
+
 fn run_destination(args: &RunArgs) -> (Format, Destination) {
     let chosen = args.format.chosen();
     match (&args.output, chosen) {
@@ -364,9 +379,10 @@ fn merge(args: MergeArgs) -> Result<i32> {
         .iter()
         .map(|path| {
             Ok(model::merge::Input {
-                source: path
-                    .file_name()
-                    .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into()),
+                source: path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into(),
+                ),
                 profile: read_profile(path)?,
             })
         })

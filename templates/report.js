@@ -258,5 +258,5 @@ table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_
   ["function", (f) => f.function, (f) => `${f.function} (${short(f.file)}:${f.line})`, true]], P.functions, 0);
 table("processes", [...(P.ranks && P.ranks.length ? [["rank", (p) => p.rank || "", (p) => p.rank || "-", true]] : []), ["pid", (p) => p.pid, (p) => p.pid], ["ppid", (p) => p.ppid, (p) => p.ppid], ["python", (p) => p.python || "", (p) => p.python || "-"],
   ["peak heap", (p) => p.peak_heap_bytes, (p) => bytes(p.peak_heap_bytes)], ["peak RSS", (p) => p.peak_rss_bytes, (p) => bytes(p.peak_rss_bytes)],
-  ["CPU", (p) => p.cpu_s, (p) => secs(p.cpu_s)], ["exit", (p) => p.exit.code ?? -1, (p) => p.exit.code !== null ? p.exit.code : p.exit.signal !== null ? `signal ${p.exit.signal}` : "?"],
+  ["CPU", (p) => p.cpu_s, (p) => secs(p.cpu_s)], ["exit", (p) => p.exit.code ?? -1, (p) => p.still_running ? "running" : p.exit.code !== null ? p.exit.code : p.exit.signal !== null ? `signal ${p.exit.signal}` : "?"],
   ["command", (p) => p.command.join(" "), (p) => p.command.join(" "), true]], P.processes, P.ranks && P.ranks.length ? 4 : 3);

@@ -5,9 +5,9 @@ float64 array into a preallocated one with np.copyto (contiguous, same dtype: nu
 memcpy/memmove) and takes a 16 MiB slice of a bytes object (CPython copies the slice with
 memcpy). Neither line allocates in the copy itself beyond the slice's new bytes object.
 
-Known truth (by construction; default size N = 64 rounds):
-  - the `@copy` line copies N x 64 MiB = 4 GiB (4,294,967,296 bytes) with the default;
-  - the slicing line copies N x 16 MiB = 1 GiB: a quarter of the `@copy` line;
+Known truth (by construction; default size N = 128 rounds):
+  - the `@copy` line copies N x 64 MiB = 8 GiB (8,589,934,592 bytes) with the default;
+  - the slicing line copies N x 16 MiB = 2 GiB: a quarter of the `@copy` line;
   - peak extra heap over N = 0: one 16 MiB slice (16,777,216 bytes + a 33-byte header); the
     two 64 MiB arrays and the 16 MiB blob are allocated even with N = 0;
   - CPU time is spent in memcpy (libc): mlprof counts libc time as Python time, other
@@ -46,7 +46,7 @@ def run(rounds):
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 128
     print(f"copies rounds={rounds} total={run(rounds)}")
 
 

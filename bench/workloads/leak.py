@@ -34,7 +34,7 @@ LEAKED = []
 def handle(i):
     payload = bytes([i & 0xFF]) * CHUNK  # churn: freed at the end of this call
     checksum = zlib.crc32(payload)
-    for j in range(0, 200):
+    for j in range(0, 1000):
         checksum = (checksum * 31 + j) & 0xFFFFFFFF  # @python
     LEAKED.append(bytes([(i + 1) & 0xFF]) * CHUNK)  # @leak @peak
     return checksum

@@ -8,11 +8,11 @@ runs three lines of the same function, one after the other:
     (`@native`);
   - `time.sleep(0.1)`: the thread is off the CPU, waiting (`@system`).
 
-Known truth (by construction; default size N = 6 rounds):
+Known truth (by construction; default size N = 10 rounds):
   - the `@python` line is (nearly) all Python time, about 0.1 s per round on a 2-core VM;
   - the `@native` line is (nearly) all native time in BLAS (`dgemm`-like kernels), about
     0.05-0.1 s of CPU per round;
-  - the `@system` line is 0.1 s of waiting per round (0.6 s with the default) and no CPU;
+  - the `@system` line is 0.1 s of waiting per round (1 s with the default) and no CPU;
   - memory is flat: the two 700x700 inputs (3.9 MB each) live for the whole run, each
     product (3.9 MB) is freed in the next round, so the extra peak over N = 0 is one product;
   - without numpy the script prints "skipped: numpy not installed" and exits 0.
@@ -48,7 +48,7 @@ def run(rounds):
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     print(f"mixed_lines rounds={rounds} total={run(rounds):.3f}")
 
 

@@ -8,7 +8,7 @@ frees it and returns a checksum. Tasks are handed out one at a time (chunksize 1
 that waits on the barrier takes no other task, so each wave of four tasks runs on the four
 distinct workers.
 
-Known truth (by construction; default size N = 4 waves of 4 tasks):
+Known truth (by construction; default size N = 8 waves of 4 tasks):
   - peak extra heap over N = 0 of the process tree: 4 x 64 MiB = 268,435,456 bytes of array
     data, held by the four workers together, each on the `@peak` line (a tool that profiles
     only the parent process sees none of it);
@@ -58,7 +58,7 @@ def main(argv=None, start="fork"):
         k = argv.index("--start")
         start = argv[k + 1]
         del argv[k : k + 2]
-    waves = int(argv[0]) if argv else 4
+    waves = int(argv[0]) if argv else 8
     ctx = mp.get_context(start)
     barrier = ctx.Barrier(WORKERS)
     with ctx.Pool(WORKERS, initializer=_init, initargs=(barrier,)) as pool:

@@ -15,7 +15,13 @@ extern "C" fn on_load() {
     real::resolve();
     hooks::copy::resolve();
     let Some(header) = attach(false) else {
-        return; // not launched by mlprof (no MLPROF_DIR): count nothing, send nothing
+        // Not launched by mlprof (no MLPROF_DIR): count nothing, send nothing. Launched by an
+        // mlprof run that has ended (an orphan that exec'd later): also keep this process's
+        // own children from loading the library.
+        if session_gone() {
+            strip_from_ld_preload();
+        }
+        return;
     };
     let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
     header.python_status.store(status, Ordering::Relaxed);
@@ -150,6 +156,22 @@ pub fn record_exit(code: c_int, immediate: bool) {
 
 /// Remove this library from `LD_PRELOAD`, so that programs this process executes are not
 /// profiled (`--no-follow`). Load time, single-threaded; entries are separated by `:` or spaces.
+/// Whether `MLPROF_DIR` names a directory that no longer exists (its run has ended).
+fn session_gone() -> bool {
+    let mut dir = [0u8; 400];
+    if copy_env(c"MLPROF_DIR", &mut dir).is_none() {
+        return false;
+    }
+    // SAFETY: `dir` is NUL-terminated by copy_env; access only checks the path.
+    unsafe { libc::access(dir.as_ptr().cast(), libc::F_OK) != 0 }
+}
+
+/// Whether an `LD_PRELOAD` entry is this library: `libmlprof_preload*.so`, with any directory.
+fn is_ours(entry: &[u8]) -> bool {
+    let name = entry.rsplit(|&b| b == b'/').next().unwrap_or(entry);
+    name.starts_with(b"libmlprof_preload") && name.ends_with(b".so")
+}
+
 fn strip_from_ld_preload() {
     let mut value = [0u8; 4096];
     if copy_env(c"LD_PRELOAD", &mut value).is_none() {
@@ -162,7 +184,7 @@ fn strip_from_ld_preload() {
         .split(|&b| b == b':' || b == b' ')
         .filter(|e| !e.is_empty())
     {
-        if entry.ends_with(b"/libmlprof_preload.so") || entry == b"libmlprof_preload.so" {
+        if is_ours(entry) {
             continue;
         }
         if n > 0 {

@@ -125,6 +125,16 @@ impl Channels {
             .collect()
     }
 
+    /// Pids of processes other than `child` whose newest image has not recorded an exit and
+    /// that are still alive (not gone, not a zombie): descendants that outlived the command.
+    pub fn running_descendants(&self, child: u32) -> Vec<u32> {
+        self.newest_live()
+            .iter()
+            .map(|path| self.open[path].summary.pid)
+            .filter(|&pid| pid != child && super::procfs::alive(pid))
+            .collect()
+    }
+
     /// Current heap of each live process (the newest image of each pid that has not exited).
     pub fn live_heaps(&self) -> BTreeMap<u32, i64> {
         let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();

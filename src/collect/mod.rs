@@ -40,18 +40,29 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Collect until the launched command ends. `launch_ns` is when it was started.
-pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<Recording> {
+/// Collect until the launched command ends, then while descendants it left running are alive,
+/// for at most `outlive_wait` more (the orphan policy: see docs/design/process-trees.md).
+/// `launch_ns` is when the command was started.
+pub fn record(
+    session: &Session,
+    launched: Launched,
+    launch_ns: u64,
+    outlive_wait: Duration,
+) -> Result<Recording> {
     let mut channels = Channels::new(session.dir(), launch_ns);
     let mut procs: BTreeMap<u32, ProcSummary> = BTreeMap::new();
     let mut ticks = Vec::new();
-    let exit: ChildExit = loop {
+    let mut tick = |channels: &mut Channels, ticks: &mut Vec<Tick>| -> Result<()> {
         let now = monotonic_ns().saturating_sub(launch_ns);
         channels.scan()?;
         channels.drain(now);
         channels.sample_waits(now);
         let with_hwm = (ticks.len() as u64).is_multiple_of(HWM_EVERY);
-        ticks.push(poll(&channels, launched.pid, &mut procs, now, with_hwm));
+        ticks.push(poll(channels, launched.pid, &mut procs, now, with_hwm));
+        Ok(())
+    };
+    let exit: ChildExit = loop {
+        tick(&mut channels, &mut ticks)?;
         match launched.exited.recv_timeout(TICK) {
             Ok(exit) => break exit,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -59,7 +70,22 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         }
     };
     let wall_ns = monotonic_ns().saturating_sub(launch_ns);
-    let summaries = channels.finish(wall_ns);
+    let deadline = std::time::Instant::now() + outlive_wait;
+    let mut running = channels.running_descendants(launched.pid);
+    while !running.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(TICK);
+        tick(&mut channels, &mut ticks)?;
+        running = channels.running_descendants(launched.pid);
+    }
+    let end_ns = monotonic_ns().saturating_sub(launch_ns);
+    let mut summaries = channels.finish(end_ns);
+    let mut warnings = Vec::new();
+    if !running.is_empty() {
+        for s in summaries.iter_mut().filter(|s| running.contains(&s.pid)) {
+            s.still_running = true;
+        }
+        warnings.push(outlived_note(&running, &summaries, outlive_wait));
+    }
     Ok(Recording {
         command: Vec::new(),
         wall_ns,
@@ -68,9 +94,50 @@ pub fn record(session: &Session, launched: Launched, launch_ns: u64) -> Result<R
         channels: summaries,
         procs: procs.into_values().collect(),
         ticks,
-        warnings: Vec::new(),
+        warnings,
         labels: labels(),
     })
+}
+
+/// The warning about descendants still running when collection stopped.
+fn outlived_note(running: &[u32], summaries: &[ChannelSummary], waited: Duration) -> String {
+    let named: Vec<String> = running
+        .iter()
+        .take(5)
+        .map(|pid| {
+            let command = summaries
+                .iter()
+                .rev()
+                .find(|s| s.pid == *pid)
+                .and_then(|s| s.command.first())
+                .map_or("?", |c| c.rsplit('/').next().unwrap_or(c));
+            format!("{pid} ({command})")
+        })
+        .collect();
+    let more = running.len().saturating_sub(named.len());
+    format!(
+        "{} process{} still running {:.1} s after the command ended: {}{}; {} figures cover the \
+         time until then and {} left running (--wait-children sets the wait)",
+        running.len(),
+        if running.len() == 1 {
+            " was"
+        } else {
+            "es were"
+        },
+        waited.as_secs_f64(),
+        named.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        if running.len() == 1 { "its" } else { "their" },
+        if running.len() == 1 {
+            "it was"
+        } else {
+            "they were"
+        },
+    )
 }
 
 /// One tick: read `/proc` for the child and every process with a channel; sum the footprint.

@@ -39,6 +39,18 @@ pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
     })
 }
 
+/// Whether `pid` exists and is not a zombie (state `Z`) or dead (`X`).
+pub fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain anything.
+    let state = stat
+        .rfind(')')
+        .and_then(|end| stat[end + 1..].split_whitespace().next());
+    !matches!(state, None | Some("Z" | "X" | "x"))
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -114,6 +114,8 @@ pub struct ChannelSummary {
     pub py_code_type: u64,
     /// Collector time (ns from launch) of the last off-CPU look at this process.
     pub last_wait_ns: u64,
+    /// Still running when collection stopped (it outlived the command and the wait).
+    pub still_running: bool,
 }
 
 /// One CPU sample: a thread burned `weight_ns` of CPU ending at `t_ns`.

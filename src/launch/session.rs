@@ -1,5 +1,8 @@
-//! The private directory of one run (0700): the extracted preload library and every
-//! process's channel file (0600). Removed when the run ends.
+//! The private directory of one run (0700) holding every process's channel file (0600),
+//! removed when the run ends; and the preload library, extracted once per build into a lasting
+//! private directory of the user, so that a descendant that outlives the run and execs a
+//! program later still finds the library its `LD_PRELOAD` names (see
+//! docs/design/process-trees.md).
 
 use std::ffi::CString;
 use std::io::Write;
@@ -25,11 +28,14 @@ impl Session {
         let dir = make_private_dir(&std::env::temp_dir())?;
         let preload = match std::env::var_os("MLPROF_PRELOAD") {
             Some(path) => PathBuf::from(path),
-            None => {
-                let path = dir.join("libmlprof_preload.so");
-                write_private(&path, PRELOAD)?;
-                path
-            }
+            None => match lasting_library() {
+                Some(path) => path,
+                None => {
+                    let path = dir.join("libmlprof_preload.so");
+                    write_private(&path, PRELOAD)?;
+                    path
+                }
+            },
         };
         Ok(Session { dir, preload })
     }
@@ -49,6 +55,41 @@ impl Drop for Session {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The preload library in the user's lasting private directory (`$XDG_RUNTIME_DIR/mlprof`,
+/// else `$TMPDIR/mlprof-UID`), named by a hash of its bytes and written there if missing.
+/// `None` if that directory is not ours alone (then the run's own directory is used).
+fn lasting_library() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(runtime) => PathBuf::from(runtime).join("mlprof"),
+        None => std::env::temp_dir().join(format!("mlprof-{uid}")),
+    };
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return None;
+    }
+    let path = dir.join(format!("libmlprof_preload-{:016x}.so", fnv1a(PRELOAD)));
+    if std::fs::read(&path).is_ok_and(|have| have == PRELOAD) {
+        return Some(path);
+    }
+    // Written under a temporary name and renamed: a concurrent run never sees half a file.
+    let partial = dir.join(format!(".partial-{}", std::process::id()));
+    let _ = std::fs::remove_file(&partial);
+    write_private(&partial, PRELOAD).ok()?;
+    std::fs::rename(&partial, &path).ok()?;
+    Some(path)
+}
+
+/// FNV-1a, 64 bits: names the library by its contents.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn make_private_dir(parent: &Path) -> Result<PathBuf> {
@@ -93,10 +134,16 @@ mod tests {
         let dir = session.dir().to_path_buf();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
-        let lib = std::fs::metadata(session.preload_path()).unwrap();
+        let lib_path = session.preload_path().to_path_buf();
+        let lib = std::fs::metadata(&lib_path).unwrap();
         assert_eq!(lib.permissions().mode() & 0o777, 0o600);
         assert!(lib.len() > 1000);
+        let lib_dir = std::fs::metadata(lib_path.parent().unwrap()).unwrap();
+        assert_eq!(lib_dir.permissions().mode() & 0o777, 0o700);
         drop(session);
         assert!(!dir.exists());
+        assert!(lib_path.exists(), "the library outlives the run");
+        let again = Session::create().unwrap();
+        assert_eq!(again.preload_path(), lib_path, "and is reused");
     }
 }

@@ -143,6 +143,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         instrumented: !images.is_empty(),
         forked: last.is_some_and(|l| l.forked),
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
+        still_running: last.is_some_and(|l| l.still_running),
         rank: None,
     }
 }

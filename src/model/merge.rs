@@ -110,19 +110,28 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         }
         out.warnings
             .extend(p.warnings.into_iter().map(|w| format!("{name}: {w}")));
-        out.violations.extend(p.violations.into_iter().map(|v| Violation {
-            message: format!("{name}: {}", v.message),
-            ..v
-        }));
+        out.violations
+            .extend(p.violations.into_iter().map(|v| Violation {
+                message: format!("{name}: {}", v.message),
+                ..v
+            }));
     }
-    out.memory.timeline = sum_steps(&timelines, |s| s.t_s, |acc: &mut MemorySample, s| {
-        acc.heap_bytes += s.heap_bytes;
-        acc.rss_bytes += s.rss_bytes;
-    });
-    out.gpu.timeline = sum_steps(&gpu_timelines, |s| s.t_s, |acc: &mut GpuSample, s| {
-        acc.util_pct = acc.util_pct.max(s.util_pct);
-        acc.memory_bytes += s.memory_bytes;
-    });
+    out.memory.timeline = sum_steps(
+        &timelines,
+        |s| s.t_s,
+        |acc: &mut MemorySample, s| {
+            acc.heap_bytes += s.heap_bytes;
+            acc.rss_bytes += s.rss_bytes;
+        },
+    );
+    out.gpu.timeline = sum_steps(
+        &gpu_timelines,
+        |s| s.t_s,
+        |acc: &mut GpuSample, s| {
+            acc.util_pct = acc.util_pct.max(s.util_pct);
+            acc.memory_bytes += s.memory_bytes;
+        },
+    );
     out.lines = lines.into_values().collect();
     out.functions = functions.into_values().collect();
     out.cpu_timeline = cpu_buckets.into_values().collect();
@@ -248,14 +257,11 @@ fn frame_id(frames: &mut BTreeMap<StackFrame, u32>, frame: &StackFrame) -> u32 {
 
 /// Step functions summed: at every time any input has a point, each input contributes its last
 /// point at or before that time.
-fn sum_steps<T: Copy + Default>(
+fn sum_steps<T: Copy + Default + SetTime>(
     series: &[Vec<T>],
     time: impl Fn(&T) -> f64,
     add: impl Fn(&mut T, &T),
-) -> Vec<T>
-where
-    T: SetTime,
-{
+) -> Vec<T> {
     let mut times: Vec<f64> = series.iter().flatten().map(&time).collect();
     times.sort_by(f64::total_cmp);
     times.dedup();
@@ -387,10 +393,17 @@ mod tests {
         assert_eq!(merged.lines.len(), 1);
         assert_eq!(merged.lines[0].measures.alloc_bytes, 100);
         assert_eq!(merged.lines[0].measures.cpu_python_s, 2.0);
-        assert_eq!(merged.stack_frames.len(), 1, "shared frames are not repeated");
+        assert_eq!(
+            merged.stack_frames.len(),
+            1,
+            "shared frames are not repeated"
+        );
         assert_eq!(merged.stacks.len(), 2);
         assert_eq!(merged.processes[1].rank.as_deref(), Some("rank 1"));
-        assert_eq!(merged.labels.get("world_size").map(String::as_str), Some("2"));
+        assert_eq!(
+            merged.labels.get("world_size").map(String::as_str),
+            Some("2")
+        );
         assert!(!merged.labels.contains_key("rank"));
         assert_eq!(merged.memory.timeline.last().unwrap().heap_bytes, 400);
         assert_eq!(

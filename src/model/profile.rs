@@ -154,6 +154,10 @@ pub struct Process {
     /// Heap bytes a fork child inherited from its parent (included in its peak).
     #[serde(default)]
     pub inherited_heap_bytes: u64,
+    /// Still running when mlprof stopped collecting (it outlived the command by more than
+    /// `--wait-children`); its figures cover the time until then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub still_running: bool,
     /// In a merged profile: the name of the rank (or host) the process ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<String>,

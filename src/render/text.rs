@@ -466,7 +466,11 @@ fn processes(out: &mut String, p: &Profile) {
             bytes(proc.peak_heap_bytes),
             bytes(proc.peak_rss_bytes),
             seconds(proc.cpu_s),
-            exit(&proc.exit),
+            if proc.still_running {
+                "running".to_string()
+            } else {
+                exit(&proc.exit)
+            },
             proc.command.join(" ")
         );
     }

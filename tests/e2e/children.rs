@@ -83,7 +83,9 @@ fn thirty_two_forked_children_of_eight_threads_each_complete_and_are_all_seen() 
 fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
     let script = fixture::script("keep_array.py");
     let kept = crate::cpu::markers("keep_array.py")["kept"];
-    let py = fixture::numpy_pythons().last().expect("a Python with numpy");
+    let py = fixture::numpy_pythons()
+        .last()
+        .expect("a Python with numpy");
     let dir = fixture::tempdir();
     let mut paths = Vec::new();
     for (rank, mb) in [("0", "100"), ("1", "200")] {
@@ -111,7 +113,11 @@ fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
         .arg(&all)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let merged = fixture::check_profile(&std::fs::read_to_string(&all).unwrap());
     let parts: Vec<_> = paths
         .iter()
@@ -124,8 +130,14 @@ fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
         parts.iter().map(|p| p.memory.peak_heap_bytes).sum::<u64>(),
         "the merged peak is the sum of the ranks' peaks"
     );
-    assert_eq!(merged.ranks[1].peak_heap_bytes, parts[1].memory.peak_heap_bytes);
-    assert_eq!(merged.labels.get("world_size").map(String::as_str), Some("2"));
+    assert_eq!(
+        merged.ranks[1].peak_heap_bytes,
+        parts[1].memory.peak_heap_bytes
+    );
+    assert_eq!(
+        merged.labels.get("world_size").map(String::as_str),
+        Some("2")
+    );
     let line = crate::cpu::line(&merged, "keep_array.py", kept);
     let truth = 300e6;
     assert!(
@@ -138,10 +150,17 @@ fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
         .iter()
         .all(|p| p.rank.as_deref().is_some_and(|r| r.starts_with("rank "))));
 
-    let text = fixture::mlprof().arg("merge").args(&paths).output().unwrap();
+    let text = fixture::mlprof()
+        .arg("merge")
+        .args(&paths)
+        .output()
+        .unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains("Ranks (2, merged)"), "{text}");
-    assert!(text.contains("rank 1") && text.contains("\n  sum "), "{text}");
+    assert!(
+        text.contains("rank 1") && text.contains("\n  sum "),
+        "{text}"
+    );
 
     let bad = fixture::mlprof()
         .arg("merge")
@@ -153,4 +172,201 @@ fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(err.lines().count(), 1, "one-line error: {err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A memory cgroup of our own under the one this test runs in, limited to `limit` bytes with
+/// no swap, or `None` where cgroups cannot be written (then the address-space limit is used).
+fn limited_cgroup(limit: u64) -> Option<std::path::PathBuf> {
+    let mine = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let (dir, files): (std::path::PathBuf, &[&str]) = if let Some(v1) = mine
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+    {
+        let base = format!("/sys/fs/cgroup/memory{v1}");
+        (
+            base.into(),
+            &["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"],
+        )
+    } else {
+        let v2 = mine.lines().find_map(|l| l.strip_prefix("0::"))?;
+        (
+            format!("/sys/fs/cgroup{v2}").into(),
+            &["memory.max", "memory.swap.max"],
+        )
+    };
+    let ours = dir.join(format!("mlprof-oom-{}", std::process::id()));
+    std::fs::create_dir(&ours).ok()?;
+    let limited = std::fs::write(ours.join(files[0]), limit.to_string()).is_ok();
+    let _ = std::fs::write(ours.join(files[1]), limit.to_string());
+    if !limited || !ours.join("cgroup.procs").exists() {
+        let _ = std::fs::remove_dir(&ours);
+        return None;
+    }
+    Some(ours)
+}
+
+#[test]
+fn a_run_stopped_by_a_real_memory_limit_still_names_the_line_that_held_the_memory() {
+    let script = fixture::script("oom.py");
+    let grow = crate::cpu::markers("oom.py")["grow"];
+    let py = fixture::numpy_pythons()
+        .last()
+        .expect("a Python with numpy");
+    let limit: u64 = 400 << 20;
+    let cgroup = limited_cgroup(limit);
+    // The limit applies to the profiled program only: a shell enters the cgroup (or sets the
+    // address-space limit) and then execs Python, keeping its pid.
+    let (shell, how) = match &cgroup {
+        Some(dir) => (
+            format!(
+                "echo $$ > '{}/cgroup.procs' && exec \"$0\" \"$1\" grow",
+                dir.display()
+            ),
+            "cgroup",
+        ),
+        None => {
+            let probe = std::process::Command::new(&py.exe)
+                .arg(&script)
+                .arg("probe")
+                .output()
+                .unwrap();
+            let base_kib: u64 = String::from_utf8_lossy(&probe.stdout)
+                .trim()
+                .parse()
+                .unwrap();
+            let kib = base_kib + (limit >> 10);
+            (
+                format!("ulimit -v {kib} && exec \"$0\" \"$1\" grow"),
+                "ulimit -v",
+            )
+        }
+    };
+    let run = fixture::profile(&[os("sh"), os("-c"), os(&shell), os(&py.exe), os(&script)]);
+    if let Some(dir) = &cgroup {
+        let _ = std::fs::remove_dir(dir);
+    }
+    let p = &run.profile;
+    match how {
+        "cgroup" => {
+            assert_eq!(p.exit.signal, Some(9), "{how}: killed: {:?}", p.exit);
+            assert_eq!(run.output.status.code(), Some(128 + 9));
+            assert!(
+                p.warnings
+                    .iter()
+                    .any(|w| w.contains("likely out of memory")),
+                "{:?}",
+                p.warnings
+            );
+        }
+        _ => {
+            assert_eq!(p.exit.code, Some(1), "{how}: MemoryError: {:?}", p.exit);
+            assert!(String::from_utf8_lossy(&run.output.stderr).contains("MemoryError"));
+        }
+    }
+    // The heap reached most of the limit (the rest is the interpreter's own RSS and numpy's
+    // code), and the growing line is the top holder at the peak.
+    let peak = p.memory.peak_heap_bytes;
+    assert!(
+        peak > limit / 2 && peak < limit + (100 << 20),
+        "{how}: peak heap {peak} under a {limit} limit"
+    );
+    let top = p
+        .lines
+        .iter()
+        .max_by_key(|l| l.measures.peak_bytes)
+        .unwrap();
+    assert!(
+        top.file.ends_with("oom.py") && top.line == grow,
+        "{how}: top holder {}:{}",
+        top.file,
+        top.line
+    );
+    assert!(
+        top.measures.peak_bytes as f64 > 0.8 * peak as f64 - 60e6,
+        "{how}: the line held most of the peak: {} of {peak}",
+        top.measures.peak_bytes
+    );
+    assert!(
+        !p.memory.timeline.is_empty(),
+        "the timeline up to the death"
+    );
+}
+
+#[test]
+fn children_that_outlive_the_command_are_waited_for_then_left_running() {
+    use std::time::{Duration, Instant};
+    let script = fixture::script("orphan.py");
+    let alloc = crate::cpu::markers("orphan.py")["orphan-alloc"];
+    let py = fixture::numpy_pythons()
+        .last()
+        .expect("a Python with numpy");
+    let wait_for = |path: &std::path::Path| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !path.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(path.exists(), "{} never appeared", path.display());
+    };
+
+    // An orphan that ends within the wait: mlprof waits and has all of it.
+    let out = fixture::tempdir();
+    let started = Instant::now();
+    let run = fixture::profile(&[os(&py.exe), os(&script), os("parent"), os("1"), os(&out)]);
+    assert!(started.elapsed() < Duration::from_secs(5), "no full wait");
+    assert_eq!(run.output.stdout, b"parent done\n");
+    assert!(
+        out.join("done").exists(),
+        "collected until the orphan ended"
+    );
+    let orphan = run
+        .profile
+        .processes
+        .iter()
+        .find(|p| p.command.iter().any(|a| a == "child") && p.python.is_some())
+        .unwrap_or_else(|| panic!("the orphan: {:?}", run.profile.processes));
+    assert_eq!(orphan.exit.code, Some(0));
+    assert!(!orphan.still_running);
+    assert!(orphan.peak_heap_bytes > 50_000_000);
+    let line = crate::cpu::line(&run.profile, "orphan.py", alloc);
+    assert!(fixture::within(
+        line.measures.alloc_bytes as f64,
+        50e6,
+        0.25
+    ));
+
+    // An orphan that outlives the wait: reported as still running, left running, and the
+    // program it runs after mlprof ended starts cleanly (no loader error on its stderr).
+    let out = fixture::tempdir();
+    let started = Instant::now();
+    let run = fixture::profile_args(
+        &["--wait-children", "0.3"],
+        &[os(&py.exe), os(&script), os("parent"), os("3"), os(&out)],
+        &[],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stopped waiting"
+    );
+    assert!(
+        !out.join("done").exists(),
+        "mlprof did not wait for the end"
+    );
+    let orphan = run
+        .profile
+        .processes
+        .iter()
+        .find(|p| p.command.iter().any(|a| a == "child") && p.python.is_some())
+        .expect("the orphan, as far as it got");
+    assert!(orphan.still_running, "{orphan:?}");
+    assert!(
+        run.profile
+            .warnings
+            .iter()
+            .any(|w| w.contains("still running") && w.contains(&orphan.pid.to_string())),
+        "{:?}",
+        run.profile.warnings
+    );
+    wait_for(&out.join("done"));
+    let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
+    assert_eq!(stderr, "", "the orphan's programs start cleanly");
 }

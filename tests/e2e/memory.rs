@@ -156,10 +156,10 @@ fn copy_volume_of_a_copying_line_is_counted() {
 }
 
 /// Each worker's heap growth over what it inherited, with the tasks it ran.
-fn pool_growth(py: &fixture::Python, size_mb: &str) -> (Vec<(f64, u64)>, Profile) {
+fn pool_growth(py: &fixture::Python, size_mb: &str, method: &str) -> (Vec<(f64, u64)>, Profile) {
     let v = &py.minor;
     let script = fixture::script("pool.py");
-    let run = fixture::profile(&[os(&py.exe), os(&script), os(size_mb)]);
+    let run = fixture::profile(&[os(&py.exe), os(&script), os(size_mb), os(method)]);
     assert!(
         run.output.status.success(),
         "{v}: {}",
@@ -176,11 +176,14 @@ fn pool_growth(py: &fixture::Python, size_mb: &str) -> (Vec<(f64, u64)>, Profile
                 .iter()
                 .find(|p| p.pid.to_string() == *pid);
             let worker = worker.unwrap_or_else(|| panic!("{v}: worker {pid} missing"));
-            assert!(worker.forked, "{v}: {worker:?}");
-            assert!(
+            let forked = method == "fork";
+            assert_eq!(worker.forked, forked, "{v}: {worker:?}");
+            assert_eq!(
                 worker.inherited_heap_bytes > 1_000_000,
-                "{v}: inherited heap: {worker:?}"
+                forked,
+                "{v} {method}: inherited heap: {worker:?}"
             );
+            assert!(worker.python.is_some(), "{v}: {worker:?}");
             (
                 worker.peak_heap_bytes as f64 - worker.inherited_heap_bytes as f64,
                 count,
@@ -191,25 +194,36 @@ fn pool_growth(py: &fixture::Python, size_mb: &str) -> (Vec<(f64, u64)>, Profile
 }
 
 #[test]
-fn a_fork_pool_of_four_workers_has_each_workers_peak_right() {
+fn fork_and_spawn_pools_of_four_workers_have_each_workers_peak_right() {
     let m = markers("pool.py");
     for py in fixture::numpy_pythons() {
-        let v = &py.minor;
-        let (base, _) = pool_growth(py, "0");
-        let base_per_worker = base.iter().map(|&(g, _)| g).fold(f64::MAX, f64::min);
-        let (growth, profile) = pool_growth(py, "100");
-        for (own, count) in growth {
-            let truth = base_per_worker + count as f64 * 100.0 * MB;
-            assert!(
-                within(own, truth, 0.02),
-                "{v}: a worker grew {own}, truth {truth}"
-            );
+        for method in ["fork", "spawn"] {
+            pool_peaks_are_right(py, method, m["worker-alloc"]);
         }
-        let line = line(&profile, "pool.py", m["worker-alloc"]);
+    }
+}
+
+fn pool_peaks_are_right(py: &fixture::Python, method: &str, alloc_line: u32) {
+    let v = format!("{} {method}", py.minor);
+    let (base, _) = pool_growth(py, "0", method);
+    let base_per_worker = base.iter().map(|&(g, _)| g).fold(f64::MAX, f64::min);
+    let (growth, profile) = pool_growth(py, "100", method);
+    assert_eq!(
+        growth.iter().map(|&(_, n)| n).sum::<u64>(),
+        4,
+        "{v}: four tasks"
+    );
+    for (own, count) in growth {
+        let truth = base_per_worker + count as f64 * 100.0 * MB;
         assert!(
-            within(line.measures.alloc_bytes as f64, 400.0 * MB, 0.10),
-            "{v}: {:?}",
-            line.measures
+            within(own, truth, 0.02),
+            "{v}: a worker grew {own}, truth {truth}"
         );
     }
+    let line = line(&profile, "pool.py", alloc_line);
+    assert!(
+        within(line.measures.alloc_bytes as f64, 400.0 * MB, 0.10),
+        "{v}: {:?}",
+        line.measures
+    );
 }

@@ -1,6 +1,7 @@
-"""A fork pool of 4 workers; each task keeps argv[1] MB in its worker until the pool ends.
-Prints {worker pid: tasks run} as JSON: each worker's heap grows by that much per task, over
-the pool's own baseline (the same run with 0 MB)."""
+"""A pool of 4 workers (argv[2]: start method, fork or spawn; fork by default); each task
+keeps argv[1] MB in its worker until the pool ends. Prints {worker pid: tasks run} as JSON:
+each worker's heap grows by that much per task, over the pool's own baseline (the same run
+with 0 MB)."""
 import json
 import multiprocessing as mp
 import os
@@ -19,6 +20,7 @@ def task(_):
 
 
 if __name__ == "__main__":
-    with mp.get_context("fork").Pool(4) as pool:
+    method = sys.argv[2] if len(sys.argv) > 2 else "fork"
+    with mp.get_context(method).Pool(4) as pool:
         pids = pool.map(task, range(4), chunksize=1)
     print(json.dumps({str(p): pids.count(p) for p in set(pids)}))
