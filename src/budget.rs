@@ -20,6 +20,8 @@ pub struct Budgets {
     pub max_rss_bytes: Option<u64>,
     /// Bytes still held at the end by lines flagged as likely leaks.
     pub max_leak_bytes: Option<u64>,
+    /// Peak GPU memory of the tree (NVML, per process).
+    pub max_gpu_memory_bytes: Option<u64>,
     /// Bytes a line (`file.py:88`, file name or path suffix) may hold at the heap peak.
     pub lines: BTreeMap<String, u64>,
     /// Bytes a function's lines (`file.py::qualname`) may hold at the heap peak.
@@ -40,16 +42,18 @@ impl Budgets {
         self.max_peak_bytes.is_some()
             || self.max_rss_bytes.is_some()
             || self.max_leak_bytes.is_some()
+            || self.max_gpu_memory_bytes.is_some()
             || !(self.lines.is_empty() && self.functions.is_empty() && self.files.is_empty())
             || self.max_copy_bytes.is_some()
             || self.max_cpu_s.is_some()
     }
 
     /// Flags override the file's tree limits; the file's per-place limits stay.
-    pub fn with_flags(mut self, peak: Option<u64>, rss: Option<u64>, leak: Option<u64>) -> Budgets {
-        self.max_peak_bytes = peak.or(self.max_peak_bytes);
-        self.max_rss_bytes = rss.or(self.max_rss_bytes);
-        self.max_leak_bytes = leak.or(self.max_leak_bytes);
+    pub fn with_flags(mut self, flags: &Budgets) -> Budgets {
+        self.max_peak_bytes = flags.max_peak_bytes.or(self.max_peak_bytes);
+        self.max_rss_bytes = flags.max_rss_bytes.or(self.max_rss_bytes);
+        self.max_leak_bytes = flags.max_leak_bytes.or(self.max_leak_bytes);
+        self.max_gpu_memory_bytes = flags.max_gpu_memory_bytes.or(self.max_gpu_memory_bytes);
         self
     }
 }
@@ -82,6 +86,9 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
             p,
             &|_| true,
         ));
+    }
+    if let Some(limit) = b.max_gpu_memory_bytes {
+        out.extend(gpu_verdict(p, limit));
     }
     if let Some(limit) = b.max_leak_bytes {
         let leaking: Vec<(String, u64)> = p
@@ -240,6 +247,51 @@ fn at(mut v: Violation, p: &Profile, keep: &dyn Fn(&crate::model::LineStats) -> 
         v.line = Some(top.line);
     }
     v
+}
+
+/// The GPU memory budget: exceeded when the tree's peak is above it; also a violation when the
+/// GPU could not be polled (a budget that cannot be checked must not pass silently).
+fn gpu_verdict(p: &Profile, limit: u64) -> Option<Violation> {
+    if !p.gpu.available {
+        let mut v = violation("peak_gpu_memory", "peak GPU memory", limit, 0, "");
+        v.message = format!(
+            "budget not checked: peak GPU memory (GPU not available: {})",
+            p.gpu.reason.as_deref().unwrap_or("unknown reason")
+        );
+        return Some(v);
+    }
+    if p.gpu.peak_memory_bytes <= limit {
+        return None;
+    }
+    let mut top: Vec<_> = p
+        .lines
+        .iter()
+        .filter(|l| l.measures.gpu_memory_bytes > 0 && l.line > 0)
+        .collect();
+    top.sort_by_key(|l| std::cmp::Reverse(l.measures.gpu_memory_bytes));
+    let grew: Vec<String> = top
+        .iter()
+        .take(3)
+        .map(|l| {
+            format!(
+                "{} grew it {}",
+                place(&l.file, l.line),
+                bytes(l.measures.gpu_memory_bytes)
+            )
+        })
+        .collect();
+    let mut v = violation(
+        "peak_gpu_memory",
+        "peak GPU memory",
+        limit,
+        p.gpu.peak_memory_bytes,
+        &grew.join(", "),
+    );
+    if let Some(l) = top.first() {
+        v.file = Some(l.file.clone());
+        v.line = Some(l.line);
+    }
+    Some(v)
 }
 
 /// The three lines holding most at the heap peak: `train.py:88 held 3.9 GiB, ...`.

@@ -84,6 +84,7 @@ fn parse(t: &toml::Table) -> std::result::Result<Budgets, String> {
         match key.as_str() {
             "max-peak" => b.max_peak_bytes = Some(size(key, value)?),
             "max-rss" => b.max_rss_bytes = Some(size(key, value)?),
+            "max-gpu-memory" => b.max_gpu_memory_bytes = Some(size(key, value)?),
             "max-leak" => b.max_leak_bytes = Some(size(key, value)?),
             "lines" => b.lines = sizes(key, value)?,
             "functions" => b.functions = sizes(key, value)?,
@@ -93,7 +94,7 @@ fn parse(t: &toml::Table) -> std::result::Result<Budgets, String> {
             "ignore" => b.ignore = strings(key, value)?,
             other => {
                 return Err(format!(
-                    "unknown key '{other}' (max-peak, max-rss, max-leak, max-copy, max-cpu, lines, functions, files, ignore)"
+                    "unknown key '{other}' (max-peak, max-rss, max-leak, max-gpu-memory, max-copy, max-cpu, lines, functions, files, ignore)"
                 ))
             }
         }

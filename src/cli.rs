@@ -89,6 +89,9 @@ struct GateArgs {
     /// Fail if lines flagged as likely leaks hold more than SIZE at the end.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     max_leak: Option<u64>,
+    /// Fail if the tree's peak GPU memory (NVML) exceeds SIZE, or if the GPU cannot be read.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    max_gpu_memory: Option<u64>,
 }
 
 /// The gate of a command, loaded once (a malformed budget file or baseline is an error before
@@ -104,9 +107,13 @@ impl GateArgs {
         Ok(Gate {
             budgets: budgets(
                 self.budget.as_deref(),
-                self.max_peak,
-                self.max_rss,
-                self.max_leak,
+                &crate::budget::Budgets {
+                    max_peak_bytes: self.max_peak,
+                    max_rss_bytes: self.max_rss,
+                    max_leak_bytes: self.max_leak,
+                    max_gpu_memory_bytes: self.max_gpu_memory,
+                    ..Default::default()
+                },
             )?,
             baseline: self.baseline.as_deref().map(read_profile).transpose()?,
             tolerance: crate::baseline::Tolerance {
@@ -216,6 +223,15 @@ struct RunArgs {
     /// Profile only the launched process: not its fork children, nor programs it runs.
     #[arg(long)]
     no_follow: bool,
+    /// Do not poll the GPU.
+    #[arg(long)]
+    no_gpu: bool,
+    /// GPU polls per second (NVML), 1 to 100.
+    #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = gpu_rate)]
+    gpu_rate: f64,
+    /// Load this NVML library instead of libnvidia-ml.so.1 (also MLPROF_NVML_LIB).
+    #[arg(long, value_name = "PATH")]
+    gpu_lib: Option<PathBuf>,
     /// After the command ends, keep collecting from descendants it left running for up to
     /// SECONDS; any still running then are reported as such and left running.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = seconds)]
@@ -290,6 +306,14 @@ fn run_command(args: RunArgs) -> Result<i32> {
         copy_sample_bytes: args.copy_sample_bytes,
         follow: !args.no_follow,
     };
+    let gpu = collect::gpu::GpuPoller::start(
+        &collect::gpu::GpuOptions {
+            enabled: !args.no_gpu,
+            lib: args.gpu_lib.clone(),
+            rate_hz: args.gpu_rate,
+        },
+        launch_ns,
+    );
     let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let stop = Arc::new(AtomicBool::new(false));
     launch::forward_signals(launched.pid, stop.clone());
@@ -297,6 +321,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let recorded = collect::record(&session, launched, launch_ns, wait);
     stop.store(true, Ordering::Relaxed);
     let mut recording = recorded?;
+    recording.gpu = gpu.finish();
     recording.command = args
         .command
         .iter()
@@ -332,6 +357,14 @@ fn run_command(args: RunArgs) -> Result<i32> {
         (None, Some(sig)) => 128 + sig,
         (None, None) => crate::error::EXIT_ERROR,
     })
+}
+
+/// A GPU polling rate: 1 to 100 per second.
+fn gpu_rate(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(hz) if (1.0..=100.0).contains(&hz) => Ok(hz),
+        _ => Err(format!("'{text}' is not a rate from 1 to 100 per second")),
+    }
 }
 
 /// A duration in seconds: finite, not negative, at most a day.
@@ -407,7 +440,7 @@ fn check(args: CheckArgs) -> Result<i32> {
     let gate = args.gate.load()?;
     if !gate.any() {
         return Err(Error::with_code(
-            "check: no budget given (--budget, --max-peak, --max-rss, --max-leak, --baseline)",
+            "check: no budget given (--budget, --max-peak, --max-rss, --max-leak, --max-gpu-memory, --baseline)",
             crate::error::EXIT_USAGE,
         ));
     }
@@ -505,12 +538,7 @@ fn io_reason(e: &std::io::Error) -> String {
 
 /// The budgets of a command: from the budget file if one is named (a directory, `.` when
 /// `--budget` has no value: found from there upward), overridden by the flags.
-fn budgets(
-    file: Option<&Path>,
-    peak: Option<u64>,
-    rss: Option<u64>,
-    leak: Option<u64>,
-) -> Result<crate::budget::Budgets> {
+fn budgets(file: Option<&Path>, flags: &crate::budget::Budgets) -> Result<crate::budget::Budgets> {
     let from_file = match file {
         None => crate::budget::Budgets::default(),
         Some(dir) if dir.is_dir() => {
@@ -520,7 +548,7 @@ fn budgets(
         }
         Some(path) => crate::budget_file::load(path)?,
     };
-    Ok(from_file.with_flags(peak, rss, leak))
+    Ok(from_file.with_flags(flags))
 }
 
 /// CI outputs of the budget verdicts, when budgets were set: GitHub Actions annotations and job

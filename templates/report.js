@@ -70,6 +70,38 @@ function timeline() {
   add("text", { x: x(P.memory.peak_at_s) - 4, y: y(P.memory.peak_heap_bytes) - 4 }, "▲");
 }
 
+// GPU memory of the tree (left scale) and utilisation in percent (right scale), when polled.
+function gpuTimeline() {
+  const pts = P.gpu.timeline || [];
+  if (!P.gpu.available || !pts.length) return;
+  $("gpu-part").hidden = false;
+  for (const n of P.gpu.notes || []) $("gpu-notes").append(el("div", { class: "warn" }, n));
+  const svg = $("gpu-timeline");
+  const W = svg.clientWidth || 1000, H = 180, L = 64, B = 20;
+  const tMax = Math.max(P.wall_s, pts[pts.length - 1].t_s) || 1;
+  const mMax = Math.max(1, ...pts.map((p) => p.memory_bytes));
+  const x = (t) => L + (W - L - 40) * t / tMax;
+  const y = (v, max) => H - B - (H - B - 8) * v / max;
+  const ns = "http://www.w3.org/2000/svg";
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e); return e;
+  };
+  for (const [value, max, color] of [[(p) => p.device_util_pct || 0, 100, "var(--sys)"],
+    [(p) => p.util_pct, 100, "var(--py)"], [(p) => p.memory_bytes, mMax, "var(--nat)"]]) {
+    const d = pts.map((p, i) => `${i ? "L" : "M"}${x(p.t_s).toFixed(1)},${y(value(p), max).toFixed(1)}`).join("");
+    add("path", { d, fill: "none", stroke: color, "stroke-width": 2 });
+  }
+  add("text", { x: 4, y: 14 }, bytes(mMax));
+  add("text", { x: W - 36, y: 14 }, "100%");
+  add("text", { x: 4, y: H - B }, "0");
+  add("text", { x: W - 100, y: H - 4 }, secs(tMax));
+}
+
+const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.gpu_memory_bytes > 0);
+
 function lines() {
   const box = $("lines");
   const whole = P.lines.reduce((s, l) => s + cpu(l), 0) || 1;
@@ -84,7 +116,9 @@ function lines() {
   // Sort keys of the columns (null: not sortable); rows keep their native-function rows.
   const keys = [(l) => l.line, cpu, (l) => l.cpu_python_s + l.cpu_native_s, (l) => l.alloc_bytes,
     (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes, (l) => l.copy_bytes,
-    (l) => (l.leak ? l.leak.likelihood : 0), null];
+    (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []), null];
+  const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "",
+    ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
     const t = el("table"), body = el("tbody");
@@ -95,8 +129,8 @@ function lines() {
       body.replaceChildren(...groups.flatMap((g) => g[1]));
     };
     const head = el("tr");
-    ["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "", "source"].forEach((h, i) => {
-      const th = el("th", { class: i === 8 ? "src" : "" }, h);
+    titles.forEach((h, i) => {
+      const th = el("th", { class: i === titles.length - 1 ? "src" : "" }, h);
       if (keys[i]) th.addEventListener("click", () => { desc = key === i ? !desc : i !== 0; key = i; draw(); });
       head.append(th);
     });
@@ -116,11 +150,12 @@ function lineRows(l, whole, heldMax, scale) {
     el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
     el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
     el("td", {}, held, " ", bytes(l.peak_bytes)), el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
+    ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
     el("td", { class: "src" }, l.source || l.function))];
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: 7 }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: gpuLines ? 9 : 7 }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }
@@ -242,6 +277,7 @@ function ranks() {
 }
 
 timeline();
+gpuTimeline();
 ranks();
 processChooser();
 showProcess("");

@@ -4,6 +4,7 @@
 
 mod channels;
 mod decode;
+pub mod gpu;
 mod mapping;
 pub mod procfs;
 pub mod recording;
@@ -96,6 +97,7 @@ pub fn record(
         ticks,
         warnings,
         labels: labels(),
+        gpu: Default::default(),
     })
 }
 

@@ -31,6 +31,8 @@ pub struct Recording {
     pub warnings: Vec<String>,
     /// Host name and rank variables of the run.
     pub labels: BTreeMap<String, String>,
+    /// What the NVML poller saw.
+    pub gpu: super::gpu::GpuRecording,
 }
 
 /// One collector tick: the tree's footprint.

@@ -19,7 +19,15 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     warnings.extend(python_warnings(rec));
     warnings.extend(death_note(rec));
     let mut places = std::collections::HashMap::new();
-    let threads = super::cpu::add(rec, natives, filter, &mut places);
+    let tree: std::collections::BTreeSet<u32> = processes.iter().map(|p| p.pid).collect();
+    let mut gpu_join = super::gpu::Joiner::new(&rec.gpu, &tree);
+    let threads = super::cpu::add(rec, natives, filter, &mut places, &mut gpu_join);
+    gpu_join.finish(&mut places);
+    let (gpu, gpu_peaks) = super::gpu::summary(&rec.gpu, &tree);
+    let mut processes = processes;
+    for p in &mut processes {
+        p.peak_gpu_memory_bytes = gpu_peaks.get(&p.pid).copied().unwrap_or(0);
+    }
     super::memory::add(rec, filter, &mut places);
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives);
@@ -45,11 +53,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         cpu_kernel_s: rec.exit.usage.kernel_s,
         memory: memory(rec, &processes),
         processes,
-        gpu: Gpu {
-            available: false,
-            reason: Some("GPU polling is not implemented in this version".to_string()),
-            ..Gpu::default()
-        },
+        gpu,
         cpu_timeline: timeline::cpu(rec, natives),
         lines,
         functions,
@@ -143,6 +147,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         instrumented: !images.is_empty(),
         forked: last.is_some_and(|l| l.forked),
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
+        peak_gpu_memory_bytes: 0, // from the GPU polls, in `attribute`
         still_running: last.is_some_and(|l| l.still_running),
         rank: None,
     }

@@ -22,6 +22,7 @@ pub fn add(
     natives: &NativeNames,
     filter: &Filter,
     places: &mut HashMap<Place, Acc>,
+    gpu: &mut super::gpu::Joiner,
 ) -> Vec<ThreadStats> {
     let mut threads: BTreeMap<(u32, u32), ThreadStats> = BTreeMap::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
@@ -42,7 +43,8 @@ pub fn add(
                     ..ThreadStats::default()
                 });
             thread.python |= !sample.frames.is_empty();
-            let acc = places.entry(place).or_default();
+            let acc = places.entry(place.clone()).or_default();
+            gpu.observe(channel.pid, sample.t_ns, sample.weight_ns, &place, acc);
             match kind {
                 Time::Waiting => {
                     acc.system_ns += sample.weight_ns;

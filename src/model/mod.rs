@@ -3,6 +3,7 @@
 pub mod attribute;
 pub mod cpu;
 pub mod filter;
+pub mod gpu;
 pub mod invariants;
 pub mod leaks;
 pub mod memory;

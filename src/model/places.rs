@@ -67,6 +67,12 @@ pub struct Acc {
     pub copy_bytes: u64,
     /// Sampled blocks (for footprints and leak evidence).
     pub blocks: Vec<Block>,
+    /// Sampled time here while the process's GPU utilisation was known (ns).
+    pub gpu_time_ns: u64,
+    /// That time weighted by the utilisation (ns).
+    pub gpu_busy_ns: f64,
+    /// Share of the process's GPU memory growth while here (bytes).
+    pub gpu_memory_bytes: f64,
 }
 
 impl Acc {
@@ -83,6 +89,9 @@ impl Acc {
         self.peak_bytes += other.peak_bytes;
         self.copy_bytes += other.copy_bytes;
         self.blocks.extend(other.blocks);
+        self.gpu_time_ns += other.gpu_time_ns;
+        self.gpu_busy_ns += other.gpu_busy_ns;
+        self.gpu_memory_bytes += other.gpu_memory_bytes;
     }
 }
 
@@ -110,6 +119,8 @@ pub fn summarise(
         for (key, ns) in &acc.natives {
             *f_acc.natives.entry(key.clone()).or_default() += ns;
         }
+        f_acc.gpu_time_ns += acc.gpu_time_ns;
+        f_acc.gpu_busy_ns += acc.gpu_busy_ns;
         let total = acc.python_ns + acc.native_ns + acc.system_ns;
         let row = rows
             .entry((place.file, place.line))
@@ -126,6 +137,7 @@ pub fn summarise(
             add(&mut measures, &acc);
             measures.leak = super::leaks::evidence(&acc.blocks, wall_ns);
             let footprint_bytes = super::leaks::footprint(&acc.blocks, wall_ns, FOOTPRINT_POINTS);
+            measures.gpu_util_pct = gpu_util_pct(&acc);
             measures.native = natives_of(acc.natives);
             LineStats {
                 file,
@@ -140,6 +152,7 @@ pub fn summarise(
     let functions = functions
         .into_values()
         .map(|(mut f, acc)| {
+            f.measures.gpu_util_pct = gpu_util_pct(&acc);
             f.measures.native = natives_of(acc.natives);
             f
         })
@@ -155,6 +168,16 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.alloc_python_bytes += acc.alloc_python_bytes;
     m.peak_bytes += acc.peak_bytes;
     m.copy_bytes += acc.copy_bytes;
+    m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;
+}
+
+/// "GPU busy while this line ran": the utilisation averaged over the line's sampled time.
+fn gpu_util_pct(acc: &Acc) -> f64 {
+    if acc.gpu_time_ns == 0 {
+        0.0
+    } else {
+        100.0 * acc.gpu_busy_ns / acc.gpu_time_ns as f64
+    }
 }
 
 /// The top native functions of a line, most time first.

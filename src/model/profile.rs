@@ -154,6 +154,9 @@ pub struct Process {
     /// Heap bytes a fork child inherited from its parent (included in its peak).
     #[serde(default)]
     pub inherited_heap_bytes: u64,
+    /// Highest GPU memory NVML reported for this process (bytes; 0 without a GPU context).
+    #[serde(default)]
+    pub peak_gpu_memory_bytes: u64,
     /// Still running when mlprof stopped collecting (it outlived the command by more than
     /// `--wait-children`); its figures cover the time until then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -253,8 +256,14 @@ pub struct Gpu {
     pub devices: Vec<GpuDevice>,
     /// Highest GPU memory used by the process tree (bytes).
     pub peak_memory_bytes: u64,
+    /// Mean SM utilisation of the tree's processes over the polls of the run (percent).
+    #[serde(default)]
+    pub average_util_pct: f64,
     /// Utilisation and memory over time.
     pub timeline: Vec<GpuSample>,
+    /// What limited the GPU figures (polling stopped by an NVML error, no per-process data).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// One GPU device.
@@ -277,6 +286,12 @@ pub struct GpuSample {
     pub util_pct: f64,
     /// GPU memory used by the tree (bytes).
     pub memory_bytes: u64,
+    /// Utilisation of the devices by anyone, mean over devices (percent).
+    #[serde(default)]
+    pub device_util_pct: f64,
+    /// Memory in use on the devices by anyone (bytes).
+    #[serde(default)]
+    pub device_memory_bytes: u64,
 }
 
 /// Measures of one source line.

@@ -56,9 +56,16 @@ fn cards(p: &Profile) -> Vec<(String, String)> {
         (None, None) => "unknown".to_string(),
     };
     let gpu = if p.gpu.available {
-        bytes(p.gpu.peak_memory_bytes)
+        format!(
+            "{}, {:.0}% busy",
+            bytes(p.gpu.peak_memory_bytes),
+            p.gpu.average_util_pct
+        )
     } else {
-        "not available".to_string()
+        format!(
+            "not available ({})",
+            p.gpu.reason.as_deref().unwrap_or("unknown reason")
+        )
     };
     vec![
         ("exit".into(), exit),

@@ -131,7 +131,18 @@ fn header(out: &mut String, p: &Profile) {
         bytes(m.unaccounted_bytes)
     );
     let gpu = if p.gpu.available {
-        format!("peak memory {}", bytes(p.gpu.peak_memory_bytes))
+        let names: Vec<String> = p
+            .gpu
+            .devices
+            .iter()
+            .map(|d| format!("{} ({})", d.name, bytes(d.memory_total_bytes)))
+            .collect();
+        format!(
+            "{}: peak memory {} (this process tree), average utilisation {:.0}%",
+            names.join(", "),
+            bytes(p.gpu.peak_memory_bytes),
+            p.gpu.average_util_pct
+        )
     } else {
         format!(
             "not available ({})",
@@ -139,6 +150,9 @@ fn header(out: &mut String, p: &Profile) {
         )
     };
     let _ = writeln!(out, "  GPU             {gpu}");
+    for note in &p.gpu.notes {
+        let _ = writeln!(out, "                  {note}");
+    }
     let _ = writeln!(out, "  dropped events  {}", p.dropped_events);
 }
 
@@ -182,6 +196,7 @@ fn lines(out: &mut String, p: &Profile) {
         seconds(whole),
         p.cpu_samples
     );
+    let gpu = gpu_columns(p);
     let mut file = "";
     for line in p.lines.iter().filter(|l| shown(l, whole, whole_bytes)) {
         if line.file != file {
@@ -189,7 +204,7 @@ fn lines(out: &mut String, p: &Profile) {
             let _ = writeln!(out, "  {file}");
             let _ = writeln!(
                 out,
-                "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} source",
+                "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} {}source",
                 "line",
                 "Python",
                 "native",
@@ -200,7 +215,12 @@ fn lines(out: &mut String, p: &Profile) {
                 "held",
                 "copy/s",
                 "footprint",
-                "leak"
+                "leak",
+                if gpu {
+                    format!("{:>5} {:>10} ", "GPU%", "GPU mem")
+                } else {
+                    String::new()
+                }
             );
         }
         let m = &line.measures;
@@ -212,7 +232,7 @@ fn lines(out: &mut String, p: &Profile) {
         };
         let _ = writeln!(
             out,
-            "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} \u{1}{}",
+            "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} {}\u{1}{}",
             line.line,
             pct(m.cpu_python_s, whole),
             pct(m.cpu_native_s, whole),
@@ -224,6 +244,15 @@ fn lines(out: &mut String, p: &Profile) {
             rate(m.copy_bytes, p.wall_s),
             sparkline(&line.footprint_bytes),
             if m.leak.is_some() { "leak" } else { "" },
+            if gpu {
+                format!(
+                    "{:>5} {:>10} ",
+                    format!("{:.0}%", m.gpu_util_pct),
+                    bytes(m.gpu_memory_bytes)
+                )
+            } else {
+                String::new()
+            },
             if source.is_empty() {
                 line.function.as_str()
             } else {
@@ -247,6 +276,14 @@ fn lines(out: &mut String, p: &Profile) {
             );
         }
     }
+}
+
+/// Whether the line tables get GPU columns: only when GPU figures were attributed to lines.
+fn gpu_columns(p: &Profile) -> bool {
+    p.gpu.available
+        && p.lines
+            .iter()
+            .any(|l| l.measures.gpu_util_pct > 0.0 || l.measures.gpu_memory_bytes > 0)
 }
 
 fn functions(out: &mut String, p: &Profile) {

@@ -127,7 +127,8 @@ pub fn classify(path: &str) -> CodeClass {
     let name = library_name(path);
     // mlprof's own hooks run on behalf of the line (its allocations and copies): counting them
     // as native code would make pure-Python lines look native.
-    let ours = name == "libmlprof_preload.so";
+    // In the run's directory, or in the lasting directory under a name with a content hash.
+    let ours = name.starts_with("libmlprof_preload") && name.ends_with(".so");
     if ours || name == "[vdso]" || is_python_executable(name) || is_interpreter_library(name) {
         CodeClass::Interpreter
     } else {
@@ -585,6 +586,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let table = [
             ("/usr/bin/python", I),
             ("/tmp/mlprof-abc123/libmlprof_preload.so", I),
+            (
+                "/run/user/1000/mlprof/libmlprof_preload-0123456789abcdef.so",
+                I,
+            ),
             ("/usr/bin/python3", I),
             ("/root/.pyenv/versions/3.11.7/bin/python3.11", I),
             ("/usr/local/bin/python3.13t", I),

@@ -8,5 +8,6 @@ mod cpu;
 mod export;
 mod fixture;
 mod foundation;
+mod gpu;
 mod html;
 mod memory;
