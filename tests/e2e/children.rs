@@ -370,3 +370,36 @@ fn children_that_outlive_the_command_are_waited_for_then_left_running() {
     let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
     assert_eq!(stderr, "", "the orphan's programs start cleanly");
 }
+
+#[test]
+fn a_target_that_execs_another_program_keeps_what_it_did_before() {
+    let script = fixture::script("exec_self.py");
+    let before = crate::cpu::markers("exec_self.py")["before-exec"];
+    let py = fixture::numpy_pythons()
+        .last()
+        .expect("a Python with numpy");
+    let run = fixture::profile(&[os(&py.exe), os(&script)]);
+    assert_eq!(run.output.stdout, b"after-exec\n");
+    assert_eq!(
+        run.output.status.code(),
+        Some(4),
+        "the new program's status"
+    );
+    let p = &run.profile;
+    assert_eq!(p.exit.code, Some(4));
+    assert_eq!(p.processes.len(), 1, "one pid: {:?}", p.processes);
+    assert_eq!(
+        p.processes[0].command.first().map(String::as_str),
+        Some("sh")
+    );
+    assert!(
+        p.processes[0].peak_heap_bytes >= 30_000_000,
+        "the Python image's peak"
+    );
+    let line = crate::cpu::line(p, "exec_self.py", before);
+    assert!(fixture::within(
+        line.measures.alloc_bytes as f64,
+        30e6,
+        0.25
+    ));
+}
