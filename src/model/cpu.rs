@@ -88,13 +88,18 @@ fn classify(sample: &CpuSample, named: Option<&Resolved>) -> Time {
     }
 }
 
-/// How far apart a native-thread sample and Python-thread samples may be to be joined.
+/// How far apart a native-thread sample and Python-thread samples may be to be joined when
+/// only one side is known.
 const JOIN_WINDOW_NS: u64 = 25_000_000;
+/// How far apart the Python-thread samples on both sides of a native-thread sample may be when
+/// they agree (waiting samples come every collector tick, later on a loaded machine).
+const BRACKET_WINDOW_NS: u64 = 150_000_000;
 
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
-/// Python threads were on at that moment, when all of their samples within
-/// [`JOIN_WINDOW_NS`] agree on one line: that line is waiting for the pool. Otherwise they
-/// stay on [`NATIVE_THREAD`].
+/// Python threads were on at that moment: the line of the Python samples just before and just
+/// after it when they agree (within [`BRACKET_WINDOW_NS`]) and every Python sample within
+/// [`JOIN_WINDOW_NS`] agrees too; that line is waiting for the pool. Otherwise they stay on
+/// [`NATIVE_THREAD`].
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     let mut python: Vec<(u64, usize)> = samples
         .iter()
@@ -121,8 +126,79 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
                 Some(_) => agreed = false,
             }
         }
+        if unique.is_none() {
+            // No Python sample close by: the ones before and after, if they agree.
+            let after = python.partition_point(|&(pt, _)| pt < t);
+            let before = after.checked_sub(1).map(|k| python[k]);
+            let next = python.get(after).copied();
+            if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
+                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
+                    unique = Some(&placed[jb]);
+                }
+            }
+        }
         if let (Some(p), true) = (unique, agreed) {
             placed[i] = p.clone();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(file: &str) -> Place {
+        Place {
+            file: file.to_string(),
+            line: 1,
+            function: "f".to_string(),
+            first_line: 1,
+        }
+    }
+
+    fn sample(t_ms: u64, python: bool) -> CpuSample {
+        CpuSample {
+            t_ns: t_ms * 1_000_000,
+            frames: if python { vec![(1, 0)] } else { Vec::new() },
+            ..CpuSample::default()
+        }
+    }
+
+    #[test]
+    fn pool_samples_join_the_line_the_python_thread_is_on() {
+        let samples = [
+            sample(0, true),
+            sample(10, false),
+            sample(60, false),
+            sample(120, true),
+        ];
+        let mut placed = vec![
+            place("a.py"),
+            place(NATIVE_THREAD),
+            place(NATIVE_THREAD),
+            place("a.py"),
+        ];
+        attribute_native_threads(&samples, &mut placed);
+        assert_eq!(placed[1], place("a.py"), "close to a Python sample");
+        assert_eq!(placed[2], place("a.py"), "between two that agree");
+
+        let mut placed = vec![
+            place("a.py"),
+            place(NATIVE_THREAD),
+            place(NATIVE_THREAD),
+            place("b.py"),
+        ];
+        attribute_native_threads(&samples, &mut placed);
+        assert_eq!(placed[1], place("a.py"));
+        assert_eq!(
+            placed[2],
+            place(NATIVE_THREAD),
+            "the Python thread moved: unknown"
+        );
+
+        let far = [sample(0, true), sample(200, false), sample(400, true)];
+        let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];
+        attribute_native_threads(&far, &mut placed);
+        assert_eq!(placed[1], place(NATIVE_THREAD), "too far apart to tell");
     }
 }
