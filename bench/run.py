@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,7 @@ MLPROF_VARIANTS = ["mlprof", "mlprof-cpu", "mlprof-min"]
 # Filled in by main(): the mlprof binary, a scratch directory for the timed runs' output
 # files (emptied after every run so memray/scalene captures do not fill the disk), and the
 # directory that keeps the accuracy runs' profiles.
-CONFIG = {"mlprof": None, "scratch": None, "profiles": None}
+CONFIG = {"mlprof": None, "scratch": None, "profiles": None, "timeout": 0}
 
 
 def all_workloads():
@@ -529,8 +530,11 @@ def check_top(values, truth, script):
 
 
 def check_split(split, markers, script):
-    """'✓' if every @python / @native / @system line has more than half of its CPU (and
-    waiting) in that category, else '✗ (the first line that does not)', or '–'."""
+    """'✓' if every @python line has more than half of its CPU time (Python + native) in
+    Python, every @native line more than half in native code, and every @system line more
+    than half of all its time (CPU and waiting) waiting; else '✗ (the first line that does
+    not, with its share)'; '–' if the profiler has no such split. Waiting is left out of
+    the first two on purpose: a Python thread waiting for the GIL is not running native code."""
     if split is None:
         return "–"
     checked = 0
@@ -540,7 +544,8 @@ def check_split(split, markers, script):
             if vals is not None and vals[k] is None:
                 continue  # this profiler cannot tell that category
             checked += 1
-            total = sum(v for v in (vals or ()) if v)
+            vals = [v or 0 for v in (vals or (0, 0, 0))]
+            total = sum(vals) if cat == "system" else vals[0] + vals[1]
             share = vals[k] / total if total > 0 else 0.0
             if share <= 0.5:
                 return f"✗ ({_short(loc, script)} {share:.0%} {cat})"
@@ -585,17 +590,31 @@ def accuracy_run(prof, wcmd, out, ctx):
     Returns {'rc', 'size', 'report' (or None), 'error' (or None)}."""
     _remove(out)
     cmd = prof.build(wcmd, out)
-    try:
-        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, errors="replace", timeout=1800,
-                           cwd=CONFIG["scratch"])
-        rc, err = r.returncode, r.stderr
-    except subprocess.TimeoutExpired:
-        rc, err = 124, "timed out"
+    # In its own session (process group): on timeout the whole tree is killed, and so is
+    # anything the command left running behind it (orphaned workers).
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=errf, cwd=CONFIG["scratch"], start_new_session=True)
+        try:
+            rc = proc.wait(timeout=CONFIG["timeout"] or None)
+        except subprocess.TimeoutExpired:
+            rc = None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
+        if rc is None:
+            proc.wait()
+            rc = -9
+            err += f"\nkilled after the {CONFIG['timeout']:g} s time limit (--timeout)"
     res = {"rc": rc, "size": _path_size(out), "report": None, "error": None}
-    if prof.parse is None or res["size"] is None:
-        res["error"] = None if prof.parse is None else f"no profile written (exit {rc})"
-        if rc != 0 and err.strip():
+    if prof.parse is None:
+        return res
+    if res["size"] is None:
+        res["error"] = f"no profile written (exit {rc})"
+        if err.strip():
             res["error"] += ": " + err.strip().splitlines()[-1][:200]
         return res
     try:
@@ -677,22 +696,47 @@ def _sample_hwm(pid, stop, box, interval=0.02):
 # memory); it forks, the child execs the command, and it times fork..wait4 with
 # time.perf_counter and reports the child's rusage over a pipe. The floor it leaves in
 # ru_maxrss is measured once (see rss_floor_kib) and printed with the results.
+#
+# The command runs in its own process group. If it is still running after the time limit
+# (--timeout, argv[2]; 0 = none), a SIGALRM handler kills the whole group (the profiler, the
+# workload and any workers) with SIGKILL, and the run reports exit code -9. Processes of the
+# group still alive when the command itself has exited (orphaned workers) are killed too, so
+# they cannot slow down the next run.
 LAUNCHER = r"""
-import os, sys, time
+import os, signal, sys, time
 fd = int(sys.argv[1])
-argv = sys.argv[2:]
+limit = float(sys.argv[2])
+argv = sys.argv[3:]
 t0 = time.perf_counter()
 pid = os.fork()
 if pid == 0:
     os.close(fd)
+    os.setpgid(0, 0)
     try:
         os.execvp(argv[0], argv)
     except OSError as e:
         os.write(2, ("exec %s: %s\n" % (argv[0], e)).encode())
     os._exit(127)
+try:
+    os.setpgid(pid, pid)
+except OSError:
+    pass
+def expire(signum, frame):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+signal.signal(signal.SIGALRM, expire)
+if limit > 0:
+    signal.setitimer(signal.ITIMER_REAL, limit)
 os.write(fd, b"pid %d\n" % pid)
 _, status, ru = os.wait4(pid, 0)
 t1 = time.perf_counter()
+signal.setitimer(signal.ITIMER_REAL, 0)
+try:
+    os.killpg(pid, signal.SIGKILL)  # whatever the command left running behind it
+except OSError:
+    pass
 os.write(fd, ("done %r %d %r %d\n" % (t1 - t0, os.waitstatus_to_exitcode(status),
                                       ru.ru_utime + ru.ru_stime, ru.ru_maxrss)).encode())
 """
@@ -709,11 +753,13 @@ def measure(cmd, sample_own=False, capture=False):
     out_file = tempfile.TemporaryFile() if capture else None
     try:
         launcher = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", LAUNCHER, str(wfd), *cmd],
+            [sys.executable, "-I", "-S", "-c", LAUNCHER, str(wfd), str(CONFIG["timeout"]),
+             *cmd],
             stdin=subprocess.DEVNULL,
             stdout=out_file if capture else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=(wfd,),
+            cwd=CONFIG["scratch"],  # profilers' stray files (e.g. Scalene's workers') go there
         )
         os.close(wfd)
         stop = threading.Event()
@@ -794,22 +840,34 @@ def bench_workload(name, python, profilers, runs, warmup, log, with_accuracy=Tru
     order = list(cmds)
     results = {p: [] for p in order}
     errors = {}
+    timed_out = set()  # profilers that hit --timeout: not run again on this workload
     total = warmup + runs
     for i in range(total):
         measured = i >= warmup
         this_round = []
         for prof in order:
+            if prof in timed_out:
+                continue
             r, _ = measure(cmds[prof], sample_own=PROFILERS[prof].separate_process)
             clean_scratch()
             if r.rc != 0:
                 errors.setdefault(prof, []).append(r.rc)
-            if measured:
+            if prof != "none" and r.rc == -9 and CONFIG["timeout"] and (
+                    r.wall >= 0.99 * CONFIG["timeout"]):
+                timed_out.add(prof)
+            elif measured:
                 results[prof].append(r)
             this_round.append(f"{prof}={r.wall:.2f}s" + (f"(exit {r.rc})" if r.rc else ""))
         tag = f"run {i + 1 - warmup}/{runs}" if measured else f"warm-up {i + 1}/{warmup}"
         log(f"  {name}: {tag} " + " ".join(this_round))
-    acc = accuracy(name, wcmd, order, python, log) if with_accuracy else {}
-    return {"runs": results, "errors": errors, "cmds": cmds, "accuracy": acc}
+    for prof in sorted(timed_out):
+        log(f"  {name}: {prof} ran past --timeout {CONFIG['timeout']:g} s; its other runs "
+            "of this workload are skipped")
+    acc = {}
+    if with_accuracy:
+        acc = accuracy(name, wcmd, [p for p in order if p not in timed_out], python, log)
+    return {"runs": results, "errors": errors, "cmds": cmds, "accuracy": acc,
+            "timed_out": timed_out}
 
 
 # --------------------------------------------------------------------------------------------
@@ -826,9 +884,11 @@ def _mib_b(n, digits=1):
 
 
 def _size(n):
-    """A profile's size: KiB below 10 MiB, else MiB."""
+    """A profile's size: bytes below 10 KiB, KiB below 10 MiB, else MiB."""
     if n is None:
         return "–"
+    if n < 10 * 1024:
+        return f"{n:,} B"
     return f"{n / 1024:,.0f} KiB" if n < 10 * 2**20 else f"{n / 2**20:,.1f} MiB"
 
 
@@ -848,7 +908,7 @@ def accuracy_cells(name, acc):
         diff = peak - zrep["peak_bytes"]
         exact = truth["expected_peak"]
         if exact:
-            extra = f"{diff / 2**20:.1f} / {exact / 2**20:.1f} ({(diff - exact) / exact:+.0%})"
+            extra = f"{diff / 2**20:.1f} / {exact / 2**20:.1f} ({(diff - exact) / exact:+.1%})"
         else:
             extra = f"{diff / 2**20:.1f} / ?"
     elif peak is not None:
@@ -872,6 +932,11 @@ def summarize(results, base="none"):
         b_rss = statistics.median(r.maxrss_kib for r in base_runs)
         for prof, pruns in res["runs"].items():
             if prof == base:
+                continue
+            if prof in res.get("timed_out", ()):
+                rows.append({"workload": wname, "profiler": prof,
+                             "skipped": f"ran past the {CONFIG['timeout']:g} s time limit "
+                                        f"(--timeout); {len(pruns)} run(s) completed before"})
                 continue
             pairs = [p.wall / b.wall for p, b in zip(pruns, base_runs)]
             p_wall = statistics.median(r.wall for r in pruns)
@@ -906,7 +971,8 @@ ALIGN = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"
 LEGEND = ("Lines named: `peak` the line the profiler says holds the most at the peak is the "
           "`@peak` line; `leak` the `@leak` line is the top line it flags as a leak; `copy` "
           "the `@copy` line has its largest copy volume; `py/nat` each `@python` / `@native` "
-          "/ `@system` line has more than half of its time in that category. ✓ right, "
+          "line has more than half of its CPU time in Python / native code, each `@system` "
+          "line more than half of its time waiting. ✓ right, "
           "✗ wrong (the line it named instead, or the line and share that failed), – not "
           "reported by that profiler (or that configuration); items appear only for truths "
           "the workload marks.")
@@ -916,8 +982,8 @@ def markdown_table(rows):
     lines = [HEADER, ALIGN]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['workload']} | - | skipped: {r['skipped']} |"
-                         + " |" * (HEADER.count("|") - 4))
+            lines.append(f"| {r['workload']} | {r.get('profiler', '-')} | skipped: "
+                         f"{r['skipped']} |" + " |" * (HEADER.count("|") - 4))
             continue
         err = f" (exit codes {sorted(set(r['errors']))}!)" if r["errors"] else ""
         own = (_mib(r["own_rss"], 1) if PROFILERS[r["profiler"]].separate_process
@@ -1026,6 +1092,10 @@ def main(argv=None):
                     help="comma-separated profilers to compare with the unprofiled run "
                          f"(default: all installed of {', '.join(DEFAULT_PROFILERS)}; also "
                          "py-spy-native)")
+    ap.add_argument("--timeout", type=float, default=120, metavar="S",
+                    help="kill a run (its whole process group) after S seconds; it counts as "
+                         "exit code -9 and that profiler is not run again on that workload "
+                         "(default 120, 0 = no limit)")
     ap.add_argument("--no-accuracy", action="store_true",
                     help="skip the accuracy runs (timing columns only)")
     ap.add_argument("--profiles-dir", metavar="DIR",
@@ -1053,6 +1123,7 @@ def main(argv=None):
         if not os.access(mlprof, os.X_OK):
             ap.error(f"--mlprof {mlprof}: not an executable")
     CONFIG["mlprof"] = mlprof
+    CONFIG["timeout"] = args.timeout
 
     if args.install:
         installed = install_venv(lambda m: print(m, file=sys.stderr, flush=True))
@@ -1110,8 +1181,8 @@ def run_all(args, argv, workloads, wanted, mlprof):
         tables.append("mlprof configurations (`mlprof`: defaults; `mlprof-cpu`: "
                       "`--memory-sample-bytes 0 --copy-sample-bytes 0`; `mlprof-min`: also "
                       "`--rate 0`, exact heap counters only):\n\n" + markdown_table(variant_rows))
+    legend = [] if args.no_accuracy else [LEGEND]
     accuracy_notes = [] if args.no_accuracy else [
-        LEGEND,
         "Accuracy columns come from one separate, unmeasured run per workload and profiler, "
         "whose profile is kept and parsed (`profile size`: its size on disk; for Fil the "
         "whole output directory). Reported peak: mlprof `memory.peak_heap_bytes` (exact heap "
@@ -1121,7 +1192,7 @@ def run_all(args, argv, workloads, wanted, mlprof):
         "(`?`: not known by construction); the subtraction cancels each tool's own baseline "
         "(interpreter, imports, what it counts).",
     ]
-    footnotes = [
+    footnotes = legend + [
         f"Medians of {args.runs} interleaved runs per variant after {args.warmup} warm-up "
         "round(s); whole-process wall time (start-up included) on a possibly shared machine.",
         "Pair ratio: profiled / unprofiled wall time of the same round. CPU ratio: median "
@@ -1134,15 +1205,15 @@ def run_all(args, argv, workloads, wanted, mlprof):
         "Profiler own peak RSS: VmHWM of the profiler process itself (mlprof's collector, "
         "py-spy), sampled from /proc every 20 ms until it exits - a lower bound; "
         "'in-process' profilers run inside the Python process and are in the tree max.",
+        f"A run still going after {args.timeout:g} s (--timeout) is killed with its whole "
+        "process group and counts as exit code -9; that profiler is then not run again on "
+        "that workload.",
     ] + accuracy_notes + [f"Note - {n}" if n.split(":")[0] in profilers else f"Not run - {n}"
                           for n in notes]
 
     print()
     print("\n\n".join(tables))
     print()
-    if not args.no_accuracy:
-        print(LEGEND)
-        print()
     for f in footnotes:
         print(f"- {f}")
 
@@ -1165,7 +1236,7 @@ def run_all(args, argv, workloads, wanted, mlprof):
         Path(args.markdown).write_text(md)
         log(f"wrote {args.markdown}")
 
-    failed = any(r.get("errors") for r in rows if "skipped" not in r)
+    failed = any(res.get("errors") for res in results.values())
     return 1 if failed else 0
 
 

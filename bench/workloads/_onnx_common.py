@@ -6,7 +6,7 @@ Relu -> MatMul 1024x16 -> output [batch, 16]; weights drawn with a fixed seed. I
 an onnxruntime InferenceSession on the CPU with `enable_cpu_mem_arena` on or off, feeding
 batches of 256 rows in a loop.
 
-Known truth (default size N = 150 batches):
+Known truth (default size N = 200 batches):
   - the `@native` line (`session.run`) is (nearly) all native time: onnxruntime's MLAS GEMM
     kernels, on its intra-op thread pool (as many threads as cores) and the calling thread;
   - per batch the model computes 256 x (512x1024 + 1024x1024 + 1024x16) multiply-adds
@@ -77,7 +77,7 @@ def build_model(np, onnx, helper, TensorProto):
 
 def main(arena, name):
     np, onnx, helper, TensorProto, ort = import_or_skip()
-    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 150
+    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     model = build_model(np, onnx, helper, TensorProto)
     opts = ort.SessionOptions()
     opts.enable_cpu_mem_arena = arena

@@ -4,7 +4,7 @@ Stresses: peak attribution when the biggest single allocation is *not* the peak.
 keeps four 64 MiB arrays (allocated one after the other on one line and held together),
 frees them, then allocates one transient 200 MiB array on another line and frees it.
 
-Known truth (by construction; any size N >= 1 cycles, default 12):
+Known truth (by construction; any size N >= 1 cycles, default 20):
   - peak extra heap over N = 0: the four kept arrays, 4 x 64 MiB = 268,435,456 bytes of array
     data (plus numpy's few hundred bytes of headers), first reached in cycle 0 at the line
     marked `@peak`, and reached again in every cycle;
@@ -47,7 +47,7 @@ def cycle():
 
 
 def main():
-    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 12
+    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     checksum = sum(cycle() for _ in range(cycles))
     print(f"large_arrays cycles={cycles} checksum={checksum}")
 

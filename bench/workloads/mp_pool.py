@@ -14,8 +14,8 @@ Known truth (by construction; default size N = 8 waves of 4 tasks):
     only the parent process sees none of it);
   - the parent only waits (`pool.map`): its CPU time is small; the workers' CPU time is
     mostly the kernel faulting in pages and numpy filling them (native);
-  - with N = 0 the pool is still started (so the workers' own baseline is there) and given
-    no task;
+  - with N = 0 the pool runs one wave of four tasks that allocate nothing (so the workers
+    are up, synchronised and hold their own baseline, as with N > 0);
   - without numpy the script prints "skipped: numpy not installed" and exits 0.
 
 Usage: python mp_pool.py [N] [--start fork|spawn]
@@ -43,9 +43,9 @@ def _init(barrier):
     _barrier = barrier
 
 
-def task(i):
-    buf = np.full(TASK_BYTES // 8, float(i))  # @peak
-    checksum = float(buf[::4096].sum())
+def task(i, nbytes=TASK_BYTES):
+    buf = np.full(nbytes // 8, float(i))  # @peak
+    checksum = float(buf[::4096].sum()) if nbytes else 0.0
     _barrier.wait(timeout=60)  # all four buffers are live from here
     time.sleep(0.1)
     del buf
@@ -62,7 +62,10 @@ def main(argv=None, start="fork"):
     ctx = mp.get_context(start)
     barrier = ctx.Barrier(WORKERS)
     with ctx.Pool(WORKERS, initializer=_init, initargs=(barrier,)) as pool:
-        sums = pool.map(task, range(waves * WORKERS), chunksize=1)
+        if waves > 0:
+            sums = pool.map(task, range(waves * WORKERS), chunksize=1)
+        else:  # baseline: same pool, same synchronisation, nothing allocated
+            sums = pool.starmap(task, [(i, 0) for i in range(WORKERS)], chunksize=1)
     print(f"mp_pool start={start} waves={waves} tasks={len(sums)} checksum={sum(sums)}")
 
 

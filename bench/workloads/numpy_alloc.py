@@ -14,6 +14,8 @@ Known truth (by construction; default size N = 40 rounds):
     at `doubled = arr * 2.0` and reached again in every later round;
   - the kept set grows in steps (one 50 MiB step every 10 rounds): a "leak-like" ramp that
     is intentional and reachable;
+  - at the peak the `@peak` line (`arr = np.ones(...)`) holds 250 MiB (the kept arrays and
+    the round's `arr`), `doubled = arr * 2.0` the other 50 MiB;
   - most time is the kernel zeroing and faulting in fresh pages (system time);
   - without numpy the script prints "skipped: numpy not installed" and exits 0.
 
@@ -30,13 +32,15 @@ except ImportError:
 
 ARRAY_BYTES = 50 * 1024 * 1024
 ELEMS = ARRAY_BYTES // 8
+# Array data live at the peak beyond N = 0, for any N >= 31 (the default is 40).
+EXPECTED_PEAK_BYTES = 6 * ARRAY_BYTES
 
 
 def run(rounds):
     kept = []
     checksum = 0.0
     for i in range(rounds):
-        arr = np.ones(ELEMS, dtype=np.float64)  # 50 MiB, pages touched
+        arr = np.ones(ELEMS, dtype=np.float64)  # @peak
         doubled = arr * 2.0  # another 50 MiB
         checksum += float(doubled[-1])
         if i % 10 == 0:

@@ -5,7 +5,7 @@ Stresses: native inference on onnxruntime's thread pool and its allocation patte
 described in _onnx_common.py (where the `@native` line is); compare with
 onnx_arena_off.py.
 
-Usage: python onnx_arena_on.py [N]   (N batches of 256 rows, default 150; 0 builds the
+Usage: python onnx_arena_on.py [N]   (N batches of 256 rows, default 200; 0 builds the
 session and runs nothing)
 """
 

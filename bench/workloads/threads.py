@@ -5,12 +5,12 @@ pure-Python loop (they take turns on the GIL, so together they get at most one c
 fifth thread multiplies matrices with numpy, which releases the GIL inside BLAS and can run
 on another core at the same time.
 
-Known truth (by construction; default size N = 1,200,000 iterations per Python thread):
+Known truth (by construction; default size N = 2,000,000 iterations per Python thread):
   - the `@python` line in `py_worker` is (nearly) all Python time, spread evenly over four
     threads (about 4 x N iterations in total);
   - the `@native` line in `np_worker` is (nearly) all native time (BLAS), on the fifth
     thread (and any BLAS helper threads), for N // 20,000 products of 600x600 matrices
-    (60 with the default);
+    (100 with the default);
   - while the Python threads wait for the GIL they are off the CPU: tools that sample wall
     time show waiting on their lines, tools that sample CPU time do not;
   - memory is flat: the two 600x600 inputs (2.9 MB each) live for the whole run and one
@@ -52,7 +52,9 @@ def np_worker(products, out, k):
 
 
 def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_200_000
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2_000_000
+    warm = np.ones((64, 64))
+    warm @ warm  # BLAS sets up its threads and buffers here, also with N = 0
     out = [None] * (PY_THREADS + 1)
     threads = [threading.Thread(target=py_worker, args=(n, out, k)) for k in range(PY_THREADS)]
     threads.append(threading.Thread(target=np_worker, args=(n // 20_000, out, PY_THREADS)))
