@@ -252,12 +252,21 @@ fn at(mut v: Violation, p: &Profile, keep: &dyn Fn(&crate::model::LineStats) -> 
 /// The GPU memory budget: exceeded when the tree's peak is above it; also a violation when the
 /// GPU could not be polled (a budget that cannot be checked must not pass silently).
 fn gpu_verdict(p: &Profile, limit: u64) -> Option<Violation> {
-    if !p.gpu.available {
-        let mut v = violation("peak_gpu_memory", "peak GPU memory", limit, 0, "");
-        v.message = format!(
-            "budget not checked: peak GPU memory (GPU not available: {})",
+    let unchecked = if !p.gpu.available {
+        Some(format!(
+            "GPU not available: {}",
             p.gpu.reason.as_deref().unwrap_or("unknown reason")
-        );
+        ))
+    } else if p.gpu.timeline.is_empty() {
+        Some("no GPU poll succeeded".to_string())
+    } else if p.gpu.peak_memory_bytes == 0 && !p.gpu.notes.is_empty() {
+        Some(p.gpu.notes.join("; "))
+    } else {
+        None
+    };
+    if let Some(why) = unchecked {
+        let mut v = violation("peak_gpu_memory", "peak GPU memory", limit, 0, "");
+        v.message = format!("budget not checked: peak GPU memory ({why})");
         return Some(v);
     }
     if p.gpu.peak_memory_bytes <= limit {

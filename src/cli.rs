@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
@@ -315,11 +315,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
         launch_ns,
     );
     let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    launch::forward_signals(launched.pid, stop.clone());
+    let forwarding = Arc::new(launch::Forwarding::default());
+    launch::forward_signals(launched.pid, forwarding.clone());
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
-    let recorded = collect::record(&session, launched, launch_ns, wait);
-    stop.store(true, Ordering::Relaxed);
+    let recorded = collect::record(&session, launched, launch_ns, wait, &forwarding);
+    forwarding.stop.store(true, Ordering::Relaxed);
     let mut recording = recorded?;
     recording.gpu = gpu.finish();
     recording.command = args

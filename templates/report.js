@@ -73,9 +73,10 @@ function timeline() {
 // GPU memory of the tree (left scale) and utilisation in percent (right scale), when polled.
 function gpuTimeline() {
   const pts = P.gpu.timeline || [];
-  if (!P.gpu.available || !pts.length) return;
-  $("gpu-part").hidden = false;
+  if (!P.gpu.available) return;
   for (const n of P.gpu.notes || []) $("gpu-notes").append(el("div", { class: "warn" }, n));
+  $("gpu-part").hidden = false;
+  if (!pts.length) return;
   const svg = $("gpu-timeline");
   const W = svg.clientWidth || 1000, H = 180, L = 64, B = 20;
   const tMax = Math.max(P.wall_s, pts[pts.length - 1].t_s) || 1;

@@ -154,8 +154,6 @@ pub fn record_exit(code: c_int, immediate: bool) {
     ring.push(&rec);
 }
 
-/// Remove this library from `LD_PRELOAD`, so that programs this process executes are not
-/// profiled (`--no-follow`). Load time, single-threaded; entries are separated by `:` or spaces.
 /// Whether `MLPROF_DIR` names a directory that no longer exists (its run has ended).
 fn session_gone() -> bool {
     let mut dir = [0u8; 400];
@@ -172,6 +170,9 @@ fn is_ours(entry: &[u8]) -> bool {
     name.starts_with(b"libmlprof_preload") && name.ends_with(b".so")
 }
 
+/// Remove this library from `LD_PRELOAD`, so that programs this process executes are not
+/// profiled (`--no-follow`, or the run has ended). Load time, single-threaded; entries are
+/// separated by `:` or spaces.
 fn strip_from_ld_preload() {
     let mut value = [0u8; 4096];
     if copy_env(c"LD_PRELOAD", &mut value).is_none() {

@@ -25,6 +25,8 @@ pub struct Channels {
     dir: PathBuf,
     open: BTreeMap<PathBuf, Channel>,
     launch_ns: u64,
+    /// Pids of channel files still being set up at the last scan.
+    pending: Vec<u32>,
 }
 
 impl Channels {
@@ -34,6 +36,7 @@ impl Channels {
             dir: dir.to_path_buf(),
             open: BTreeMap::new(),
             launch_ns,
+            pending: Vec::new(),
         }
     }
 
@@ -43,6 +46,7 @@ impl Channels {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(());
         };
+        self.pending.clear();
         for entry in entries.flatten() {
             let path = entry.path();
             let is_channel = path
@@ -57,7 +61,16 @@ impl Channels {
             };
             let mut summary = match mapping.ring() {
                 Ok(ring) => ChannelSummary::from_header(ring.header(), self.launch_ns),
-                Err(WireError::NotReady) => continue,
+                Err(WireError::NotReady) => {
+                    // `<pid>.<start_ns>.ring`: a process that is attaching right now.
+                    let pid = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.split('.').next())
+                        .and_then(|p| p.parse::<u32>().ok());
+                    self.pending.extend(pid);
+                    continue;
+                }
                 Err(err) => return Err(Error::new(format!("{}: {err}", path.display()))),
             };
             summary.maps = native::read_maps(summary.pid).unwrap_or_default();
@@ -128,11 +141,16 @@ impl Channels {
     /// Pids of processes other than `child` whose newest image has not recorded an exit and
     /// that are still alive (not gone, not a zombie): descendants that outlived the command.
     pub fn running_descendants(&self, child: u32) -> Vec<u32> {
-        self.newest_live()
+        let mut pids: Vec<u32> = self
+            .newest_live()
             .iter()
             .map(|path| self.open[path].summary.pid)
+            .chain(self.pending.iter().copied())
             .filter(|&pid| pid != child && super::procfs::alive(pid))
-            .collect()
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     /// Current heap of each live process (the newest image of each pid that has not exited).

@@ -101,26 +101,30 @@ pub struct GpuPoller {
 }
 
 impl GpuPoller {
-    /// Load NVML and start polling; `launch_ns` is the launch time on the monotonic clock.
+    /// Start polling on a thread of its own, which loads NVML first (that can take a second
+    /// or more without persistence mode, and must not delay the launch); `launch_ns` is the
+    /// launch time on the monotonic clock.
     pub fn start(options: &GpuOptions, launch_ns: u64) -> GpuPoller {
         let stop = Arc::new(AtomicBool::new(false));
         if !options.enabled {
             return GpuPoller::failed("turned off (--no-gpu)".to_string(), stop);
         }
-        let nvml = match load(options.lib.as_deref().map(|p| p.as_os_str())) {
-            Ok(nvml) => nvml,
-            Err(reason) => return GpuPoller::failed(reason, stop),
-        };
-        let devices = match device_infos(&nvml) {
-            Ok(d) if !d.is_empty() => d,
-            Ok(_) => return GpuPoller::failed("no NVIDIA GPU found".to_string(), stop),
-            Err(e) => return GpuPoller::failed(format!("NVML error: {e}"), stop),
-        };
         let period = Duration::from_secs_f64(1.0 / options.rate_hz.clamp(1.0, 100.0));
+        let lib = options.lib.clone();
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("mlprof-gpu".to_string())
-            .spawn(move || poll_loop(nvml, devices, period, launch_ns, &flag))
+            .spawn(move || {
+                let nvml = match load(lib.as_deref().map(|p| p.as_os_str())) {
+                    Ok(nvml) => nvml,
+                    Err(reason) => return unavailable(reason),
+                };
+                match device_infos(&nvml) {
+                    Ok(d) if !d.is_empty() => poll_loop(nvml, d, period, launch_ns, &flag),
+                    Ok(_) => unavailable("no NVIDIA GPU found".to_string()),
+                    Err(e) => unavailable(format!("NVML error: {e}")),
+                }
+            })
             .ok();
         GpuPoller {
             stop,
@@ -133,10 +137,7 @@ impl GpuPoller {
         GpuPoller {
             stop,
             thread: None,
-            failed: Some(GpuRecording {
-                reason: Some(reason),
-                ..GpuRecording::default()
-            }),
+            failed: Some(unavailable(reason)),
         }
     }
 
@@ -144,16 +145,19 @@ impl GpuPoller {
     pub fn finish(mut self) -> GpuRecording {
         self.stop.store(true, Ordering::Relaxed);
         match (self.thread.take(), self.failed.take()) {
-            (Some(thread), _) => thread.join().unwrap_or_else(|_| GpuRecording {
-                reason: Some("the GPU poller failed".to_string()),
-                ..GpuRecording::default()
-            }),
+            (Some(thread), _) => thread
+                .join()
+                .unwrap_or_else(|_| unavailable("the GPU poller failed".to_string())),
             (None, Some(failed)) => failed,
-            (None, None) => GpuRecording {
-                reason: Some("the GPU poller could not start".to_string()),
-                ..GpuRecording::default()
-            },
+            (None, None) => unavailable("the GPU poller could not start".to_string()),
         }
+    }
+}
+
+fn unavailable(reason: String) -> GpuRecording {
+    GpuRecording {
+        reason: Some(reason),
+        ..GpuRecording::default()
     }
 }
 
@@ -202,6 +206,25 @@ fn device_infos(nvml: &Nvml) -> Result<Vec<GpuDeviceInfo>, NvmlError> {
         .collect()
 }
 
+/// Polls in a row that may fail before polling stops for good.
+const MAX_FAILED_POLLS: u32 = 3;
+/// How long a process's last SM utilisation sample stands when the driver has no newer one,
+/// before the driver's own sampling period is known (it samples every 1/6 s to 1 s).
+const SAMPLE_HOLD_US: u64 = 1_000_000;
+
+/// What the poller keeps between polls.
+#[derive(Default)]
+struct State {
+    /// Per device slot: the newest process-utilisation timestamp seen (µs).
+    last_seen: Vec<u64>,
+    /// Per device slot: the shortest gap seen between two sample timestamps (µs).
+    period_us: Vec<Option<u64>>,
+    /// Per (device, pid): the last SM utilisation and its timestamp (µs).
+    last_util: HashMap<(u32, u32), (u32, u64)>,
+    /// NVML pid → our pid (`None`: not visible here).
+    pids: HashMap<u32, Option<u32>>,
+}
+
 fn poll_loop(
     nvml: Nvml,
     devices: Vec<GpuDeviceInfo>,
@@ -215,18 +238,30 @@ fn poll_loop(
         devices,
         ..GpuRecording::default()
     };
-    let mut last_seen = vec![0u64; rec.devices.len()];
-    let mut pids: HashMap<u32, Option<u32>> = HashMap::new();
+    let mut state = State {
+        last_seen: vec![0; rec.devices.len()],
+        period_us: vec![None; rec.devices.len()],
+        ..State::default()
+    };
+    let mut failed = 0;
     while !stop.load(Ordering::Relaxed) {
         let t_ns = super::monotonic_ns().saturating_sub(launch_ns);
-        match poll(&nvml, &mut rec, &mut last_seen, &mut pids, t_ns) {
-            Ok(poll) => rec.polls.push(poll),
+        match poll(&nvml, &mut rec, &mut state, t_ns) {
+            Ok(poll) => {
+                rec.polls.push(poll);
+                failed = 0;
+            }
+            Err(NvmlError::InsufficientSize(_)) => {} // a process came or went mid-poll
             Err(e) => {
-                rec.notes.push(format!(
-                    "GPU polling stopped at {:.1} s: NVML error: {e}",
-                    t_ns as f64 / 1e9
-                ));
-                break;
+                failed += 1;
+                let fatal = matches!(e, NvmlError::GpuLost | NvmlError::Uninitialized);
+                if fatal || failed >= MAX_FAILED_POLLS {
+                    rec.notes.push(format!(
+                        "GPU polling stopped at {:.1} s: NVML error: {e}",
+                        t_ns as f64 / 1e9
+                    ));
+                    break;
+                }
             }
         }
         std::thread::sleep(period);
@@ -234,55 +269,100 @@ fn poll_loop(
     rec
 }
 
+/// A reading a device does not support (MIG instances have no utilisation) is missing, not
+/// an error.
+fn optional<T>(r: Result<T, NvmlError>) -> Result<Option<T>, NvmlError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Wall-clock microseconds, the clock of NVML's sample timestamps.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 fn poll(
     nvml: &Nvml,
     rec: &mut GpuRecording,
-    last_seen: &mut [u64],
-    pids: &mut HashMap<u32, Option<u32>>,
+    state: &mut State,
     t_ns: u64,
 ) -> Result<GpuPoll, NvmlError> {
     let mut out = GpuPoll {
         t_ns,
         ..GpuPoll::default()
     };
+    let now = now_us();
     for (slot, info) in rec.devices.iter().enumerate() {
         let device = nvml.device_by_index(info.index)?;
-        let util = device.utilization_rates()?;
-        let memory = device.memory_info()?;
+        let util = optional(device.utilization_rates())?;
+        let memory = optional(device.memory_info())?;
         out.devices.push(DeviceReading {
             index: info.index,
-            util_pct: util.gpu,
-            memory_used: memory.used,
+            util_pct: util.map_or(0, |u| u.gpu),
+            memory_used: memory.map_or(0, |m| m.used),
         });
         let procs = match device.running_compute_processes() {
             Err(NvmlError::FailedToLoadSymbol(_)) => device.running_compute_processes_v2()?,
             other => other?,
         };
-        let mut sm: Vec<(u32, u32, u32)> = Vec::new(); // (pid, sum, count)
         if rec.process_util {
-            match device.process_utilization_stats(last_seen[slot]) {
+            let mut fresh: HashMap<u32, (u32, u32, u64)> = HashMap::new(); // pid → (sum, n, ts)
+            let before = state.last_seen[slot];
+            match device.process_utilization_stats(before) {
                 Ok(samples) => {
                     for s in samples {
-                        last_seen[slot] = last_seen[slot].max(s.timestamp);
-                        match sm.iter_mut().find(|e| e.0 == s.pid) {
-                            Some(e) => (e.1, e.2) = (e.1 + s.sm_util, e.2 + 1),
-                            None => sm.push((s.pid, s.sm_util, 1)),
+                        state.last_seen[slot] = state.last_seen[slot].max(s.timestamp);
+                        let e = fresh.entry(s.pid).or_default();
+                        (e.0, e.1, e.2) = (e.0 + s.sm_util, e.1 + 1, e.2.max(s.timestamp));
+                    }
+                    let newest = state.last_seen[slot];
+                    if before > 0 && newest > before {
+                        let gap = newest - before;
+                        let period = &mut state.period_us[slot];
+                        *period = Some(period.map_or(gap, |p| p.min(gap)));
+                    }
+                    // The driver reports only processes that used the GPU: one it left out
+                    // of a fresh sample was idle.
+                    for (key, value) in state.last_util.iter_mut() {
+                        if key.0 == info.index && !fresh.contains_key(&key.1) {
+                            *value = (0, newest);
                         }
                     }
                 }
-                Err(NvmlError::NotFound) => {} // no process used the GPU since the last poll
+                // No sample newer than the last one: the previous values stand (below).
+                Err(NvmlError::NotFound) => {}
                 Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {
                     rec.process_util = false;
                 }
                 Err(e) => return Err(e),
             }
+            for (pid, (sum, n, ts)) in fresh {
+                state
+                    .last_util
+                    .insert((info.index, pid), (sum / n.max(1), ts));
+            }
         }
+        let hold = state.period_us[slot].map_or(SAMPLE_HOLD_US, |p| {
+            (p + p / 2).clamp(100_000, SAMPLE_HOLD_US)
+        });
         for p in procs {
-            let seen = *pids.entry(p.pid).or_insert_with(|| visible_pid(p.pid));
+            let seen = *state
+                .pids
+                .entry(p.pid)
+                .or_insert_with(|| visible_pid(p.pid));
+            // The newest sample of this process while it is recent (within one and a half of
+            // the driver's sampling periods); none recent means it did not use the GPU.
             let sm_util_pct = rec.process_util.then(|| {
-                sm.iter()
-                    .find(|e| e.0 == p.pid)
-                    .map_or(0, |e| e.1 / e.2.max(1))
+                state
+                    .last_util
+                    .get(&(info.index, p.pid))
+                    .filter(|(_, ts)| now.saturating_sub(*ts) <= hold)
+                    .map_or(0, |(u, _)| *u)
             });
             out.processes.push(GpuProcessReading {
                 device: info.index,

@@ -20,8 +20,9 @@ pub use recording::{
 };
 
 use crate::error::Result;
-use crate::launch::{ChildExit, Launched, Session};
+use crate::launch::{ChildExit, Forwarding, Launched, Session};
 use channels::Channels;
+use std::sync::atomic::Ordering;
 
 /// How often the collector drains channels, polls `/proc` and looks for waiting threads
 /// (RSS is polled at >= 50 Hz by contract; faster costs the machine more than it tells).
@@ -49,6 +50,7 @@ pub fn record(
     launched: Launched,
     launch_ns: u64,
     outlive_wait: Duration,
+    forwarding: &Forwarding,
 ) -> Result<Recording> {
     let mut channels = Channels::new(session.dir(), launch_ns);
     let mut procs: BTreeMap<u32, ProcSummary> = BTreeMap::new();
@@ -70,10 +72,17 @@ pub fn record(
             Err(RecvTimeoutError::Disconnected) => break ChildExit::default(),
         }
     };
+    forwarding.reaped.store(true, Ordering::Release);
     let wall_ns = monotonic_ns().saturating_sub(launch_ns);
     let deadline = std::time::Instant::now() + outlive_wait;
+    // A fresh look first: a child that started just before the command ended may not have
+    // been seen yet (or may still be setting up its channel).
+    tick(&mut channels, &mut ticks)?;
     let mut running = channels.running_descendants(launched.pid);
-    while !running.is_empty() && std::time::Instant::now() < deadline {
+    while !running.is_empty()
+        && std::time::Instant::now() < deadline
+        && !forwarding.interrupted.load(Ordering::Acquire)
+    {
         std::thread::sleep(TICK);
         tick(&mut channels, &mut ticks)?;
         running = channels.running_descendants(launched.pid);

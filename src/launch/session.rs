@@ -64,9 +64,24 @@ fn lasting_library() -> Option<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(runtime) => PathBuf::from(runtime).join("mlprof"),
-        None => std::env::temp_dir().join(format!("mlprof-{uid}")),
+    // `$XDG_RUNTIME_DIR` only when it is this user's own private directory (under `sudo -E` it
+    // is another user's); otherwise `$TMPDIR`, which must not let others replace our entry.
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .filter(|d| {
+            std::fs::symlink_metadata(d)
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+        });
+    let dir = match runtime {
+        Some(runtime) => runtime.join("mlprof"),
+        None => {
+            let tmp = std::env::temp_dir();
+            if !safe_parent(&tmp, uid) {
+                return None;
+            }
+            tmp.join(format!("mlprof-{uid}"))
+        }
     };
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     let meta = std::fs::symlink_metadata(&dir).ok()?;
@@ -77,12 +92,28 @@ fn lasting_library() -> Option<PathBuf> {
     if std::fs::read(&path).is_ok_and(|have| have == PRELOAD) {
         return Some(path);
     }
-    // Written under a temporary name and renamed: a concurrent run never sees half a file.
-    let partial = dir.join(format!(".partial-{}", std::process::id()));
-    let _ = std::fs::remove_file(&partial);
+    // Written under a fresh temporary name and renamed: a concurrent run never sees half a
+    // file, and two runs never share a temporary file.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let partial = dir.join(format!(".partial-{}-{nanos}", std::process::id()));
     write_private(&partial, PRELOAD).ok()?;
     std::fs::rename(&partial, &path).ok()?;
     Some(path)
+}
+
+/// Whether only `uid` (or root) can replace entries of `dir`: owned by one of them, and not
+/// writable by others unless sticky (like `/tmp`).
+fn safe_parent(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return false;
+    };
+    let owner_ok = meta.uid() == uid || meta.uid() == 0;
+    let shared = meta.mode() & 0o022 != 0;
+    let sticky = meta.mode() & 0o1000 != 0;
+    meta.is_dir() && owner_ok && (!shared || sticky)
 }
 
 /// FNV-1a, 64 bits: names the library by its contents.

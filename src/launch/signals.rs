@@ -50,24 +50,46 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Start a thread that passes forwarded signals on to `pid` until `stop` is set.
-pub fn forward_signals(pid: u32, stop: Arc<AtomicBool>) {
+/// Where signal forwarding stands: shared by the forwarding thread and the collector.
+#[derive(Default)]
+pub struct Forwarding {
+    /// Stop the forwarding thread.
+    pub stop: AtomicBool,
+    /// The command has been reaped: its pid must not be signalled any more.
+    pub reaped: AtomicBool,
+    /// A forwarded signal arrived after the command was reaped (while mlprof waited for the
+    /// descendants it left running): stop waiting.
+    pub interrupted: AtomicBool,
+}
+
+/// Start a thread that passes forwarded signals on to `pid` until `state.stop` is set; once
+/// the command is reaped, a signal ends mlprof's wait for its descendants instead.
+pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
     std::thread::spawn(move || {
         let set = forwarded_set();
         let timeout = libc::timespec {
             tv_sec: 0,
             tv_nsec: 100_000_000,
         };
-        while !stop.load(Ordering::Relaxed) {
+        while !state.stop.load(Ordering::Relaxed) {
             // SAFETY: siginfo_t is plain data filled by the kernel.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: valid set, info and timeout pointers; the signals are blocked here.
             let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
-            if sig <= 0 || info.si_code == libc::SI_KERNEL {
-                continue; // timeout, or a terminal signal the child already received
+            if sig <= 0 {
+                continue; // timeout
             }
-            // SAFETY: kill has no memory-safety preconditions. `pid` is our child; once it is
-            // reaped, `stop` is set within one collector tick, far too soon for pid reuse.
+            if state.reaped.load(Ordering::Acquire) {
+                state.interrupted.store(true, Ordering::Release);
+                continue;
+            }
+            if info.si_code == libc::SI_KERNEL {
+                continue; // a terminal signal the child already received
+            }
+            // SAFETY: kill has no memory-safety preconditions. `pid` is our child and not yet
+            // reaped: `reaped` is set by the collector before the pid could be reused... except
+            // in the instant between the waiter's wait4 and that store, which is too short
+            // for the kernel to hand the pid out again.
             unsafe { libc::kill(pid as libc::pid_t, sig) };
         }
     });

@@ -44,7 +44,15 @@ pub fn add(
                 });
             thread.python |= !sample.frames.is_empty();
             let acc = places.entry(place.clone()).or_default();
-            gpu.observe(channel.pid, sample.t_ns, sample.weight_ns, &place, acc);
+            let python_thread = !sample.frames.is_empty();
+            gpu.observe(
+                channel.pid,
+                sample.t_ns,
+                sample.weight_ns,
+                &place,
+                python_thread,
+                acc,
+            );
             match kind {
                 Time::Waiting => {
                     acc.system_ns += sample.weight_ns;

@@ -15,6 +15,9 @@ use super::places::{Acc, Place};
 use super::profile::{Gpu, GpuDevice, GpuSample};
 use crate::collect::gpu::GpuRecording;
 
+/// How many polls away a growth without samples may look for the lines it goes to.
+const NEAREST_POLLS: usize = 20;
+
 /// One tree process's GPU figures, one entry per poll.
 struct Series {
     /// Listed by NVML with a GPU context at the poll.
@@ -38,6 +41,11 @@ impl Joiner {
         let n = gpu.polls.len();
         let mut series: HashMap<u32, Series> = HashMap::new();
         for (k, poll) in gpu.polls.iter().enumerate() {
+            // A process on several devices: the mean of its devices' utilisation.
+            let mut devices_of: HashMap<u32, u32> = HashMap::new();
+            for row in poll.processes.iter().filter(|r| tree.contains(&r.pid)) {
+                *devices_of.entry(row.pid).or_default() += 1;
+            }
             for row in poll.processes.iter().filter(|r| tree.contains(&r.pid)) {
                 let s = series.entry(row.pid).or_insert_with(|| Series {
                     present: vec![false; n],
@@ -64,8 +72,9 @@ impl Joiner {
                         .flatten(),
                 };
                 if let Some(u) = util {
+                    let share = u / devices_of[&row.pid].max(1) as f64;
                     let slot = s.util_pct[k].get_or_insert(0.0);
-                    *slot = (*slot + u).min(100.0);
+                    *slot = (*slot + share).min(100.0);
                 }
             }
         }
@@ -76,8 +85,18 @@ impl Joiner {
         }
     }
 
-    /// A sample of process `pid` at `t_ns` standing for `weight_ns`, placed at `place`.
-    pub fn observe(&mut self, pid: u32, t_ns: u64, weight_ns: u64, place: &Place, acc: &mut Acc) {
+    /// A sample of process `pid` at `t_ns` standing for `weight_ns`, placed at `place`; from a
+    /// thread running Python (`python_thread`: only those share memory growth, since pool
+    /// threads joined to a line do not allocate GPU memory for it).
+    pub fn observe(
+        &mut self,
+        pid: u32,
+        t_ns: u64,
+        weight_ns: u64,
+        place: &Place,
+        python_thread: bool,
+        acc: &mut Acc,
+    ) {
         let Some(s) = self.series.get(&pid) else {
             return;
         };
@@ -88,6 +107,9 @@ impl Joiner {
         if let Some(u) = s.util_pct[k] {
             acc.gpu_time_ns += weight_ns;
             acc.gpu_busy_ns += weight_ns as f64 * u / 100.0;
+        }
+        if !python_thread {
+            return;
         }
         self.observed
             .entry((pid, k))
@@ -121,9 +143,11 @@ impl Joiner {
         }
     }
 
+    /// The samples of the interval `k`, else of the nearest interval with samples, at most
+    /// [`NEAREST_POLLS`] away (a process that is never sampled keeps its growth to itself).
     fn nearest_observed(&self, pid: u32, k: usize) -> Option<&Vec<(Place, u64)>> {
         let n = self.poll_ns.len();
-        (0..n).find_map(|d| {
+        (0..n.min(NEAREST_POLLS)).find_map(|d| {
             let earlier = k.checked_sub(d).and_then(|i| self.observed.get(&(pid, i)));
             earlier.or_else(|| self.observed.get(&(pid, k + d)).filter(|_| k + d < n))
         })
@@ -141,6 +165,15 @@ pub fn summary(gpu: &GpuRecording, tree: &BTreeSet<u32>) -> (Gpu, HashMap<u32, u
         };
         return (out, peaks);
     }
+    // Utilisation is averaged over the devices the tree used (a one-GPU job on an eight-GPU
+    // machine can be 100% busy).
+    let used: BTreeSet<u32> = gpu
+        .polls
+        .iter()
+        .flat_map(|p| &p.processes)
+        .filter(|r| tree.contains(&r.pid))
+        .map(|r| r.device)
+        .collect();
     let mut timeline = Vec::with_capacity(gpu.polls.len());
     for poll in &gpu.polls {
         let mut memory = 0;
@@ -168,7 +201,7 @@ pub fn summary(gpu: &GpuRecording, tree: &BTreeSet<u32>) -> (Gpu, HashMap<u32, u
         let devices = poll.devices.len().max(1) as f64;
         timeline.push(GpuSample {
             t_s: poll.t_ns as f64 / 1e9,
-            util_pct: util_by_device.values().sum::<f64>() / devices,
+            util_pct: util_by_device.values().sum::<f64>() / used.len().max(1) as f64,
             memory_bytes: memory,
             device_util_pct: poll.devices.iter().map(|d| d.util_pct as f64).sum::<f64>() / devices,
             device_memory_bytes: poll.devices.iter().map(|d| d.memory_used).sum(),

@@ -27,7 +27,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
     let mut frames: BTreeMap<StackFrame, u32> = BTreeMap::new();
     let mut timelines = Vec::new();
     let mut gpu_timelines = Vec::new();
-    let mut cpu_buckets: BTreeMap<i64, CpuSample> = BTreeMap::new();
+    let mut cpu_timelines = Vec::new();
     let mut largest_peak = 0;
     for (input, name) in inputs.into_iter().zip(names) {
         let p = input.profile;
@@ -48,9 +48,9 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
                 ..proc
             }));
         add_memory(&mut out.memory, &p.memory, &mut largest_peak);
-        timelines.push(p.memory.timeline.clone());
-        add_gpu(&mut out.gpu, &p.gpu);
-        gpu_timelines.push(p.gpu.timeline.clone());
+        timelines.push(ended(&p.memory.timeline, p.wall_s, |s| s.t_s));
+        add_gpu(&mut out.gpu, &p.gpu, &name);
+        gpu_timelines.push(ended(&p.gpu.timeline, p.wall_s, |s| s.t_s));
         for l in p.lines {
             let key = (l.file.clone(), l.line, l.function.clone());
             match lines.get_mut(&key) {
@@ -75,17 +75,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
                 }
             }
         }
-        for c in &p.cpu_timeline {
-            let key = (c.t_s * 1000.0).round() as i64;
-            let into = cpu_buckets.entry(key).or_insert(CpuSample {
-                t_s: c.t_s,
-                span_s: c.span_s,
-                ..CpuSample::default()
-            });
-            into.python_s += c.python_s;
-            into.native_s += c.native_s;
-            into.system_s += c.system_s;
-        }
+        cpu_timelines.push(p.cpu_timeline);
         let first_stack = out.stacks.len() as u32;
         for s in p.stacks {
             let remapped = s
@@ -130,11 +120,21 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         |acc: &mut GpuSample, s| {
             acc.util_pct = acc.util_pct.max(s.util_pct);
             acc.memory_bytes += s.memory_bytes;
+            acc.device_util_pct = acc.device_util_pct.max(s.device_util_pct);
+            acc.device_memory_bytes += s.device_memory_bytes;
         },
     );
+    let gpu_ranks: Vec<&Rank> = out.ranks.iter().filter(|r| r.gpu_available).collect();
+    if !gpu_ranks.is_empty() {
+        out.gpu.average_util_pct = gpu_ranks
+            .iter()
+            .map(|r| r.gpu_average_util_pct)
+            .sum::<f64>()
+            / gpu_ranks.len() as f64;
+    }
+    out.cpu_timeline = rebin(cpu_timelines);
     out.lines = lines.into_values().collect();
     out.functions = functions.into_values().collect();
-    out.cpu_timeline = cpu_buckets.into_values().collect();
     let mut ordered: Vec<(StackFrame, u32)> = frames.into_iter().collect();
     ordered.sort_by_key(|(_, id)| *id);
     out.stack_frames = ordered.into_iter().map(|(f, _)| f).collect();
@@ -180,6 +180,8 @@ fn rank(p: &Profile, name: &str, source: &str) -> Rank {
         peak_heap_bytes: p.memory.peak_heap_bytes,
         peak_rss_bytes: p.memory.peak_rss_bytes,
         peak_gpu_memory_bytes: p.gpu.peak_memory_bytes,
+        gpu_available: p.gpu.available,
+        gpu_average_util_pct: p.gpu.average_util_pct,
         alloc_bytes: p.lines.iter().map(|l| l.measures.alloc_bytes).sum(),
         processes: p.processes.len(),
         dropped_events: p.dropped_events,
@@ -196,7 +198,9 @@ fn add_memory(into: &mut Memory, m: &Memory, largest: &mut u64) {
     into.unaccounted_bytes += m.unaccounted_bytes;
 }
 
-fn add_gpu(into: &mut Gpu, g: &Gpu) {
+fn add_gpu(into: &mut Gpu, g: &Gpu, name: &str) {
+    into.notes
+        .extend(g.notes.iter().map(|n| format!("{name}: {n}")));
     if g.available {
         into.available = true;
         into.reason = None;
@@ -253,6 +257,47 @@ fn add_footprints(into: &mut Vec<u64>, more: &[u64]) {
 fn frame_id(frames: &mut BTreeMap<StackFrame, u32>, frame: &StackFrame) -> u32 {
     let next = frames.len() as u32;
     *frames.entry(frame.clone()).or_insert(next)
+}
+
+/// A timeline that drops to zero when its run ended (`wall_s`), so that a rank that ended
+/// early adds nothing afterwards.
+fn ended<T: Copy + Default + SetTime>(
+    series: &[T],
+    wall_s: f64,
+    time: impl Fn(&T) -> f64,
+) -> Vec<T> {
+    let mut out = series.to_vec();
+    if out.last().is_some_and(|last| time(last) < wall_s) {
+        let mut end = T::default();
+        end.set_time(wall_s);
+        out.push(end);
+    }
+    out
+}
+
+/// CPU timelines of several runs on one grid: buckets as wide as the widest input's.
+fn rebin(timelines: Vec<Vec<CpuSample>>) -> Vec<CpuSample> {
+    let span = timelines
+        .iter()
+        .flatten()
+        .map(|c| c.span_s)
+        .fold(0.0, f64::max);
+    if span <= 0.0 {
+        return Vec::new();
+    }
+    let mut buckets: BTreeMap<i64, CpuSample> = BTreeMap::new();
+    for c in timelines.iter().flatten() {
+        let key = (c.t_s / span).floor() as i64;
+        let into = buckets.entry(key).or_insert(CpuSample {
+            t_s: key as f64 * span,
+            span_s: span,
+            ..CpuSample::default()
+        });
+        into.python_s += c.python_s;
+        into.native_s += c.native_s;
+        into.system_s += c.system_s;
+    }
+    buckets.into_values().collect()
 }
 
 /// Step functions summed: at every time any input has a point, each input contributes its last
@@ -405,7 +450,13 @@ mod tests {
             Some("2")
         );
         assert!(!merged.labels.contains_key("rank"));
-        assert_eq!(merged.memory.timeline.last().unwrap().heap_bytes, 400);
+        let top = merged.memory.timeline.iter().map(|s| s.heap_bytes).max();
+        assert_eq!(top, Some(400));
+        assert_eq!(
+            merged.memory.timeline.last().unwrap().heap_bytes,
+            0,
+            "both runs ended"
+        );
         assert_eq!(
             super::super::invariants::violations(&merged),
             Vec::<String>::new()

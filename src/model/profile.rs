@@ -97,6 +97,12 @@ pub struct Rank {
     pub peak_rss_bytes: u64,
     /// Its GPU memory peak.
     pub peak_gpu_memory_bytes: u64,
+    /// Whether its GPU was polled.
+    #[serde(default)]
+    pub gpu_available: bool,
+    /// Its average GPU utilisation.
+    #[serde(default)]
+    pub gpu_average_util_pct: f64,
     /// Bytes its lines allocated (sampled estimate, summed over lines).
     pub alloc_bytes: u64,
     /// Its processes.

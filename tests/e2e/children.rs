@@ -310,9 +310,7 @@ fn children_that_outlive_the_command_are_waited_for_then_left_running() {
 
     // An orphan that ends within the wait: mlprof waits and has all of it.
     let out = fixture::tempdir();
-    let started = Instant::now();
     let run = fixture::profile(&[os(&py.exe), os(&script), os("parent"), os("1"), os(&out)]);
-    assert!(started.elapsed() < Duration::from_secs(5), "no full wait");
     assert_eq!(run.output.stdout, b"parent done\n");
     assert!(
         out.join("done").exists(),
@@ -337,15 +335,10 @@ fn children_that_outlive_the_command_are_waited_for_then_left_running() {
     // An orphan that outlives the wait: reported as still running, left running, and the
     // program it runs after mlprof ended starts cleanly (no loader error on its stderr).
     let out = fixture::tempdir();
-    let started = Instant::now();
     let run = fixture::profile_args(
         &["--wait-children", "0.3"],
         &[os(&py.exe), os(&script), os("parent"), os("3"), os(&out)],
         &[],
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "stopped waiting"
     );
     assert!(
         !out.join("done").exists(),
@@ -402,4 +395,54 @@ fn a_target_that_execs_another_program_keeps_what_it_did_before() {
         30e6,
         0.25
     ));
+}
+
+#[test]
+fn a_signal_to_mlprof_while_it_waits_for_orphans_ends_the_wait() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let script = fixture::script("orphan.py");
+    let py = fixture::numpy_pythons()
+        .last()
+        .expect("a Python with numpy");
+    let out = fixture::tempdir();
+    let profile = out.join("p.json");
+    let mut mlprof = fixture::mlprof()
+        .args(["run", "--wait-children", "600", "-o"])
+        .arg(&profile)
+        .arg("--")
+        .arg(&py.exe)
+        .arg(&script)
+        .args(["parent", "8"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(mlprof.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first, "parent done\n");
+    std::thread::sleep(Duration::from_millis(500)); // the command has ended; mlprof waits
+                                                    // SAFETY: kill on the pid of a child we spawned and have not reaped.
+    unsafe { libc::kill(mlprof.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = mlprof.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mlprof kept waiting after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "the command's own status");
+    let p = fixture::check_profile(&std::fs::read_to_string(&profile).unwrap());
+    assert!(
+        p.processes.iter().any(|q| q.still_running),
+        "{:?}",
+        p.processes
+    );
+    assert!(!out.join("done").exists(), "the orphan was left running");
 }

@@ -201,6 +201,7 @@ static unsigned int g_nrows;
 static struct row g_rows[MAX_ROWS];
 static char g_state_path[MAX_PATH_LEN]; /* empty: no state file */
 static long long g_fail_after = -1;     /* -1: never fail */
+static unsigned long long g_period_us;  /* 0: a fresh utilisation sample on every call */
 static unsigned long long g_sampling_calls;
 static int g_failed;                    /* fail_after has tripped */
 static struct timespec g_t0;            /* CLOCK_MONOTONIC at init */
@@ -503,6 +504,13 @@ static int parse_script(const char *path, char *text)
             }
             copy_word(g_state_path, sizeof(g_state_path), tok[1]);
             have_state = 1;
+        } else if (strcmp(tok[0], "sample_period_ms") == 0) {
+            unsigned long long n;
+            if (ntok != 2 || parse_u64(tok[1], &n) != 0 || n > 60000) {
+                warnmsg(path, line, "sample_period_ms needs: sample_period_ms N (0..60000)", NULL);
+                return -1;
+            }
+            g_period_us = n * 1000ull;
         } else if (strcmp(tok[0], "fail_after") == 0) {
             unsigned long long n;
             if (ntok != 2 || parse_u64(tok[1], &n) != 0 || n > (unsigned long long)1e15) {
@@ -551,6 +559,7 @@ static void reset_model(void)
     g_nrows = 0;
     g_state_path[0] = '\0';
     g_fail_after = -1;
+    g_period_us = 0;
     g_sampling_calls = 0;
     g_failed = 0;
     memset(g_devs, 0, sizeof(g_devs));
@@ -1159,21 +1168,33 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 
     unsigned long long now = next_stamp_us();
     unsigned int n = g_cur.nprocs;
+    if (g_period_us > 0) {
+        /* Like a real driver: samples taken once per period, and only processes that used
+         * the GPU (non-zero SM utilisation) reported. */
+        now -= now % g_period_us;
+        n = 0;
+        for (unsigned int i = 0; i < g_cur.nprocs; i++)
+            n += g_cur.procs[i].sm > 0;
+    }
     if (n == 0 || now <= lastSeenTimeStamp)
         UNLOCK_RETURN(NVML_ERROR_NOT_FOUND);
     if (utilization == NULL || *processSamplesCount < n) {
         *processSamplesCount = n;
         UNLOCK_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
     }
-    for (unsigned int i = 0; i < n; i++) {
-        memset(&utilization[i], 0, sizeof(utilization[i]));
-        utilization[i].pid = g_cur.procs[i].pid;
-        utilization[i].timeStamp = now;
-        utilization[i].smUtil = g_cur.procs[i].sm;
-        utilization[i].memUtil = g_cur.procs[i].sm / 2;
-        utilization[i].encUtil = 0;
-        utilization[i].decUtil = 0;
+    unsigned int k = 0;
+    for (unsigned int i = 0; i < g_cur.nprocs && k < n; i++) {
+        if (g_period_us > 0 && g_cur.procs[i].sm == 0)
+            continue;
+        memset(&utilization[k], 0, sizeof(utilization[k]));
+        utilization[k].pid = g_cur.procs[i].pid;
+        utilization[k].timeStamp = now;
+        utilization[k].smUtil = g_cur.procs[i].sm;
+        utilization[k].memUtil = g_cur.procs[i].sm / 2;
+        utilization[k].encUtil = 0;
+        utilization[k].decUtil = 0;
+        k++;
     }
-    *processSamplesCount = n;
+    *processSamplesCount = k;
     UNLOCK_RETURN(NVML_SUCCESS);
 }
