@@ -185,6 +185,10 @@ impl Channels {
                 channel.drain(now_ns, self.launch_ns);
             }
             channel.decoder.finish_pending();
+            if let Ok(ring) = channel.mapping.ring() {
+                // Nobody reads this channel any more: a process that goes on stops sampling.
+                ring.header().collector_gone.store(1, Ordering::Relaxed);
+            }
             let decoded = std::mem::take(&mut channel.decoder.out);
             let mut summary = channel.summary.clone();
             summary.samples = decoded.samples;

@@ -316,6 +316,11 @@ fn children_that_outlive_the_command_are_waited_for_then_left_running() {
         out.join("done").exists(),
         "collected until the orphan ended"
     );
+    let timers = std::fs::read_to_string(out.join("timers")).unwrap();
+    assert!(
+        timers != "0",
+        "sampled while mlprof collected: {timers} timers"
+    );
     let orphan = run
         .profile
         .processes
@@ -362,6 +367,11 @@ fn children_that_outlive_the_command_are_waited_for_then_left_running() {
     wait_for(&out.join("done"));
     let stderr = std::fs::read_to_string(out.join("stderr")).unwrap();
     assert_eq!(stderr, "", "the orphan's programs start cleanly");
+    let timers = std::fs::read_to_string(out.join("timers")).unwrap();
+    assert_eq!(
+        timers, "0",
+        "it stopped sampling once mlprof had stopped reading it"
+    );
 }
 
 #[test]

@@ -2,8 +2,9 @@
 
 argv: parent SECONDS OUTDIR: start a child in a new session that outlives this process, then
 exit at once. The child (argv: child SECONDS OUTDIR) keeps 50 MB on the @orphan-alloc line,
-sleeps SECONDS, then runs a program (sh) and writes OUTDIR/done; its stderr goes to
-OUTDIR/stderr, which must stay empty.
+sleeps SECONDS, computes for 0.3 s of CPU time, writes how many POSIX timers signal its main
+thread (mlprof's sampler arms one per thread while it is profiled) to OUTDIR/timers, then runs a program (sh)
+that writes OUTDIR/done; its stderr goes to OUTDIR/stderr, which must stay empty.
 """
 import os
 import subprocess
@@ -26,4 +27,13 @@ if role == "parent":
 else:
     kept = np.ones(50 * 10**6, dtype=np.uint8)  # @orphan-alloc
     time.sleep(seconds)
+    start = time.process_time()
+    while time.process_time() - start < 0.3:
+        pass
+    # Timers that signal this (main) thread: the one that just computed. Idle threads (BLAS
+    # pools) keep theirs until they next run, which costs nothing while they sleep.
+    with open("/proc/self/timers") as timers:
+        count = sum(line.strip() == f"notify: signal/tid.{os.getpid()}" for line in timers)
+    with open(os.path.join(outdir, "timers"), "w") as out:
+        out.write(str(count))
     subprocess.run(["sh", "-c", "echo ran > \"$0\"/done", outdir], check=True)

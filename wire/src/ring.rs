@@ -99,8 +99,9 @@ pub struct Header {
     pub state: AtomicU32,
     /// Exit code, valid when `state` is `EXITED`.
     pub exit_code: AtomicI32,
-    /// Padding.
-    pub _pad: u32,
+    /// Set to 1 by the collector when it stops reading this channel (the run has ended while
+    /// the process goes on): the process then stops sampling.
+    pub collector_gone: AtomicU32,
     /// `CLOCK_MONOTONIC` nanoseconds of the exit, valid when `state` is `EXITED`.
     pub exit_ns: AtomicU64,
     /// Python version (`3.11.7`), NUL-padded; empty if the process is not a Python interpreter.

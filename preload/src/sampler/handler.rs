@@ -52,7 +52,11 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
                 && (*info).si_value().sival_ptr as usize == timer::MAGIC
         };
     let errno = Errno::save();
-    if ours {
+    if ours && collector_gone() {
+        // The run this process was profiled for has ended (it outlived it): stop sampling.
+        crate::memory::sampler::configure(0, 0);
+        timer::disarm_this_thread();
+    } else if ours {
         TAKEN.with(|t| t.set(t.get().wrapping_add(1)));
         sample(instruction_pointer(context), timer::cpu_since_last_sample());
         timer::rearm();
@@ -60,6 +64,11 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         chain(sig, info, context);
     }
     errno.restore();
+}
+
+/// Whether the collector has stopped reading this process's channel.
+fn collector_gone() -> bool {
+    crate::channel::ring().is_some_and(|r| r.header().collector_gone.load(Ordering::Relaxed) != 0)
 }
 
 /// Record one sample of the calling thread.
