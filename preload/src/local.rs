@@ -1,5 +1,9 @@
 //! mlprof's per-thread state in one thread-local, so that a hook looks it up once: the
-//! reentrancy guard, the allocation and copy sampling countdowns, and the random generator.
+//! reentrancy guard, the allocation and copy sampling countdowns, the random generator, and the
+//! CPU sampler's timer. Everything the signal handler and the hooks touch per thread is here:
+//! Rust's `thread_local!` in a shared library goes through `__tls_get_addr`, which after a
+//! `dlopen` may grow the thread's TLS vector with `malloc`, deadlocking (or corrupting the heap)
+//! when the signal interrupted `malloc`.
 //! The storage is an initial-exec TLS block defined in C (`csrc/local.c`): one `%fs`-relative
 //! load, no call to `__tls_get_addr`, no lazy initialisation, no destructor, no allocation;
 //! usable while the thread is being torn down. Zero-initialised: zero means "not drawn yet".
@@ -16,6 +20,14 @@ pub struct Local {
     pub copy_left: Cell<i64>,
     /// xorshift state (0: not seeded yet).
     pub rng: Cell<u64>,
+    /// The CPU sampler's timer id + 1 (0: none).
+    pub timer: Cell<u64>,
+    /// The thread's CPU clock at its last sample (ns).
+    pub last_cpu_ns: Cell<u64>,
+    /// The sampler's xorshift state for its intervals.
+    pub timer_rng: Cell<u64>,
+    /// Our sampling signals handled on this thread.
+    pub taken: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 64 && core::mem::align_of::<Local>() <= 16);

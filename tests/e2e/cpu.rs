@@ -289,3 +289,53 @@ fn a_blas_pool_works_for_the_line_that_waits_for_it() {
         assert!(main.python, "{v}: the main thread ran Python");
     }
 }
+
+#[test]
+fn libraries_with_thread_locals_loaded_while_sampling_neither_hang_nor_crash() {
+    use std::time::{Duration, Instant};
+    let dir = fixture::tempdir();
+    let lib = dir.join("libtls_module.so");
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(fixture::root().join("tests/native/tls_module.c"))
+        .status()
+        .expect("cc is needed to build the test library");
+    assert!(cc.success());
+    let script = fixture::script("tls_dlopen.py");
+    for py in fixture::pythons() {
+        let out = dir.join(format!("{}.json", py.minor));
+        let mut child = fixture::mlprof();
+        // Its own process group, so that a hang can be cleared whole (the stuck Python too).
+        std::os::unix::process::CommandExt::process_group(&mut child, 0);
+        let mut child = child
+            .args(["run", "--rate", "1000", "-q", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py.exe)
+            .arg(&script)
+            .arg(&lib)
+            .arg("40")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // SAFETY: kill on the process group we created for this run.
+                unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+                let _ = child.wait();
+                panic!("{}: hung while loading TLS libraries", py.minor);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        assert!(status.success(), "{}: {status:?}", py.minor);
+        assert_eq!(stdout, "loaded 40\n", "{}", py.minor);
+        fixture::check_profile(&std::fs::read_to_string(&out).unwrap());
+    }
+}

@@ -13,14 +13,10 @@ use crate::python::stack;
 
 static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 
-std::thread_local! {
-    /// Our signals handled on this thread (the EINTR hooks compare it around a wait).
-    static TAKEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-}
-
-/// How many of our sampling signals this thread has handled.
+/// How many of our sampling signals this thread has handled (the EINTR hooks compare it
+/// around a wait).
 pub fn signals_taken() -> u32 {
-    TAKEN.with(|t| t.get())
+    crate::local::with(|l| l.taken.get() as u32)
 }
 static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
@@ -57,7 +53,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         crate::memory::sampler::configure(0, 0);
         timer::disarm_this_thread();
     } else if ours {
-        TAKEN.with(|t| t.set(t.get().wrapping_add(1)));
+        crate::local::with(|l| l.taken.set(l.taken.get().wrapping_add(1)));
         sample(instruction_pointer(context), timer::cpu_since_last_sample());
         timer::rearm();
     } else {

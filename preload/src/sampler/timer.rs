@@ -4,7 +4,6 @@
 //! expiry re-arms with a randomised interval (uniform in [0.5, 1.5] x mean) against aliasing.
 //! Raw syscalls only; safe to call from the signal handler.
 
-use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// `sigev_value` of our timers: tells our expiries from anyone else's SIGPROF.
@@ -13,10 +12,13 @@ pub const MAGIC: usize = 0x6d6c_7072_6f66; // "mlprof"
 /// Mean interval in nanoseconds; 0 = sampling off.
 static MEAN_NS: AtomicU64 = AtomicU64::new(0);
 
-std::thread_local! {
-    static TIMER: Cell<i32> = const { Cell::new(-1) };
-    static LAST_CPU_NS: Cell<u64> = const { Cell::new(0) };
-    static RNG: Cell<u64> = const { Cell::new(0) };
+/// The calling thread's timer id, or -1 (kept in `local`, as id + 1).
+fn timer_id() -> i32 {
+    crate::local::with(|l| l.timer.get() as i32 - 1)
+}
+
+fn set_timer_id(id: i32) -> i32 {
+    crate::local::with(|l| l.timer.replace((id + 1) as u64) as i32 - 1)
 }
 
 /// Set the mean sampling interval (before arming any thread).
@@ -31,7 +33,7 @@ pub fn mean_interval() -> u64 {
 
 /// Create and arm the calling thread's timer (no-op if sampling is off or already armed).
 pub fn arm_this_thread() {
-    if mean_interval() == 0 || TIMER.with(|t| t.get()) >= 0 {
+    if mean_interval() == 0 || timer_id() >= 0 {
         return;
     }
     let tid = crate::clock::tid();
@@ -56,15 +58,18 @@ pub fn arm_this_thread() {
     if r != 0 {
         return;
     }
-    TIMER.with(|t| t.set(id));
-    RNG.with(|r| r.set(0x9E37_79B9_7F4A_7C15 ^ (tid as u64) << 17 | 1));
-    LAST_CPU_NS.with(|l| l.set(thread_cpu_ns()));
+    set_timer_id(id);
+    crate::local::with(|l| {
+        l.timer_rng
+            .set(0x9E37_79B9_7F4A_7C15 ^ (tid as u64) << 17 | 1);
+        l.last_cpu_ns.set(thread_cpu_ns());
+    });
     rearm();
 }
 
 /// Arm the calling thread's timer for the next randomised interval. Returns the interval.
 pub fn rearm() -> u64 {
-    let id = TIMER.with(|t| t.get());
+    let id = timer_id();
     let mean = mean_interval();
     if id < 0 || mean == 0 {
         return 0;
@@ -98,7 +103,7 @@ pub fn rearm() -> u64 {
 /// undercount by up to a tick per sample, so the thread's CPU clock is read instead.
 pub fn cpu_since_last_sample() -> u64 {
     let now = thread_cpu_ns();
-    LAST_CPU_NS.with(|l| now.saturating_sub(l.replace(now)))
+    crate::local::with(|l| now.saturating_sub(l.last_cpu_ns.replace(now)))
 }
 
 /// The calling thread's CPU time (user + system) in nanoseconds.
@@ -114,7 +119,7 @@ fn thread_cpu_ns() -> u64 {
 
 /// Delete the calling thread's timer (thread exit).
 pub fn disarm_this_thread() {
-    let id = TIMER.with(|t| t.replace(-1));
+    let id = set_timer_id(-1);
     if id >= 0 {
         // SAFETY: deleting our own timer id.
         unsafe { libc::syscall(libc::SYS_timer_delete, id) };
@@ -123,16 +128,16 @@ pub fn disarm_this_thread() {
 
 /// After fork: the child inherits no timers, but does inherit this thread's TLS.
 pub fn forget_this_thread() {
-    TIMER.with(|t| t.set(-1));
+    set_timer_id(-1);
 }
 
 fn next_random() -> u64 {
-    RNG.with(|r| {
-        let mut x = r.get();
+    crate::local::with(|l| {
+        let mut x = l.timer_rng.get();
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        r.set(x);
+        l.timer_rng.set(x);
         x
     })
 }
