@@ -23,6 +23,7 @@ extern "C" fn on_load() {
         }
         return;
     };
+    crate::python::read::init();
     let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
     header.python_status.store(status, Ordering::Relaxed);
     publish_addresses(header);
@@ -84,6 +85,7 @@ extern "C" fn on_fork_child() {
         return;
     }
     let Some(header) = attach(true) else { return };
+    crate::python::read::init(); // a new pid to read ourselves with
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
     let parent = channel::previous_python_status();
