@@ -282,7 +282,12 @@ impl<'r> Lines<'r> {
             ))
         });
         let (info, index) = entry.as_ref()?;
-        let line = index.line(lasti).unwrap_or(info.firstlineno.max(0) as u32);
+        // Line 0 is what CPython 3.11+ gives the RESUME that opens a module's code: report
+        // the code object's first line rather than a line that does not exist.
+        let line = index
+            .line(lasti)
+            .filter(|&l| l > 0)
+            .unwrap_or(info.firstlineno.max(1) as u32);
         Some((info, line))
     }
 }

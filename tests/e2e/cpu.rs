@@ -214,8 +214,9 @@ fn sampling_at_1khz_survives_generators_exceptions_recursion_asyncio_and_thread_
                 );
                 for l in &run.profile.lines {
                     if l.file == script.to_str().unwrap() {
-                        let text = source
-                            .get(l.line as usize - 1)
+                        let text = (l.line as usize)
+                            .checked_sub(1)
+                            .and_then(|i| source.get(i))
                             .map(|t| t.trim())
                             .unwrap_or("");
                         assert!(
