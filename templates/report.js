@@ -46,6 +46,17 @@ function table(target, columns, rows, sortBy) {
   draw();
 }
 
+// `add(tag, attrs, text)`: append an SVG element to `svg` (text only through textContent).
+function svgAdder(svg) {
+  const ns = "http://www.w3.org/2000/svg";
+  return (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e); return e;
+  };
+}
+
 function timeline() {
   const svg = $("timeline"), pts = P.memory.timeline;
   if (!pts.length) return;
@@ -53,13 +64,7 @@ function timeline() {
   const tMax = Math.max(P.wall_s, pts[pts.length - 1].t_s) || 1;
   const yMax = Math.max(1, ...pts.map((p) => Math.max(p.heap_bytes, p.rss_bytes)));
   const x = (t) => L + (W - L - 8) * t / tMax, y = (v) => H - B - (H - B - 8) * v / yMax;
-  const ns = "http://www.w3.org/2000/svg";
-  const add = (tag, attrs, text) => {
-    const e = document.createElementNS(ns, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-    if (text !== undefined) e.textContent = text;
-    svg.append(e); return e;
-  };
+  const add = svgAdder(svg);
   for (const [field, color] of [["rss_bytes", "var(--sys)"], ["heap_bytes", "var(--mem)"]]) {
     const d = pts.map((p, i) => `${i ? "L" : "M"}${x(p.t_s).toFixed(1)},${y(p[field]).toFixed(1)}`).join("");
     add("path", { d, fill: "none", stroke: color, "stroke-width": 2 });
@@ -83,13 +88,7 @@ function gpuTimeline() {
   const mMax = Math.max(1, ...pts.map((p) => p.memory_bytes));
   const x = (t) => L + (W - L - 40) * t / tMax;
   const y = (v, max) => H - B - (H - B - 8) * v / max;
-  const ns = "http://www.w3.org/2000/svg";
-  const add = (tag, attrs, text) => {
-    const e = document.createElementNS(ns, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-    if (text !== undefined) e.textContent = text;
-    svg.append(e); return e;
-  };
+  const add = svgAdder(svg);
   for (const [value, max, color] of [[(p) => p.device_util_pct || 0, 100, "var(--sys)"],
     [(p) => p.util_pct, 100, "var(--py)"], [(p) => p.memory_bytes, mMax, "var(--nat)"]]) {
     const d = pts.map((p, i) => `${i ? "L" : "M"}${x(p.t_s).toFixed(1)},${y(value(p), max).toFixed(1)}`).join("");
