@@ -60,7 +60,31 @@ pub mod state {
     pub const EXITED: u32 = 1;
 }
 
-/// Total bytes of a channel file with `slots` ring slots.
+/// Most ring slots a channel may declare (64 MiB of slots). A reader refuses a header that
+/// declares more (or a count that is not a power of two): the header is untrusted input.
+pub const MAX_SLOTS: u64 = 1 << 20;
+/// Most Python frames one sample, allocation or copy may declare. The preload library sends at
+/// most 128; a reader treats a larger count as corruption.
+pub const MAX_FRAMES: usize = 1024;
+/// Most bytes a code object's file name, qualified name or line table may declare. The preload
+/// library cuts each at 16 KiB; a reader treats a larger length as corruption.
+pub const MAX_BLOB_BYTES: usize = 64 * 1024;
+
+/// Total bytes of a channel file with `slots` ring slots, or `None` when `slots` is not a
+/// power of two no larger than [`MAX_SLOTS`].
+pub const fn checked_file_bytes(slots: u64) -> Option<usize> {
+    if !slots.is_power_of_two() || slots > MAX_SLOTS {
+        return None;
+    }
+    // Cannot overflow: slots <= MAX_SLOTS, so the ring is at most 64 MiB.
+    Some(core::mem::size_of::<Header>() + (slots as usize) * core::mem::size_of::<Slot>())
+}
+
+/// Total bytes of a channel file with `slots` ring slots; `usize::MAX` for a slot count that
+/// [`checked_file_bytes`] refuses (so that a size check against it fails).
 pub const fn file_bytes(slots: u64) -> usize {
-    core::mem::size_of::<Header>() + (slots as usize) * core::mem::size_of::<Slot>()
+    match checked_file_bytes(slots) {
+        Some(bytes) => bytes,
+        None => usize::MAX,
+    }
 }

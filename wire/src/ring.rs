@@ -163,7 +163,7 @@ impl Group<'_> {
         if i >= self.len {
             return;
         }
-        let pos = self.start + i;
+        let pos = self.start.wrapping_add(i);
         let slot = &self.slots[(pos & (self.slots.len() as u64 - 1)) as usize];
         // SAFETY: position `pos` belongs to this group alone (reserved by the CAS in
         // `reserve`), and the reader does not touch the slot until `seq` says it is published.
@@ -270,20 +270,26 @@ impl<'a> Ring<'a> {
                 found: header.version,
             });
         }
-        if header.header_bytes as usize != core::mem::size_of::<Header>()
-            || !header.slots.is_power_of_two()
-        {
+        // Read once: another process may rewrite the field between a check and a use.
+        // SAFETY: `header.slots` is a live, aligned u64 inside the mapped header.
+        let count = unsafe { core::ptr::read_volatile(&header.slots) };
+        if header.header_bytes as usize != core::mem::size_of::<Header>() {
             return Err(WireError::BadLayout);
         }
-        if crate::file_bytes(header.slots) > len {
+        // A power of two no larger than MAX_SLOTS, whose size is computed without overflow.
+        let Some(needed) = crate::checked_file_bytes(count) else {
+            return Err(WireError::BadLayout);
+        };
+        if needed > len {
             return Err(WireError::TooShort);
         }
-        // SAFETY: the slots follow the header and fit in the mapping (checked above);
-        // Slot is 64-byte aligned like the header size, and any bit pattern is valid.
+        // SAFETY: the `count` slots follow the header and fit in the mapping (checked above,
+        // with the same `count`); Slot is 64-byte aligned like the header size, and any bit
+        // pattern is a valid Slot.
         let slots = unsafe {
             core::slice::from_raw_parts(
                 base.add(core::mem::size_of::<Header>()) as *const Slot,
-                header.slots as usize,
+                count as usize,
             )
         };
         Ok(Ring { header, slots })
@@ -314,13 +320,13 @@ impl<'a> Ring<'a> {
         let mut pos = self.header.head.0.load(Ordering::Relaxed);
         loop {
             let tail = self.header.tail.0.load(Ordering::Acquire);
-            if n == 0 || pos.wrapping_sub(tail) + n > cap {
+            if n == 0 || pos.wrapping_sub(tail).saturating_add(n) > cap {
                 self.header.dropped.0.fetch_add(n, Ordering::Relaxed);
                 return None;
             }
             match self.header.head.0.compare_exchange_weak(
                 pos,
-                pos + n,
+                pos.wrapping_add(n),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
@@ -341,13 +347,14 @@ impl<'a> Ring<'a> {
         let cap = self.slots.len() as u64;
         let tail = self.header.tail.0.load(Ordering::Relaxed);
         let slot = &self.slots[(tail & (cap - 1)) as usize];
-        if slot.seq.load(Ordering::Acquire) != tail + 1 {
+        let next = tail.wrapping_add(1);
+        if slot.seq.load(Ordering::Acquire) != next {
             return None;
         }
         // SAFETY: the writer published this slot (seq == tail + 1, acquire) and will not
         // write it again until `tail` moves past it.
         let record = unsafe { *slot.record.get() };
-        self.header.tail.0.store(tail + 1, Ordering::Release);
+        self.header.tail.0.store(next, Ordering::Release);
         Some(record)
     }
 
@@ -359,9 +366,26 @@ impl<'a> Ring<'a> {
         if tail >= head {
             return false;
         }
-        self.header.tail.0.store(tail + 1, Ordering::Release);
+        self.header
+            .tail
+            .0
+            .store(tail.wrapping_add(1), Ordering::Release);
         self.header.dropped.0.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Number of slots in the ring.
+    pub fn capacity(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Positions reserved by writers and not yet read: `head - tail`. More than
+    /// [`Ring::capacity`] means the shared counters are corrupt (no writer reserves past a
+    /// full ring, and the reader never passes `head`).
+    pub fn backlog(&self) -> u64 {
+        let tail = self.header.tail.0.load(Ordering::Relaxed);
+        let head = self.header.head.0.load(Ordering::Acquire);
+        head.wrapping_sub(tail)
     }
 
     /// Records dropped so far.
@@ -435,6 +459,62 @@ mod tests {
         // SAFETY: as above, corrupting the magic.
         unsafe { (*header).magic.store(7, Ordering::Relaxed) };
         assert_eq!(attach(len), Some(WireError::BadMagic));
+    }
+
+    #[test]
+    fn attach_refuses_huge_or_odd_slot_counts_without_overflow() {
+        let mut buf = buffer(8);
+        let len = buf.len() * 64;
+        let base = buf.as_mut_ptr() as *mut u8;
+        // SAFETY: the buffer is zeroed, aligned and large enough; nothing else uses it.
+        unsafe { Ring::init(base, len, 8, |_| ()) }.unwrap();
+        let header = base as *mut Header;
+        // 2^58 slots of 64 bytes is 2^64 bytes: a wrapping size check would accept it.
+        for slots in [1u64 << 58, 1 << 63, crate::MAX_SLOTS * 2, 12, 0, u64::MAX] {
+            // SAFETY: the header is at the start of the live buffer; corrupting `slots`.
+            unsafe { (*header).slots = slots };
+            // SAFETY: `base` is the aligned, live buffer of `len` bytes.
+            let got = unsafe { Ring::attach(base, len) }.err();
+            assert_eq!(got, Some(WireError::BadLayout), "slots {slots}");
+        }
+        assert_eq!(crate::checked_file_bytes(1 << 58), None);
+        assert_eq!(crate::file_bytes(1 << 58), usize::MAX);
+        assert_eq!(
+            crate::checked_file_bytes(crate::MAX_SLOTS),
+            Some(crate::file_bytes(crate::MAX_SLOTS))
+        );
+        // SAFETY: as above; a count that is valid but larger than the buffer.
+        unsafe { (*header).slots = 1024 };
+        // SAFETY: as above.
+        let got = unsafe { Ring::attach(base, len) }.err();
+        assert_eq!(got, Some(WireError::TooShort));
+    }
+
+    #[test]
+    fn corrupt_positions_never_index_out_of_the_ring() {
+        let mut buf = buffer(8);
+        let ring = ring(&mut buf, 8);
+        let h = ring.header();
+        for (head, tail) in [
+            (u64::MAX, 0),
+            (0, u64::MAX),
+            (u64::MAX, u64::MAX - 1),
+            (1 << 62, 3),
+        ] {
+            h.head.0.store(head, Ordering::Relaxed);
+            h.tail.0.store(tail, Ordering::Relaxed);
+            let _ = ring.pop();
+            let _ = ring.push(&rec(1));
+            let _ = ring.reserve(u64::MAX);
+            let _ = ring.skip_hole();
+            assert!(ring.capacity() == 8);
+        }
+        h.head.0.store(1 << 62, Ordering::Relaxed);
+        h.tail.0.store(0, Ordering::Relaxed);
+        assert!(
+            ring.backlog() > ring.capacity(),
+            "corruption is visible to the reader"
+        );
     }
 
     #[test]
