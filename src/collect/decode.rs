@@ -1,10 +1,15 @@
 //! Reassembling multi-record events of one channel: a CPU sample and its frame records, a
 //! code object and its data records. Records of one event are contiguous (reserved as a
 //! group by the writer), so a small state machine per channel is enough.
+//!
+//! Records are untrusted input (the profiled program can write anything into its channel):
+//! every count and length is checked against the format's limits ([`MAX_FRAMES`],
+//! [`MAX_BLOB_BYTES`]) before anything is allocated, and a record that declares more is
+//! dropped and counted in [`Decoded::malformed`].
 
 use std::collections::{BTreeMap, HashMap};
 
-use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD};
+use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
 
 use super::recording::{AllocSample, CodeInfo, CopySample, CpuSample};
 
@@ -17,7 +22,8 @@ pub struct Decoded {
     pub codes: BTreeMap<u32, CodeInfo>,
     /// Threads seen: (tid, pthread_self).
     pub threads: Vec<(u32, u64)>,
-    /// Records that did not fit the expected sequence (a bug or a corrupt channel).
+    /// Records that did not fit the expected sequence or declared more than the format allows
+    /// (a bug or a corrupt channel); each is dropped.
     pub malformed: u64,
     /// Code ids by code object address (the newest object at each address).
     pub by_address: HashMap<u64, u32>,
@@ -95,7 +101,9 @@ impl Decoder {
     }
 
     fn sample(&mut self, r: &Record, launch_ns: u64) {
-        let depth = (r.c & 0xffff_ffff) as usize;
+        let Some(depth) = self.depth(r.c & 0xffff_ffff) else {
+            return;
+        };
         let sample = CpuSample {
             t_ns: r.ts_ns.saturating_sub(launch_ns),
             tid: r.tid,
@@ -114,7 +122,9 @@ impl Decoder {
     }
 
     fn alloc(&mut self, r: &Record, t_ns: u64) {
-        let depth = (r.d & 0xffff_ffff) as usize;
+        let Some(depth) = self.depth(r.d & 0xffff_ffff) else {
+            return;
+        };
         let alloc = AllocSample {
             t_ns,
             tid: r.tid,
@@ -122,7 +132,7 @@ impl Decoder {
             size: r.b,
             weight: r.c,
             flags: (r.d >> 32) as u32,
-            frames: Vec::with_capacity(depth.min(256)),
+            frames: Vec::with_capacity(depth),
             freed_ns: None,
         };
         self.pending = Pending::Alloc {
@@ -135,8 +145,10 @@ impl Decoder {
     }
 
     fn copy(&mut self, r: &Record, t_ns: u64) {
-        let depth = r.c as usize;
-        let frames = Vec::with_capacity(depth.min(256));
+        let Some(depth) = self.depth(r.c) else {
+            return;
+        };
+        let frames = Vec::with_capacity(depth);
         let copy = CopySample {
             t_ns,
             tid: r.tid,
@@ -150,6 +162,18 @@ impl Decoder {
         };
         if depth == 0 {
             self.finish_pending();
+        }
+    }
+
+    /// A frame count from a head record, or `None` (counted as malformed) when it is more
+    /// than the format allows.
+    fn depth(&mut self, declared: u64) -> Option<usize> {
+        match usize::try_from(declared) {
+            Ok(depth) if depth <= MAX_FRAMES => Some(depth),
+            _ => {
+                self.out.malformed += 1;
+                None
+            }
         }
     }
 
@@ -193,11 +217,13 @@ impl Decoder {
             qualname_kind: (r.b >> 40) as u8,
             ..CodeInfo::default()
         };
-        let lens = [
-            (r.c & 0xffff_ffff) as usize,
-            (r.c >> 32) as usize,
-            r.d as usize,
-        ];
+        let declared = [r.c & 0xffff_ffff, r.c >> 32, r.d];
+        if declared.iter().any(|&len| len > MAX_BLOB_BYTES as u64) {
+            self.out.malformed += 1;
+            return;
+        }
+        // Each length is at most MAX_BLOB_BYTES (checked above): no overflow, bounded memory.
+        let lens = declared.map(|len| len as usize);
         let total: usize = lens.iter().sum();
         self.pending = Pending::Code {
             id: r.a as u32,
@@ -325,6 +351,69 @@ mod tests {
         assert_eq!(sample.frames[1], (3, -1));
         assert_eq!(sample.frames[5], (9, 1));
         assert_eq!(d.out.malformed, 0);
+    }
+
+    #[test]
+    fn huge_frame_counts_are_dropped_not_allocated() {
+        let mut d = Decoder::default();
+        let mut s = record(Kind::Sample);
+        s.c = 0xffff_ffff; // 2^32 - 1 frames: 32 GiB if trusted
+        d.feed(&s, 0);
+        let mut a = record(Kind::Alloc);
+        a.d = 1 << 32 | 0xffff_ffff;
+        d.feed(&a, 0);
+        let mut c = record(Kind::Copy);
+        c.c = u64::MAX;
+        d.feed(&c, 0);
+        // The frames that follow have no event to belong to.
+        d.feed(&record(Kind::Frames), 0);
+        d.finish_pending();
+        assert!(d.out.samples.is_empty() && d.out.allocs.is_empty() && d.out.copies.is_empty());
+        assert_eq!(d.out.malformed, 4);
+        // The deepest stack the format allows still decodes.
+        let mut s = record(Kind::Sample);
+        s.c = MAX_FRAMES as u64;
+        d.feed(&s, 0);
+        for _ in 0..MAX_FRAMES.div_ceil(FRAMES_PER_RECORD) {
+            d.feed(&record(Kind::Frames), 0);
+        }
+        assert_eq!(d.out.samples.len(), 1);
+        assert_eq!(d.out.samples[0].frames.len(), MAX_FRAMES);
+    }
+
+    #[test]
+    fn huge_code_lengths_are_dropped_not_allocated() {
+        let mut d = Decoder::default();
+        for (c, len_d) in [
+            (0, u64::MAX),
+            (u64::MAX, 0),
+            (1 << 32, 1 << 40),
+            (MAX_BLOB_BYTES as u64 + 1, 0),
+        ] {
+            let mut code = record(Kind::Code);
+            code.a = 1;
+            code.c = c;
+            code.d = len_d;
+            d.feed(&code, 0);
+            d.feed(&record(Kind::Data), 0);
+        }
+        d.finish_pending();
+        assert!(d.out.codes.is_empty());
+        assert_eq!(d.out.malformed, 8, "each head and its data record");
+        // The longest blobs the format allows still decode.
+        let mut code = record(Kind::Code);
+        code.a = 2;
+        code.b = 1 << 32 | 1 << 40;
+        code.c = MAX_BLOB_BYTES as u64 | (MAX_BLOB_BYTES as u64) << 32;
+        code.d = MAX_BLOB_BYTES as u64;
+        d.feed(&code, 0);
+        for _ in 0..(3 * MAX_BLOB_BYTES).div_ceil(DATA_BYTES) {
+            d.feed(&record(Kind::Data), 0);
+        }
+        let info = &d.out.codes[&2];
+        assert_eq!(info.filename.len(), MAX_BLOB_BYTES);
+        assert_eq!(info.linetable.len(), MAX_BLOB_BYTES);
+        assert_eq!(d.out.malformed, 8);
     }
 
     #[test]
