@@ -1,10 +1,23 @@
-//! Compiles the one C file of the preload library: the initial-exec thread-local state.
+//! Compiles the C files of the preload library: the initial-exec thread-local state, and the
+//! code that must let a thread's forced unwinding (`pthread_exit`, `pthread_cancel`) pass
+//! through it: the thread entry and the blocking-wait hooks.
 
 fn main() {
-    println!("cargo:rerun-if-changed=csrc/local.c");
+    let files = [
+        "csrc/local.c",
+        "csrc/thread.c",
+        "csrc/wait.c",
+        "csrc/deadline.c",
+    ];
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
     cc::Build::new()
-        .file("csrc/local.c")
+        .files(files)
         .flag("-fPIC")
+        // Unwind tables and cleanup handlers that run during a forced unwind.
+        .flag("-fexceptions")
+        .flag("-fasynchronous-unwind-tables")
         .opt_level(2)
-        .compile("mlprof_local");
+        .compile("mlprof_c");
 }

@@ -6,4 +6,8 @@
 
 static __thread __attribute__((tls_model("initial-exec"), aligned(16))) uint64_t mlprof_local_state[8];
 
-void *mlprof_local(void) { return mlprof_local_state; }
+__attribute__((visibility("hidden"))) void *mlprof_local(void) { return mlprof_local_state; }
+
+/* Our sampling signals handled on this thread: field `taken` of the Rust `Local` (the eighth
+ * u64; src/local.rs checks that offset). Read by the wait hooks in wait.c. */
+__attribute__((visibility("hidden"))) uint64_t mlprof_signals_taken(void) { return mlprof_local_state[7]; }

@@ -81,19 +81,47 @@ pub fn open(dir: &[u8], slots: u64, fill: impl FnOnce(&mut Header)) -> Option<&'
     Some(ring.header())
 }
 
-/// Create `path` exclusively (0600), size it, and map it shared. Raw syscalls only.
+/// Give the file `len` bytes of real storage, not a sparse hole: a write to a page of a shared
+/// mapping that the filesystem cannot back (a full TMPDIR) is a SIGBUS in the program. Where
+/// `fallocate` is not supported, zeros are written. False if the space is not there: then
+/// there is no channel, and the program runs unprofiled.
+fn reserve(fd: libc::c_int, len: usize) -> bool {
+    // SAFETY: `fd` is an open file we own; fallocate has no memory preconditions.
+    let r = unsafe { libc::fallocate(fd, 0, 0, len as libc::off_t) };
+    if r == 0 {
+        return true;
+    }
+    // SAFETY: this thread's errno slot.
+    let errno = unsafe { *libc::__errno_location() };
+    if errno != libc::EOPNOTSUPP && errno != libc::ENOSYS {
+        return false; // ENOSPC, EDQUOT, EFBIG...
+    }
+    let zeros = [0u8; 4096];
+    let mut at = 0;
+    while at < len {
+        let n = zeros.len().min(len - at);
+        // SAFETY: writing from a local buffer of at least `n` bytes to our own file.
+        let w = unsafe { libc::pwrite(fd, zeros.as_ptr().cast(), n, at as libc::off_t) };
+        if w <= 0 {
+            return false;
+        }
+        at += w as usize;
+    }
+    true
+}
+
+/// Create `path` exclusively (0600), reserve its space, and map it shared. Raw syscalls only.
 fn map_new_file(path: &core::ffi::CStr, len: usize) -> Option<*mut u8> {
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: `path` is a valid NUL-terminated string; open has no other preconditions.
     let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) };
     if fd < 0 {
         return None;
     }
-    // SAFETY: `fd` is an open file we own.
-    let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+    let sized = reserve(fd, len);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let addr = if sized {
-        // SAFETY: mapping `len` bytes of a file we just sized to `len`; no fixed address.
+        // SAFETY: mapping `len` bytes of a file we just gave `len` bytes; no fixed address.
         unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) }
     } else {
         libc::MAP_FAILED

@@ -11,6 +11,7 @@
 
 mod channel;
 mod clock;
+mod errno;
 mod heap;
 mod hooks;
 mod lifecycle;

@@ -12,6 +12,7 @@ use crate::{channel, clock, heap, hooks, memory, real, sampler};
 
 /// Runs when the dynamic loader initialises the library (`.init_array`).
 extern "C" fn on_load() {
+    let _errno = crate::errno::Saved::new();
     real::resolve();
     hooks::copy::resolve();
     let Some(header) = attach(false) else {
@@ -59,6 +60,7 @@ extern "C" {
 }
 
 extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
+    let _errno = crate::errno::Saved::new();
     record_exit(code, false);
 }
 
@@ -78,13 +80,21 @@ extern "C" fn on_fork_prepare() {
 static NO_FOLLOW: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_fork_child() {
+    let _errno = crate::errno::Saved::new(); // the program reads errno after fork() returns
     if NO_FOLLOW.load(Ordering::Relaxed) {
         channel::detach();
         heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));
         sampler::timer::forget_this_thread();
         return;
     }
-    let Some(header) = attach(true) else { return };
+    let Some(header) = attach(true) else {
+        // No channel of its own (no space, too many files): the child must not write into its
+        // parent's. It runs unprofiled, and the collector notes a child without a channel.
+        channel::detach();
+        heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));
+        sampler::timer::forget_this_thread();
+        return;
+    };
     crate::python::read::init(); // a new pid to read ourselves with
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
@@ -144,6 +154,13 @@ pub fn record_exit(code: c_int, immediate: bool) {
     let Some(ring) = channel::ring() else { return };
     let header = ring.header();
     if header.state.load(Ordering::Acquire) == state::EXITED {
+        return;
+    }
+    // A vfork child (CPython's subprocess when exec fails: `_exit(255)`) shares its parent's
+    // memory, channel included, and must not mark the still-running parent as exited. The
+    // system call, not a cached pid: in a vfork child only the kernel knows.
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::syscall(libc::SYS_getpid) } as u32 != header.pid {
         return;
     }
     let now = clock::monotonic_ns();

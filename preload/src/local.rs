@@ -31,6 +31,8 @@ pub struct Local {
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 64 && core::mem::align_of::<Local>() <= 16);
+// `csrc/local.c`'s `mlprof_signals_taken` (read by the C wait hooks) reads the eighth u64.
+const _: () = assert!(core::mem::offset_of!(Local, taken) == 7 * 8);
 
 extern "C" {
     /// This thread's 64-byte, 16-aligned, zero-initialised state block.

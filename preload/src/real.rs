@@ -100,11 +100,9 @@ type PthreadCreate = unsafe extern "C" fn(
 ) -> c_int;
 
 /// A thread's start routine. "C-unwind": `pthread_exit` force-unwinds through it.
-pub type StartRoutine = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
-type PthreadExit = unsafe extern "C-unwind" fn(*mut c_void) -> !;
+pub type StartRoutine = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
 
 static PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
-static PTHREAD_EXIT: AtomicUsize = AtomicUsize::new(0);
 
 /// Resolve the functions that need `dlsym(RTLD_NEXT)` (the thread functions, which have no
 /// `__libc_` alias). Called at load time and again lazily if a hook runs first.
@@ -112,11 +110,20 @@ pub fn resolve() {
     // SAFETY: dlsym with valid C strings, outside any signal handler.
     unsafe {
         let create = libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) as usize;
-        let exit = libc::dlsym(libc::RTLD_NEXT, c"pthread_exit".as_ptr()) as usize;
         PTHREAD_CREATE.store(create, Ordering::Release);
-        PTHREAD_EXIT.store(exit, Ordering::Release);
     }
-    resolve_waits();
+    #[cfg(not(test))]
+    // SAFETY: a C function of this library with no preconditions (dlsym, outside any signal
+    // handler).
+    unsafe {
+        mlprof_waits_resolve()
+    };
+}
+
+#[cfg(not(test))]
+extern "C" {
+    /// Resolves the real blocking-wait functions for the hooks in `csrc/wait.c`.
+    fn mlprof_waits_resolve();
 }
 
 /// The real `pthread_create`.
@@ -140,120 +147,4 @@ pub unsafe fn pthread_create(
     let f: PthreadCreate = unsafe { core::mem::transmute(f) };
     // SAFETY: forwarded caller contract.
     unsafe { f(thread, attr, start, arg) }
-}
-
-/// The real `pthread_exit`.
-pub fn pthread_exit(value: *mut c_void) -> ! {
-    if PTHREAD_EXIT.load(Ordering::Acquire) == 0 {
-        resolve();
-    }
-    let f = PTHREAD_EXIT.load(Ordering::Acquire);
-    if f == 0 {
-        // SAFETY: no real pthread_exit can be found: abort rather than return.
-        unsafe { libc::abort() }
-    }
-    // SAFETY: `f` is libc's pthread_exit, which has exactly this signature.
-    let f: PthreadExit = unsafe { core::mem::transmute(f) };
-    // SAFETY: called from the exiting thread, as pthread_exit requires.
-    unsafe { f(value) }
-}
-
-/// `poll`.
-pub type Poll = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
-/// `ppoll`.
-pub type Ppoll = unsafe extern "C" fn(
-    *mut libc::pollfd,
-    libc::nfds_t,
-    *const libc::timespec,
-    *const libc::sigset_t,
-) -> c_int;
-/// `select`.
-pub type Select = unsafe extern "C" fn(
-    c_int,
-    *mut libc::fd_set,
-    *mut libc::fd_set,
-    *mut libc::fd_set,
-    *mut libc::timeval,
-) -> c_int;
-/// `pselect`.
-pub type Pselect = unsafe extern "C" fn(
-    c_int,
-    *mut libc::fd_set,
-    *mut libc::fd_set,
-    *mut libc::fd_set,
-    *const libc::timespec,
-    *const libc::sigset_t,
-) -> c_int;
-/// `epoll_wait`.
-pub type EpollWait = unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
-/// `epoll_pwait`.
-pub type EpollPwait = unsafe extern "C" fn(
-    c_int,
-    *mut libc::epoll_event,
-    c_int,
-    c_int,
-    *const libc::sigset_t,
-) -> c_int;
-
-/// The real blocking-wait functions (no `__libc_` aliases: resolved with `dlsym(RTLD_NEXT)`).
-#[derive(Clone, Copy)]
-pub struct Waits {
-    /// `poll`.
-    pub poll: Poll,
-    /// `ppoll`.
-    pub ppoll: Ppoll,
-    /// `select`.
-    pub select: Select,
-    /// `pselect`.
-    pub pselect: Pselect,
-    /// `epoll_wait`.
-    pub epoll_wait: EpollWait,
-    /// `epoll_pwait`.
-    pub epoll_pwait: EpollPwait,
-}
-
-static WAITS: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
-const WAIT_NAMES: [&core::ffi::CStr; 6] = [
-    c"poll",
-    c"ppoll",
-    c"select",
-    c"pselect",
-    c"epoll_wait",
-    c"epoll_pwait",
-];
-
-fn resolve_waits() {
-    for (slot, name) in WAITS.iter().zip(WAIT_NAMES) {
-        // SAFETY: dlsym with a valid C string, outside any signal handler.
-        slot.store(
-            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize,
-            Ordering::Release,
-        );
-    }
-}
-
-/// The real wait functions, resolving them on first use; `None` (errno ENOSYS) if any is
-/// missing.
-pub fn waits() -> Option<Waits> {
-    if WAITS[0].load(Ordering::Acquire) == 0 {
-        resolve_waits();
-    }
-    let f: [usize; 6] = core::array::from_fn(|i| WAITS[i].load(Ordering::Acquire));
-    if f.contains(&0) {
-        // SAFETY: this thread's errno slot.
-        unsafe { *libc::__errno_location() = libc::ENOSYS };
-        return None;
-    }
-    // SAFETY: each address is libc's function of that name, with exactly the C signature
-    // declared in `Waits`.
-    unsafe {
-        Some(Waits {
-            poll: core::mem::transmute::<usize, Poll>(f[0]),
-            ppoll: core::mem::transmute::<usize, Ppoll>(f[1]),
-            select: core::mem::transmute::<usize, Select>(f[2]),
-            pselect: core::mem::transmute::<usize, Pselect>(f[3]),
-            epoll_wait: core::mem::transmute::<usize, EpollWait>(f[4]),
-            epoll_pwait: core::mem::transmute::<usize, EpollPwait>(f[5]),
-        })
-    }
 }

@@ -22,22 +22,46 @@ pub struct Session {
 }
 
 impl Session {
-    /// Create the directory under `$TMPDIR` (or `/tmp`) and put the preload library in it.
+    /// Create the directory in the first safe temporary directory with room for it (see
+    /// [`candidates`]) and put the preload library there or in the lasting directory.
     /// `MLPROF_PRELOAD` names another library to use instead (development builds).
     pub fn create() -> Result<Session> {
-        let dir = make_private_dir(&std::env::temp_dir())?;
-        let preload = match std::env::var_os("MLPROF_PRELOAD") {
-            Some(path) => PathBuf::from(path),
-            None => match lasting_library() {
-                Some(path) => path,
-                None => {
-                    let path = dir.join("libmlprof_preload.so");
-                    write_private(&path, PRELOAD)?;
-                    path
-                }
-            },
+        let mut refused = Vec::new();
+        for parent in candidates(&mut refused) {
+            match Session::create_in(&parent) {
+                Ok(session) => return Ok(session),
+                Err(e) => refused.push(e.to_string()),
+            }
+        }
+        Err(Error::new(format!(
+            "no usable temporary directory for the profile's channels ({}); set TMPDIR to a \
+             private directory with a few MiB free",
+            refused.join("; ")
+        )))
+    }
+
+    fn create_in(parent: &Path) -> Result<Session> {
+        let dir = make_private_dir(parent)?;
+        let session = |preload| Session {
+            dir: dir.clone(),
+            preload,
         };
-        Ok(Session { dir, preload })
+        if let Some(path) = std::env::var_os("MLPROF_PRELOAD") {
+            return Ok(session(PathBuf::from(path)));
+        }
+        if let Some(path) = lasting_library(parent) {
+            return Ok(session(path));
+        }
+        // The run's own directory: private (0700) under a parent nobody else can rename
+        // entries of (`candidates` checked it).
+        let path = dir.join("libmlprof_preload.so");
+        match write_private(&path, PRELOAD) {
+            Ok(()) => Ok(session(path)),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
     }
 
     /// The directory holding the channel files.
@@ -57,10 +81,43 @@ impl Drop for Session {
     }
 }
 
+/// Where a run's directory may go, in order: `$TMPDIR`, `/tmp`, `/dev/shm`, `$XDG_RUNTIME_DIR`.
+/// Only directories whose entries nobody else can replace ([`safe_parent`]): the preload
+/// library and the channels live there, and a directory another user could swap would let
+/// them run code as the profiled user. Those left out are explained in `refused`.
+fn candidates(refused: &mut Vec<String>) -> Vec<PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let mut all: Vec<PathBuf> = Vec::new();
+    all.push(std::env::temp_dir());
+    for fixed in ["/tmp", "/dev/shm"] {
+        all.push(PathBuf::from(fixed));
+    }
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        all.push(PathBuf::from(runtime));
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for dir in all {
+        if out.contains(&dir) {
+            continue;
+        }
+        if safe_parent(&dir, uid) {
+            out.push(dir);
+        } else if dir.exists() {
+            refused.push(format!(
+                "{} is writable by other users without the sticky bit, or not ours",
+                dir.display()
+            ));
+        }
+    }
+    out
+}
+
 /// The preload library in the user's lasting private directory (`$XDG_RUNTIME_DIR/mlprof`,
-/// else `$TMPDIR/mlprof-UID`), named by a hash of its bytes and written there if missing.
-/// `None` if that directory is not ours alone (then the run's own directory is used).
-fn lasting_library() -> Option<PathBuf> {
+/// else `PARENT/mlprof-UID`), named by a hash of its bytes and written there if missing.
+/// `None` if that directory is not ours alone or has no room (then the run's own directory is
+/// used).
+fn lasting_library(parent: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
@@ -76,11 +133,10 @@ fn lasting_library() -> Option<PathBuf> {
     let dir = match runtime {
         Some(runtime) => runtime.join("mlprof"),
         None => {
-            let tmp = std::env::temp_dir();
-            if !safe_parent(&tmp, uid) {
+            if !safe_parent(parent, uid) {
                 return None;
             }
-            tmp.join(format!("mlprof-{uid}"))
+            parent.join(format!("mlprof-{uid}"))
         }
     };
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
@@ -98,7 +154,10 @@ fn lasting_library() -> Option<PathBuf> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let partial = dir.join(format!(".partial-{}-{nanos}", std::process::id()));
-    write_private(&partial, PRELOAD).ok()?;
+    if write_private(&partial, PRELOAD).is_err() {
+        let _ = std::fs::remove_file(&partial); // no room: leave no partial file behind
+        return None;
+    }
     std::fs::rename(&partial, &path).ok()?;
     Some(path)
 }
@@ -149,9 +208,16 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .write(true)
         .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(fail)?;
-    file.write_all(bytes).map_err(fail)
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(fail(e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

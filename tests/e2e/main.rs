@@ -6,6 +6,7 @@ mod budget;
 mod children;
 mod cpu;
 mod export;
+mod faults;
 mod fixture;
 mod foundation;
 mod gpu;

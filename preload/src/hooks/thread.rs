@@ -1,17 +1,29 @@
 //! Thread hooks: every new thread gets its CPU-time timer before it runs user code, announces
-//! itself (kernel tid and `pthread_self`), and deletes its timer when it ends.
+//! itself (kernel tid and `pthread_self`), and deletes its timer when it ends: returning,
+//! `pthread_exit` or cancelled. `pthread_exit` itself is not interposed: the thread's only frame
+//! of ours is the C trampoline, which a forced unwind passes through.
 
 use libc::{c_int, c_void};
 
 use crate::{channel, clock, real, sampler};
 
-/// What the trampoline needs: the user's start routine and argument.
+/// What the C trampoline (`csrc/thread.c`, `struct mlprof_thread_start`) needs: the user's
+/// start routine and argument, and what to run when the thread begins and ends.
+#[repr(C)]
 struct Start {
     routine: real::StartRoutine,
     arg: *mut c_void,
+    begin: extern "C" fn(*mut c_void),
+    end: extern "C" fn(*mut c_void),
 }
 
-/// Interposed `pthread_create`: the new thread starts in [`trampoline`].
+extern "C-unwind" {
+    /// The thread entry, in C so that a forced unwind never meets a Rust frame.
+    fn mlprof_thread_trampoline(start: *mut c_void) -> *mut c_void;
+}
+
+/// Interposed `pthread_create`: the new thread starts in the C trampoline, which calls
+/// [`begin`] and then the user's routine, with [`end`] as its cleanup handler.
 ///
 /// # Safety
 /// The C contract of `pthread_create`.
@@ -33,9 +45,16 @@ pub unsafe extern "C" fn pthread_create(
         return unsafe { real::pthread_create(thread, attr, routine, arg) };
     }
     // SAFETY: `start` is a fresh, suitably aligned block of the right size.
-    unsafe { start.write(Start { routine, arg }) };
+    unsafe {
+        start.write(Start {
+            routine,
+            arg,
+            begin,
+            end,
+        })
+    };
     // SAFETY: forwarded caller contract; the trampoline takes ownership of `start`.
-    let r = unsafe { real::pthread_create(thread, attr, trampoline, start.cast()) };
+    let r = unsafe { real::pthread_create(thread, attr, mlprof_thread_trampoline, start.cast()) };
     if r != 0 {
         // SAFETY: the thread was not created, so the block is still ours.
         unsafe { real::free(start.cast()) };
@@ -43,18 +62,19 @@ pub unsafe extern "C" fn pthread_create(
     r
 }
 
-/// The new thread's entry. "C-unwind": a `pthread_exit` deep in `routine` force-unwinds
-/// through this frame (which owns nothing that needs dropping by then).
-extern "C-unwind" fn trampoline(start: *mut c_void) -> *mut c_void {
-    // SAFETY: `start` is the block written by `pthread_create` above, owned by this thread.
-    let Start { routine, arg } = unsafe { (start as *mut Start).read() };
-    // SAFETY: freeing that block once.
+/// The new thread begins (called by the trampoline, which has copied the block): free the
+/// block, announce the thread, arm its CPU timer. Returns normally; never unwinds.
+extern "C" fn begin(start: *mut c_void) {
+    // SAFETY: the block written by `pthread_create` above, owned by this thread and no longer
+    // read by the trampoline.
     unsafe { real::free(start) };
     announce();
     sampler::timer::arm_this_thread();
-    let result = routine(arg);
+}
+
+/// The thread ends: by returning, by `pthread_exit` or by cancellation (a cleanup handler).
+extern "C" fn end(_: *mut c_void) {
     sampler::timer::disarm_this_thread();
-    result
 }
 
 /// Send a thread-start record for the calling thread.
@@ -68,12 +88,4 @@ pub fn announce() {
     // SAFETY: pthread_self has no preconditions.
     rec.b = unsafe { libc::pthread_self() } as u64;
     channel::send(&rec);
-}
-
-/// Interposed `pthread_exit`: delete the thread's timer first. "C-unwind" because the real
-/// `pthread_exit` force-unwinds the thread's stack through this frame.
-#[cfg_attr(not(test), no_mangle)]
-pub extern "C-unwind" fn pthread_exit(value: *mut c_void) -> ! {
-    sampler::timer::disarm_this_thread();
-    real::pthread_exit(value)
 }

@@ -1,196 +1,78 @@
-//! Blocking waits that a signal interrupts with EINTR even under `SA_RESTART`: `poll`,
-//! `ppoll`, `select`, `pselect`, `epoll_wait`, `epoll_pwait`. Native libraries often treat that
-//! EINTR as an error, so when our own sampling signal (and only ours) interrupted the call, it
-//! is made again with the time that was left. EINTR caused by anything else is returned as is.
-
-use libc::c_int;
-
-use crate::real;
-use crate::sampler::handler;
-
-/// Deadline arithmetic for a millisecond timeout (-1: forever).
-struct Deadline(Option<u64>);
-
-impl Deadline {
-    fn from_ms(ms: c_int) -> Deadline {
-        Deadline((ms >= 0).then(|| crate::clock::monotonic_ns() + ms as u64 * 1_000_000))
-    }
-
-    fn from_timespec(ts: *const libc::timespec) -> Deadline {
-        if ts.is_null() {
-            return Deadline(None);
-        }
-        // SAFETY: a non-null timeout pointer given by the caller of ppoll/pselect.
-        let ts = unsafe { *ts };
-        Deadline(Some(
-            crate::clock::monotonic_ns()
-                + ts.tv_sec.max(0) as u64 * 1_000_000_000
-                + ts.tv_nsec.max(0) as u64,
-        ))
-    }
-
-    fn remaining_ns(&self) -> Option<u64> {
-        self.0
-            .map(|d| d.saturating_sub(crate::clock::monotonic_ns()))
-    }
-
-    fn remaining_ms(&self) -> c_int {
-        match self.remaining_ns() {
-            None => -1,
-            Some(ns) => ns.div_ceil(1_000_000).min(c_int::MAX as u64) as c_int,
-        }
-    }
-
-    fn remaining_timespec(&self) -> Option<libc::timespec> {
-        self.remaining_ns().map(|ns| libc::timespec {
-            tv_sec: (ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-        })
-    }
-}
-
-/// Run `call` until it returns something other than an EINTR during which our signal arrived.
-/// (A foreign signal arriving in the same call is indistinguishable; the window is the
-/// syscall's entry, so the coincidence is rare, and Python itself retries EINTR anyway.)
-fn retrying(mut call: impl FnMut() -> c_int) -> c_int {
-    loop {
-        let before = handler::signals_taken();
-        let r = call();
-        // SAFETY: reading this thread's errno.
-        let errno = unsafe { *libc::__errno_location() };
-        if r == -1 && errno == libc::EINTR && handler::signals_taken() != before {
-            continue;
-        }
-        return r;
-    }
-}
-
-/// Interposed `poll`.
-///
-/// # Safety
-/// The C contract of `poll`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    let deadline = Deadline::from_ms(timeout);
-    // SAFETY: forwarded caller contract.
-    retrying(|| unsafe { (f.poll)(fds, n, deadline.remaining_ms()) })
-}
-
-/// Interposed `ppoll`.
-///
-/// # Safety
-/// The C contract of `ppoll`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ppoll(
-    fds: *mut libc::pollfd,
-    n: libc::nfds_t,
-    timeout: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    let deadline = Deadline::from_timespec(timeout);
-    retrying(|| {
-        let left = deadline.remaining_timespec();
-        let ptr = left.as_ref().map_or(core::ptr::null(), |t| t as *const _);
-        // SAFETY: forwarded caller contract; `ptr` is null or points to a local timespec.
-        unsafe { (f.ppoll)(fds, n, ptr, mask) }
-    })
-}
-
-/// Interposed `select` (Linux updates `timeout` with the time left, so a retry passes it on).
-///
-/// # Safety
-/// The C contract of `select`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn select(
-    n: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    timeout: *mut libc::timeval,
-) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    // SAFETY: forwarded caller contract (on EINTR Linux leaves the sets unmodified).
-    retrying(|| unsafe { (f.select)(n, r, w, e, timeout) })
-}
-
-/// Interposed `pselect`.
-///
-/// # Safety
-/// The C contract of `pselect`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pselect(
-    n: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    timeout: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    let deadline = Deadline::from_timespec(timeout);
-    retrying(|| {
-        let left = deadline.remaining_timespec();
-        let ptr = left.as_ref().map_or(core::ptr::null(), |t| t as *const _);
-        // SAFETY: forwarded caller contract; `ptr` is null or points to a local timespec.
-        unsafe { (f.pselect)(n, r, w, e, ptr, mask) }
-    })
-}
-
-/// Interposed `epoll_wait`.
-///
-/// # Safety
-/// The C contract of `epoll_wait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_wait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    let deadline = Deadline::from_ms(timeout);
-    // SAFETY: forwarded caller contract.
-    retrying(|| unsafe { (f.epoll_wait)(epfd, events, max, deadline.remaining_ms()) })
-}
-
-/// Interposed `epoll_pwait`.
-///
-/// # Safety
-/// The C contract of `epoll_pwait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_pwait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(f) = real::waits() else { return -1 };
-    let deadline = Deadline::from_ms(timeout);
-    // SAFETY: forwarded caller contract.
-    retrying(|| unsafe { (f.epoll_pwait)(epfd, events, max, deadline.remaining_ms(), mask) })
-}
+//! The blocking-wait hooks (`poll`, `ppoll`, `select`, `pselect`, `epoll_wait`,
+//! `epoll_pwait`) are in C, `csrc/wait.c`: they are cancellation points, and a thread cancelled
+//! while blocked in one is force-unwound through the hook's frame, which must not be Rust (this
+//! library is built with panic = "abort"). When our own sampling signal interrupted the call
+//! with EINTR, the hook makes it again with the time that was left. The deadline arithmetic
+//! (`csrc/deadline.c`) is tested here.
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use libc::c_int;
+
+    extern "C" {
+        fn mlprof_deadline_ms(ms: c_int, now: u64) -> u64;
+        fn mlprof_deadline_ts(ts: *const libc::timespec, now: u64) -> u64;
+        fn mlprof_remaining_ms(deadline: u64, now: u64) -> c_int;
+        fn mlprof_remaining_ts(
+            deadline: u64,
+            now: u64,
+            out: *mut libc::timespec,
+        ) -> *const libc::timespec;
+    }
+
+    fn ts(sec: i64, nsec: i64) -> libc::timespec {
+        libc::timespec {
+            tv_sec: sec as libc::time_t,
+            tv_nsec: nsec as libc::c_long,
+        }
+    }
 
     #[test]
     fn deadlines_count_down_and_forever_stays_forever() {
-        assert_eq!(Deadline::from_ms(-1).remaining_ms(), -1);
-        assert!(Deadline::from_timespec(core::ptr::null())
-            .remaining_timespec()
-            .is_none());
-        let d = Deadline::from_ms(50);
-        let left = d.remaining_ms();
-        assert!((1..=50).contains(&left), "{left}");
-        let ts = libc::timespec {
-            tv_sec: 2,
-            tv_nsec: 5,
-        };
-        let left = Deadline::from_timespec(&ts).remaining_timespec().unwrap();
-        assert!(left.tv_sec == 1 || left.tv_sec == 2);
+        // SAFETY: pure C functions over plain values and valid pointers.
+        unsafe {
+            let now = 1_000_000_000_000;
+            assert_eq!(mlprof_remaining_ms(mlprof_deadline_ms(-1, now), now), -1);
+            let d = mlprof_deadline_ms(50, now);
+            assert_eq!(mlprof_remaining_ms(d, now), 50);
+            assert_eq!(mlprof_remaining_ms(d, now + 49_500_000), 1); // rounded up
+            assert_eq!(mlprof_remaining_ms(d, now + 60_000_000), 0); // past: 0, not negative
+            let two = ts(2, 5);
+            let d = mlprof_deadline_ts(&two, now);
+            let mut out = ts(0, 0);
+            let left = mlprof_remaining_ts(d, now + 1_000_000_000, &mut out);
+            assert_eq!((*left).tv_sec, 1);
+            assert_eq!((*left).tv_nsec, 5);
+            assert!(
+                mlprof_remaining_ts(mlprof_deadline_ts(core::ptr::null(), now), now, &mut out)
+                    .is_null()
+            );
+        }
+    }
+
+    #[test]
+    fn huge_timeouts_saturate_to_forever_instead_of_wrapping_into_the_past() {
+        // SAFETY: pure C functions over plain values and valid pointers.
+        unsafe {
+            let now = 5_000_000_000_000;
+            let mut out = ts(0, 0);
+            for huge in [
+                ts(i64::MAX, 0),
+                ts(i64::MAX / 1_000_000_000 + 7, 999_999_999),
+            ] {
+                let d = mlprof_deadline_ts(&huge, now);
+                // Forever, or at least as far away as the caller asked: never "already past".
+                let left = mlprof_remaining_ts(d, now + 1, &mut out);
+                assert!(left.is_null() || (*left).tv_sec > 1_000_000_000, "{d}");
+            }
+            assert_eq!(
+                mlprof_remaining_ms(mlprof_deadline_ms(c_int::MAX, now), now),
+                c_int::MAX
+            );
+            assert_eq!(
+                mlprof_remaining_ms(mlprof_deadline_ms(c_int::MAX, u64::MAX - 5), u64::MAX - 5),
+                -1
+            );
+        }
     }
 }

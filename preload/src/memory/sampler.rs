@@ -68,7 +68,13 @@ fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option
     }
     left.set(next_gap(local, mean));
     let s = size as f64;
-    let p = 1.0 - (-s / mean as f64).exp();
+    let ratio = s / mean as f64;
+    // exp(-ratio) underflows (and glibc sets errno = ERANGE) far beyond 700: there p is 1.
+    let p = if ratio > 700.0 {
+        1.0
+    } else {
+        1.0 - (-ratio).exp()
+    };
     Some(if p > 0.0 { (s / p) as u64 } else { mean })
 }
 
@@ -89,6 +95,7 @@ fn next_gap(local: &Local, mean: u64) -> i64 {
 
 /// Record a sampled allocation at `addr` and remember it as live.
 pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32) {
+    let _errno = crate::errno::Saved::new(); // reading the stack makes system calls
     if !live::insert(addr) {
         return; // table full: a sample we could not follow to its free is worse than none
     }
@@ -113,6 +120,7 @@ pub fn record_free(addr: usize) {
 
 /// Record a sampled copy of `size` bytes.
 pub fn record_copy(size: usize, weight: u64) {
+    let _errno = crate::errno::Saved::new(); // reading the stack makes system calls
     stack::send(Kind::Copy, |r, stack| {
         r.a = size as u64;
         r.b = weight;

@@ -47,11 +47,14 @@ const NEW: Entry = Entry {
 };
 
 static TABLE: [Entry; SLOTS] = [NEW; SLOTS];
+/// Starts at 1 and only grows (0 marks an entry whose description was never sent).
 static EPOCH: AtomicU32 = AtomicU32::new(1);
 
 /// A new channel (fork child): every code object must be sent again.
 pub fn new_epoch() {
-    EPOCH.fetch_add(1, Ordering::Relaxed);
+    if EPOCH.fetch_add(1, Ordering::Relaxed).wrapping_add(1) == 0 {
+        EPOCH.fetch_add(1, Ordering::Relaxed); // 0 is reserved
+    }
 }
 
 /// The id of the code object at `code`, sending its description first if this channel has not
@@ -116,18 +119,23 @@ fn claim(
     entry.filename.store(filename, Ordering::Relaxed);
     entry.epoch.store(epoch, Ordering::Relaxed);
     let id = id_of(entry);
-    send(rt, ring, id, code, firstlineno);
+    if !send(rt, ring, id, code, firstlineno) {
+        // The ring was full: not sent. No live epoch is 0, so the next sample of this code
+        // object sends it again instead of leaving the collector an id it cannot name.
+        entry.epoch.store(0, Ordering::Relaxed);
+    }
     entry.state.store(READY, Ordering::Release);
     id
 }
 
-fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) {
+/// Send the code object's description; false if the ring had no room for it.
+fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) -> bool {
     let facts = code::describe(&read::Direct, rt.layout, code, MAX_BYTES);
     let (filename, qualname, table) = (facts.filename, facts.qualname, facts.linetable);
     let total = filename.len + qualname.len + table.len;
     let data_records = total.div_ceil(DATA_BYTES) as u64;
     let Some(group) = ring.reserve(1 + data_records) else {
-        return;
+        return false;
     };
     let mut head = Record::new(Kind::Code, clock::tid(), clock::monotonic_ns());
     head.a = id as u64;
@@ -147,6 +155,7 @@ fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) {
         chunk.copy(blob);
     }
     chunk.flush();
+    true
 }
 
 /// Fills data records 40 bytes at a time.

@@ -13,11 +13,6 @@ use crate::python::stack;
 
 static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 
-/// How many of our sampling signals this thread has handled (the EINTR hooks compare it
-/// around a wait).
-pub fn signals_taken() -> u32 {
-    crate::local::with(|l| l.taken.get() as u32)
-}
 static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Install the handler (once, at load time), remembering the previous one for chaining.
@@ -47,7 +42,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
             (*info).si_code == libc::SI_TIMER
                 && (*info).si_value().sival_ptr as usize == timer::MAGIC
         };
-    let errno = Errno::save();
+    let errno = crate::errno::Saved::new();
     if ours && collector_gone() {
         // The run this process was profiled for has ended (it outlived it): stop sampling.
         crate::memory::sampler::configure(0, 0);
@@ -59,7 +54,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
     } else {
         chain(sig, info, context);
     }
-    errno.restore();
+    drop(errno);
 }
 
 /// Whether the collector has stopped reading this process's channel.
@@ -126,20 +121,5 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_voi
             let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(f) };
             f(sig);
         }
-    }
-}
-
-/// errno, saved on entry to the handler and restored on exit.
-struct Errno(libc::c_int);
-
-impl Errno {
-    fn save() -> Errno {
-        // SAFETY: __errno_location returns this thread's errno slot.
-        Errno(unsafe { *libc::__errno_location() })
-    }
-
-    fn restore(self) {
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = self.0 };
     }
 }

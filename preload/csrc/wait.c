@@ -1,0 +1,151 @@
+/* Blocking waits that a signal interrupts with EINTR even under SA_RESTART: poll, ppoll,
+ * select, pselect, epoll_wait, epoll_pwait. Native libraries often treat that EINTR as an
+ * error, so when our own sampling signal (and only ours) interrupted the call, it is made again
+ * with the time that was left. EINTR caused by anything else is returned as is.
+ *
+ * C, not Rust: these are cancellation points. A thread cancelled (or ended by pthread_exit from
+ * a signal handler) while blocked here is force-unwound through this frame, and an unwind
+ * through a Rust frame of this panic = "abort" library aborts the program. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+uint64_t mlprof_signals_taken(void);
+
+typedef int (*poll_fn)(struct pollfd *, nfds_t, int);
+typedef int (*ppoll_fn)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+typedef int (*select_fn)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+typedef int (*pselect_fn)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
+typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
+typedef int (*epoll_pwait_fn)(int, struct epoll_event *, int, int, const sigset_t *);
+
+static poll_fn real_poll;
+static ppoll_fn real_ppoll;
+static select_fn real_select;
+static pselect_fn real_pselect;
+static epoll_wait_fn real_epoll_wait;
+static epoll_pwait_fn real_epoll_pwait;
+
+/* Resolve the real functions (load time; again lazily if a hook runs before that). */
+HIDDEN void mlprof_waits_resolve(void) {
+    __atomic_store_n(&real_ppoll, (ppoll_fn)dlsym(RTLD_NEXT, "ppoll"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_select, (select_fn)dlsym(RTLD_NEXT, "select"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_pselect, (pselect_fn)dlsym(RTLD_NEXT, "pselect"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_epoll_wait, (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_epoll_pwait, (epoll_pwait_fn)dlsym(RTLD_NEXT, "epoll_pwait"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_poll, (poll_fn)dlsym(RTLD_NEXT, "poll"), __ATOMIC_RELEASE);
+}
+
+static int ready(void) {
+    if (!__atomic_load_n(&real_poll, __ATOMIC_ACQUIRE))
+        mlprof_waits_resolve();
+    if (real_poll && real_ppoll && real_select && real_pselect && real_epoll_wait && real_epoll_pwait)
+        return 1;
+    errno = ENOSYS;
+    return 0;
+}
+
+/* CLOCK_MONOTONIC in ns. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mlprof_deadline_ms(int ms, uint64_t now);
+uint64_t mlprof_deadline_ts(const struct timespec *ts, uint64_t now);
+int mlprof_remaining_ms(uint64_t deadline, uint64_t now);
+const struct timespec *mlprof_remaining_ts(uint64_t deadline, uint64_t now, struct timespec *out);
+
+/* Did our sampling signal, and nothing else we can tell apart, interrupt the call? (A foreign
+ * signal arriving in the same call is indistinguishable; the window is the syscall's entry, so
+ * the coincidence is rare, and Python itself retries EINTR anyway.) */
+#define OURS(r, before) ((r) == -1 && errno == EINTR && mlprof_signals_taken() != (before))
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    uint64_t deadline, before;
+    int r;
+    if (!ready())
+        return -1;
+    deadline = mlprof_deadline_ms(timeout, timeout > 0 ? now_ns() : 0);
+    do {
+        before = mlprof_signals_taken();
+        r = real_poll(fds, n, timeout > 0 ? mlprof_remaining_ms(deadline, now_ns()) : timeout);
+    } while (OURS(r, before));
+    return r;
+}
+
+int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask) {
+    uint64_t deadline, before;
+    struct timespec left;
+    int r;
+    if (!ready())
+        return -1;
+    deadline = mlprof_deadline_ts(timeout, now_ns());
+    do {
+        before = mlprof_signals_taken();
+        r = real_ppoll(fds, n, timeout ? mlprof_remaining_ts(deadline, now_ns(), &left) : 0, mask);
+    } while (OURS(r, before));
+    return r;
+}
+
+/* Linux updates select's timeout with the time left, so a retry passes it on. */
+int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout) {
+    uint64_t before;
+    int res;
+    if (!ready())
+        return -1;
+    do {
+        before = mlprof_signals_taken();
+        res = real_select(n, r, w, e, timeout);
+    } while (OURS(res, before));
+    return res;
+}
+
+int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout, const sigset_t *mask) {
+    uint64_t deadline, before;
+    struct timespec left;
+    int res;
+    if (!ready())
+        return -1;
+    deadline = mlprof_deadline_ts(timeout, now_ns());
+    do {
+        before = mlprof_signals_taken();
+        res = real_pselect(n, r, w, e, timeout ? mlprof_remaining_ts(deadline, now_ns(), &left) : 0, mask);
+    } while (OURS(res, before));
+    return res;
+}
+
+int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout) {
+    uint64_t deadline, before;
+    int r;
+    if (!ready())
+        return -1;
+    deadline = mlprof_deadline_ms(timeout, timeout > 0 ? now_ns() : 0);
+    do {
+        before = mlprof_signals_taken();
+        r = real_epoll_wait(epfd, events, max, timeout > 0 ? mlprof_remaining_ms(deadline, now_ns()) : timeout);
+    } while (OURS(r, before));
+    return r;
+}
+
+int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout, const sigset_t *mask) {
+    uint64_t deadline, before;
+    int r;
+    if (!ready())
+        return -1;
+    deadline = mlprof_deadline_ms(timeout, timeout > 0 ? now_ns() : 0);
+    do {
+        before = mlprof_signals_taken();
+        r = real_epoll_pwait(epfd, events, max, timeout > 0 ? mlprof_remaining_ms(deadline, now_ns()) : timeout, mask);
+    } while (OURS(r, before));
+    return r;
+}
