@@ -1,24 +1,39 @@
 //! The channel files of a run: found by scanning the session directory, drained while the
 //! target runs and once more after it ends (SIGKILL included: the files outlive the process).
+//!
+//! Everything in a channel is untrusted: the profiled program can write anything into its own
+//! channel file or into the session directory. A file that is not a usable channel is skipped
+//! with a warning; a channel whose header or ring positions become inconsistent, or whose file
+//! shrinks, is no longer read (what was read is kept) and the report says what was lost. The
+//! work per drain is bounded by the ring's size, so a hostile writer cannot keep the collector
+//! busy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use mlprof_wire::{python_status, state, Kind, WireError, FILE_SUFFIX};
 
 use super::decode::Decoder;
-use super::mapping::Mapping;
+use super::mapping::{Mapping, OpenError};
 use super::recording::ChannelSummary;
 use super::waits;
-use crate::error::{Error, Result};
 use crate::symbolize::native;
 
 struct Channel {
     mapping: Mapping,
     summary: ChannelSummary,
     decoder: Decoder,
+    /// The file name, for warnings.
+    name: String,
+    /// Ring slots when the channel was attached (a header that changes it is corrupt).
+    slots: u64,
+    /// Why the channel is no longer read, once it is not.
+    stopped: Option<String>,
 }
+
+/// Files skipped with a warning of their own; more are only counted.
+const MAX_SKIP_WARNINGS: usize = 10;
 
 /// Every channel of the run, keyed by file name (`<pid>.<start_ns>.ring`: unique per image).
 pub struct Channels {
@@ -27,6 +42,13 @@ pub struct Channels {
     launch_ns: u64,
     /// Pids of channel files still being set up at the last scan.
     pending: Vec<u32>,
+    /// `*.ring` files that are not usable channels: never looked at again.
+    skipped: BTreeSet<PathBuf>,
+    /// `*.ring` files not initialised at the last scan (empty, short, magic still zero), with
+    /// why: retried at every scan, and a warning at the end if still so.
+    unready: BTreeMap<PathBuf, String>,
+    /// Things to tell the user (skipped files, channels no longer read).
+    warnings: Vec<String>,
 }
 
 impl Channels {
@@ -37,14 +59,18 @@ impl Channels {
             open: BTreeMap::new(),
             launch_ns,
             pending: Vec::new(),
+            skipped: BTreeSet::new(),
+            unready: BTreeMap::new(),
+            warnings: Vec::new(),
         }
     }
 
     /// Attach channel files that appeared since the last scan. Files still being initialised
-    /// are retried next time; a file of another wire version is an error.
-    pub fn scan(&mut self) -> Result<()> {
+    /// are retried next time; files that are not usable channels (not regular files, another
+    /// wire version, a corrupt header) are skipped with a warning. Never fails the run.
+    pub fn scan(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return Ok(());
+            return;
         };
         self.pending.clear();
         for entry in entries.flatten() {
@@ -53,44 +79,82 @@ impl Channels {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.ends_with(FILE_SUFFIX));
-            if !is_channel || self.open.contains_key(&path) {
+            if !is_channel || self.open.contains_key(&path) || self.skipped.contains(&path) {
                 continue;
             }
-            let Ok(mapping) = Mapping::open(&path) else {
-                continue;
-            };
-            let mut summary = match mapping.ring() {
-                Ok(ring) => ChannelSummary::from_header(ring.header(), self.launch_ns),
-                Err(WireError::NotReady) => {
-                    // `<pid>.<start_ns>.ring`: a process that is attaching right now.
-                    let pid = path
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| n.split('.').next())
-                        .and_then(|p| p.parse::<u32>().ok());
-                    self.pending.extend(pid);
+            let mapping = match Mapping::open(&path) {
+                Ok(mapping) => mapping,
+                Err(OpenError::Unready(why)) => {
+                    self.unready_file(path, why);
                     continue;
                 }
-                Err(err) => return Err(Error::new(format!("{}: {err}", path.display()))),
+                Err(OpenError::Refused(why)) => {
+                    self.skip(path, &why);
+                    continue;
+                }
             };
+            let (mut summary, slots) = match mapping.ring() {
+                Ok(ring) => (
+                    ChannelSummary::from_header(ring.header(), self.launch_ns),
+                    ring.capacity(),
+                ),
+                Err(WireError::NotReady) => {
+                    self.unready_file(path, "not initialised");
+                    continue;
+                }
+                Err(err) => {
+                    self.skip(path, &err.to_string());
+                    continue;
+                }
+            };
+            self.unready.remove(&path);
             summary.maps = native::read_maps(summary.pid).unwrap_or_default();
+            let name = file_name(&path);
             self.open.insert(
                 path,
                 Channel {
                     mapping,
                     summary,
                     decoder: Decoder::default(),
+                    name,
+                    slots,
+                    stopped: None,
                 },
             );
         }
-        Ok(())
+    }
+
+    /// A file that may still be being created: retried at the next scan.
+    fn unready_file(&mut self, path: PathBuf, why: &str) {
+        // `<pid>.<start_ns>.ring`: a process that is attaching right now.
+        let pid = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split('.').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        self.pending.extend(pid);
+        self.unready.insert(path, why.to_string());
+    }
+
+    /// A file that is not a usable channel: never looked at again, with a warning.
+    fn skip(&mut self, path: PathBuf, why: &str) {
+        self.unready.remove(&path);
+        if self.skipped.len() < MAX_SKIP_WARNINGS {
+            self.warnings.push(format!(
+                "skipped {} in the session directory: {why}; not an mlprof channel that this \
+                 mlprof can read, so nothing from it is in the report",
+                file_name(&path)
+            ));
+        }
+        self.skipped.insert(path);
     }
 
     /// Read every published record and refresh the counters of every channel. `now_ns` is
-    /// relative to launch.
+    /// relative to launch. Reads at most one ring's worth of records per channel.
     pub fn drain(&mut self, now_ns: u64) {
         for channel in self.open.values_mut() {
-            channel.drain(now_ns, self.launch_ns);
+            let mut budget = channel.slots;
+            channel.drain(now_ns, self.launch_ns, &mut budget, &mut self.warnings);
         }
     }
 
@@ -175,19 +239,39 @@ impl Channels {
     }
 
     /// After the run: drain what is left, skipping slots that a killed writer never published,
-    /// and return every channel's summary.
-    pub fn finish(mut self, now_ns: u64) -> Vec<ChannelSummary> {
-        let _ = self.scan();
+    /// and return every channel's summary and the warnings about files and channels.
+    pub fn finish(mut self, now_ns: u64) -> (Vec<ChannelSummary>, Vec<String>) {
+        self.scan();
         let mut out = Vec::new();
+        let warnings = &mut self.warnings;
         for channel in self.open.values_mut() {
-            channel.drain(now_ns, self.launch_ns);
-            while channel.mapping.ring().is_ok_and(|ring| ring.skip_hole()) {
-                channel.drain(now_ns, self.launch_ns);
+            // At most two rings' worth of records and holes, whatever the writer does.
+            let mut budget = channel.slots.saturating_mul(2);
+            channel.drain(now_ns, self.launch_ns, &mut budget, warnings);
+            while budget > 0
+                && channel.stopped.is_none()
+                && channel.mapping.ring().is_ok_and(|ring| ring.skip_hole())
+            {
+                budget -= 1;
+                channel.drain(now_ns, self.launch_ns, &mut budget, warnings);
             }
             channel.decoder.finish_pending();
-            if let Ok(ring) = channel.mapping.ring() {
-                // Nobody reads this channel any more: a process that goes on stops sampling.
-                ring.header().collector_gone.store(1, Ordering::Relaxed);
+            if channel.stopped.is_none() {
+                if let Ok(ring) = channel.mapping.ring() {
+                    // Nobody reads this channel any more: a process that goes on stops sampling.
+                    ring.header().collector_gone.store(1, Ordering::Relaxed);
+                }
+            }
+            let malformed = channel.decoder.out.malformed;
+            if malformed > 0 {
+                warnings.push(format!(
+                    "pid {} ({}): {malformed} malformed record{} dropped (the channel was \
+                     overwritten or its writer is buggy); the events they belonged to are \
+                     missing from the report",
+                    channel.summary.pid,
+                    channel.name,
+                    if malformed == 1 { "" } else { "s" },
+                ));
             }
             let decoded = std::mem::take(&mut channel.decoder.out);
             let mut summary = channel.summary.clone();
@@ -200,8 +284,26 @@ impl Channels {
             out.push(summary);
         }
         out.sort_by_key(|s| s.start_ns);
-        out
+        for (path, why) in std::mem::take(&mut self.unready) {
+            self.skip(path, why.as_str());
+        }
+        let skipped = self.skipped.len();
+        if skipped > MAX_SKIP_WARNINGS {
+            self.warnings.push(format!(
+                "{} more files named *{FILE_SUFFIX} in the session directory were skipped",
+                skipped - MAX_SKIP_WARNINGS
+            ));
+        }
+        (out, self.warnings)
     }
+}
+
+/// The last component of `path`, for messages.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// The collector tick in nanoseconds (weight of the first off-CPU look at a process).
@@ -214,13 +316,60 @@ fn covers(maps: &[native::Mapping], ip: u64) -> bool {
 }
 
 impl Channel {
-    fn drain(&mut self, now_ns: u64, launch_ns: u64) {
-        let Ok(ring) = self.mapping.ring() else {
+    /// Stop reading this channel (it is corrupt or was truncated), with a warning saying what
+    /// is lost.
+    fn stop(&mut self, why: String, now_ns: u64, warnings: &mut Vec<String>) {
+        warnings.push(format!(
+            "pid {} ({}): {why}; stopped reading it {:.2} s into the run, so its later samples, \
+             allocations and heap counters are missing from the report",
+            self.summary.pid,
+            self.name,
+            now_ns as f64 / 1e9
+        ));
+        self.stopped = Some(why);
+    }
+
+    /// Read up to `budget` records (decremented for each) and refresh the header's counters.
+    fn drain(&mut self, now_ns: u64, launch_ns: u64, budget: &mut u64, warnings: &mut Vec<String>) {
+        if self.stopped.is_some() {
             return;
+        }
+        if let Some(why) = self.mapping.damage() {
+            self.stop(why, now_ns, warnings);
+            return;
+        }
+        let ring = match self.mapping.ring() {
+            Ok(ring) if ring.capacity() == self.slots => ring,
+            Ok(ring) => {
+                let why = format!(
+                    "its header changed the ring size from {} to {} slots",
+                    self.slots,
+                    ring.capacity()
+                );
+                self.stop(why, now_ns, warnings);
+                return;
+            }
+            Err(err) => {
+                let why = format!("its header became invalid ({err})");
+                self.stop(why, now_ns, warnings);
+                return;
+            }
         };
+        let backlog = ring.backlog();
+        if backlog > ring.capacity() {
+            let why = format!(
+                "its ring positions are corrupt ({backlog} records pending in a ring of {} \
+                 slots)",
+                ring.capacity()
+            );
+            self.stop(why, now_ns, warnings);
+            return;
+        }
         let s = &mut self.summary;
         let mut unmapped_ip = false;
-        while let Some(record) = ring.pop() {
+        while *budget > 0 {
+            let Some(record) = ring.pop() else { break };
+            *budget -= 1;
             s.records += 1;
             match Kind::from_u16(record.kind) {
                 Some(Kind::ProcessExit) => {
@@ -232,6 +381,12 @@ impl Channel {
             }
             self.decoder.feed(&record, launch_ns);
         }
+        if let Some(why) = self.mapping.damage() {
+            // Truncated while we read: what came after the fault was zeros, not counters.
+            self.stop(why, now_ns, warnings);
+            return;
+        }
+        let s = &mut self.summary;
         if unmapped_ip && s.exit_code.is_none() {
             // A library loaded since the last look (dlopen): read the map again while the
             // process is alive.
@@ -262,5 +417,217 @@ impl Channel {
         s.alloc_bytes = header.heap.total.load(Ordering::Relaxed);
         s.alloc_count = header.heap.count.load(Ordering::Relaxed);
         s.dropped = ring.dropped();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use mlprof_wire::{Header, Record, Ring};
+    use std::time::Instant;
+
+    /// A fresh empty directory for one test.
+    pub fn dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("mlprof-channels-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// The bytes of a valid channel of `slots` slots for `pid` holding `records`, with
+    /// `tweak` applied to the header afterwards.
+    pub fn image(
+        slots: u64,
+        pid: u32,
+        records: &[Record],
+        tweak: impl FnOnce(&mut Header),
+    ) -> Vec<u8> {
+        let len = mlprof_wire::file_bytes(slots);
+        let mut buf = vec![0u64; len.div_ceil(8) + 8];
+        let base = buf.as_mut_ptr() as *mut u8;
+        let aligned = base.wrapping_add(base.align_offset(64));
+        // SAFETY: `aligned..aligned + len` is inside the zeroed, exclusively owned buffer.
+        let ring = unsafe { Ring::init(aligned, len, slots, |h| h.pid = pid) }.unwrap();
+        for r in records {
+            assert!(ring.push(r));
+        }
+        // SAFETY: the header at the start of the buffer; no view of it is used after this.
+        tweak(unsafe { &mut *(aligned as *mut Header) });
+        // SAFETY: the same initialised bytes.
+        unsafe { std::slice::from_raw_parts(aligned, len) }.to_vec()
+    }
+
+    fn sample(depth: u64) -> Record {
+        let mut r = Record::new(Kind::Sample, 1, 5);
+        r.b = 1000;
+        r.c = depth;
+        r
+    }
+
+    fn finish(channels: Channels) -> (Vec<ChannelSummary>, Vec<String>) {
+        let started = Instant::now();
+        let out = channels.finish(1);
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "finish took {:?}",
+            started.elapsed()
+        );
+        out
+    }
+
+    #[test]
+    fn stray_ring_files_are_skipped_with_a_warning() {
+        let d = dir("stray");
+        std::fs::write(d.join("4242.1.ring"), image(8, 4242, &[sample(0)], |_| ())).unwrap();
+        std::fs::write(d.join("x.ring"), b"").unwrap();
+        std::fs::write(d.join("short.ring"), b"MLPROFw\0 garbage").unwrap();
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        let garbage: Vec<u8> = (0..20_000)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect();
+        std::fs::write(d.join("garbage.ring"), garbage).unwrap();
+        let version = image(8, 7, &[], |h| h.version = 77);
+        std::fs::write(d.join("7.1.ring"), version).unwrap();
+        let slots = image(8, 8, &[], |h| h.slots = 1 << 58);
+        std::fs::write(d.join("8.1.ring"), slots).unwrap();
+        std::fs::create_dir(d.join("dir.ring")).unwrap();
+        std::os::unix::fs::symlink(d.join("4242.1.ring"), d.join("link.ring")).unwrap();
+        let fifo =
+            std::ffi::CString::new(d.join("fifo.ring").into_os_string().into_encoded_bytes())
+                .unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        channels.drain(1);
+        channels.scan();
+        let (summaries, warnings) = finish(channels);
+        assert_eq!(summaries.len(), 1, "{warnings:?}");
+        assert_eq!((summaries[0].pid, summaries[0].samples.len()), (4242, 1));
+        for name in [
+            "x.ring",
+            "short.ring",
+            "garbage.ring",
+            "7.1.ring",
+            "8.1.ring",
+            "dir.ring",
+            "link.ring",
+            "fifo.ring",
+        ] {
+            let hits = warnings.iter().filter(|w| w.contains(name)).count();
+            assert_eq!(hits, 1, "one warning for {name}: {warnings:#?}");
+        }
+        assert!(
+            warnings.iter().any(|w| w.contains("version 77")),
+            "{warnings:#?}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn stray_files_beyond_the_first_few_are_counted() {
+        let d = dir("many");
+        for i in 0..MAX_SKIP_WARNINGS + 5 {
+            std::fs::write(d.join(format!("junk{i}.ring")), [1u8; 9000]).unwrap();
+        }
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        let (_, warnings) = finish(channels);
+        assert_eq!(warnings.len(), MAX_SKIP_WARNINGS + 1, "{warnings:#?}");
+        assert!(warnings.last().unwrap().starts_with("5 more files"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn huge_head_is_corruption_not_a_spin() {
+        let d = dir("head");
+        let good = image(16, 9, &[sample(0), sample(0)], |h| {
+            h.head.0.store(1 << 62, Ordering::Relaxed);
+        });
+        std::fs::write(d.join("9.1.ring"), good).unwrap();
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        channels.drain(1);
+        let (summaries, warnings) = finish(channels);
+        assert_eq!(summaries.len(), 1);
+        assert!(
+            warnings.iter().any(|w| w.contains("pid 9 (9.1.ring)")
+                && w.contains("ring positions are corrupt")),
+            "{warnings:#?}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn records_after_a_dead_writer_hole_are_still_read_and_holes_are_bounded() {
+        let d = dir("holes");
+        // Head just at the capacity past tail, nothing published: all holes.
+        let holes = image(16, 10, &[], |h| h.head.0.store(16, Ordering::Relaxed));
+        std::fs::write(d.join("10.1.ring"), holes).unwrap();
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        let (summaries, warnings) = finish(channels);
+        assert_eq!(summaries[0].dropped, 16);
+        assert!(warnings.is_empty(), "{warnings:#?}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn truncated_channel_keeps_what_was_read_and_says_so() {
+        let d = dir("trunc");
+        let path = d.join("11.1.ring");
+        std::fs::write(&path, image(1024, 11, &[sample(0), sample(0)], |_| ())).unwrap();
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        channels.drain(1);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(0).unwrap();
+        channels.drain(2);
+        channels.drain(3);
+        let (summaries, warnings) = finish(channels);
+        assert_eq!(summaries[0].samples.len(), 2);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(warnings[0].contains("pid 11 (11.1.ring)") && warnings[0].contains("truncated"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn wiped_header_and_malformed_records_are_reported() {
+        let d = dir("wiped");
+        let path = d.join("12.1.ring");
+        std::fs::write(
+            &path,
+            image(16, 12, &[sample(0xffff_ffff), sample(1)], |_| ()),
+        )
+        .unwrap();
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        channels.drain(1);
+        // The program overwrites its channel with zeros (same size).
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        std::fs::write(&path, vec![0u8; len]).unwrap();
+        channels.drain(2);
+        let (summaries, warnings) = finish(channels);
+        assert_eq!(summaries[0].samples.len(), 1, "the sane sample is kept");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("pid 12") && w.contains("header became invalid")),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("pid 12") && w.contains("1 malformed record")),
+            "{warnings:#?}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -9,6 +9,7 @@ mod mapping;
 pub mod procfs;
 pub mod recording;
 mod remote;
+mod sigbus;
 mod waits;
 
 use std::collections::BTreeMap;
@@ -57,7 +58,7 @@ pub fn record(
     let mut ticks = Vec::new();
     let mut tick = |channels: &mut Channels, ticks: &mut Vec<Tick>| -> Result<()> {
         let now = monotonic_ns().saturating_sub(launch_ns);
-        channels.scan()?;
+        channels.scan();
         channels.drain(now);
         channels.sample_waits(now);
         let with_hwm = (ticks.len() as u64).is_multiple_of(HWM_EVERY);
@@ -88,8 +89,7 @@ pub fn record(
         running = channels.running_descendants(launched.pid);
     }
     let end_ns = monotonic_ns().saturating_sub(launch_ns);
-    let mut summaries = channels.finish(end_ns);
-    let mut warnings = Vec::new();
+    let (mut summaries, mut warnings) = channels.finish(end_ns);
     if !running.is_empty() {
         for s in summaries.iter_mut().filter(|s| running.contains(&s.pid)) {
             s.still_running = true;
