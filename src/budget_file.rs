@@ -18,7 +18,10 @@
 //! `max-cpu = 3600` (CPU seconds of the tree), `ignore = ["tests/*"]` (lines no budget counts).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::budget::Budgets;
 use crate::error::{Error, Result};
@@ -44,101 +47,385 @@ pub fn discover(start: &Path) -> Result<PathBuf> {
     )))
 }
 
-/// Read budgets from `path`.
+/// Read budgets from `path` (`[tool.mlprof]` of it when it is a `pyproject.toml`).
 pub fn load(path: &Path) -> Result<Budgets> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| Error::new(format!("{origin}: {e}")))?;
-    let doc: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| located(&origin, &text, &e))?;
-    let table = if path.file_name().is_some_and(|n| n == "pyproject.toml") {
-        match doc.get("tool").and_then(|t| t.get("mlprof")) {
-            Some(toml::Value::Table(t)) => t.clone(),
-            _ => return Err(Error::new(format!("{origin}: no [tool.mlprof] table"))),
+    let pyproject = path.file_name().is_some_and(|n| n == "pyproject.toml");
+    parse_text(&text, &origin, pyproject)
+}
+
+/// Budgets from the text of a budget file named `origin`: the whole document, or its
+/// `[tool.mlprof]` table for a `pyproject.toml`. Every key is checked: an unknown key or table,
+/// a malformed place (`"train.py:88"`, `"model.py::forward"`) or value is an error at its
+/// line and column, never skipped (a skipped budget would switch the gate off unseen).
+pub fn parse_text(text: &str, origin: &str, pyproject: bool) -> Result<Budgets> {
+    let located = |e: toml::de::Error| located(origin, text, &e);
+    if pyproject {
+        let doc: Pyproject = toml::from_str(text).map_err(located)?;
+        match doc.tool.and_then(|t| t.mlprof) {
+            Some(table) => Ok(table.0),
+            None => Err(Error::new(format!("{origin}: no [tool.mlprof] table"))),
         }
     } else {
-        doc
-    };
-    parse(&table).map_err(|m| Error::new(format!("{origin}: {m}")))
+        toml::from_str::<Table>(text).map(|t| t.0).map_err(located)
+    }
 }
 
 fn located(origin: &str, text: &str, e: &toml::de::Error) -> Error {
-    let (line, column) = match e.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            (
-                line,
-                before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1,
-            )
-        }
-        None => (0, 0),
-    };
     let what = e.message().lines().next().unwrap_or("malformed TOML");
-    Error::new(format!("{origin}:{line}:{column}: {what}"))
+    let what = crate::render::sanitize::clean(what);
+    match e.span() {
+        Some(span) => {
+            let mut start = span.start.min(text.len());
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            let before = &text[..start];
+            let line = before.matches('\n').count() + 1;
+            let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+                .chars()
+                .count()
+                + 1;
+            Error::new(format!("{origin}:{line}:{column}: {what}"))
+        }
+        None => Error::new(format!("{origin}: {what}")),
+    }
 }
 
-fn parse(t: &toml::Table) -> std::result::Result<Budgets, String> {
-    let mut b = Budgets::default();
-    for (key, value) in t {
-        match key.as_str() {
-            "max-peak" => b.max_peak_bytes = Some(size(key, value)?),
-            "max-rss" => b.max_rss_bytes = Some(size(key, value)?),
-            "max-gpu-memory" => b.max_gpu_memory_bytes = Some(size(key, value)?),
-            "max-leak" => b.max_leak_bytes = Some(size(key, value)?),
-            "lines" => b.lines = sizes(key, value)?,
-            "functions" => b.functions = sizes(key, value)?,
-            "files" => b.files = sizes(key, value)?,
-            "max-copy" => b.max_copy_bytes = Some(size(key, value)?),
-            "max-cpu" => b.max_cpu_s = Some(seconds(key, value)?),
-            "ignore" => b.ignore = strings(key, value)?,
-            other => {
-                return Err(format!(
-                    "unknown key '{other}' (max-peak, max-rss, max-leak, max-gpu-memory, max-copy, max-cpu, lines, functions, files, ignore)"
-                ))
+/// The keys of a budget table, for the message about an unknown one.
+const KEYS: &str =
+    "max-peak, max-rss, max-leak, max-gpu-memory, max-copy, max-cpu, ignore, lines, functions, files";
+
+/// A `pyproject.toml`: only `[tool.mlprof]` is read, anything else in it is left alone.
+#[derive(serde::Deserialize)]
+struct Pyproject {
+    tool: Option<Tool>,
+}
+
+#[derive(serde::Deserialize)]
+struct Tool {
+    mlprof: Option<Table>,
+}
+
+/// A budget table, checked key by key. Errors raised while reading a key or a value carry its
+/// span, so the message names its line and column.
+struct Table(Budgets);
+
+impl<'de> Deserialize<'de> for Table {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Table, D::Error> {
+        d.deserialize_map(TableVisitor)
+    }
+}
+
+struct TableVisitor;
+
+impl<'de> Visitor<'de> for TableVisitor {
+    type Value = Table;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a table of budgets")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Table, A::Error> {
+        let mut b = Budgets::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            let size = |what: &'static str| Size {
+                what: what.to_string(),
+            };
+            match key {
+                Key::MaxPeak => b.max_peak_bytes = Some(map.next_value_seed(size("max-peak"))?),
+                Key::MaxRss => b.max_rss_bytes = Some(map.next_value_seed(size("max-rss"))?),
+                Key::MaxLeak => b.max_leak_bytes = Some(map.next_value_seed(size("max-leak"))?),
+                Key::MaxGpuMemory => {
+                    b.max_gpu_memory_bytes = Some(map.next_value_seed(size("max-gpu-memory"))?)
+                }
+                Key::MaxCopy => b.max_copy_bytes = Some(map.next_value_seed(size("max-copy"))?),
+                Key::MaxCpu => b.max_cpu_s = Some(map.next_value_seed(Seconds)?),
+                Key::Ignore => b.ignore = map.next_value_seed(Patterns)?,
+                Key::Places(kind) => {
+                    let places = map.next_value_seed(Places(kind))?;
+                    match kind {
+                        Place::Line => b.lines = places,
+                        Place::Function => b.functions = places,
+                        Place::File => b.files = places,
+                    }
+                }
             }
         }
-    }
-    Ok(b)
-}
-
-fn size(key: &str, value: &toml::Value) -> std::result::Result<u64, String> {
-    match value {
-        toml::Value::String(s) => crate::size::parse(s).map_err(|e| format!("{key}: {e}")),
-        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
-        _ => Err(format!("{key}: expected a size like \"2GiB\"")),
+        Ok(Table(b))
     }
 }
 
-fn seconds(key: &str, value: &toml::Value) -> std::result::Result<f64, String> {
-    match value {
-        toml::Value::Float(f) if *f >= 0.0 => Ok(*f),
-        toml::Value::Integer(n) if *n >= 0 => Ok(*n as f64),
-        _ => Err(format!("{key}: expected seconds, like 120 or 1.5")),
+/// A key of the budget table.
+enum Key {
+    MaxPeak,
+    MaxRss,
+    MaxLeak,
+    MaxGpuMemory,
+    MaxCopy,
+    MaxCpu,
+    Ignore,
+    Places(Place),
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a budget key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Key, E> {
+                Ok(match v {
+                    "max-peak" => Key::MaxPeak,
+                    "max-rss" => Key::MaxRss,
+                    "max-leak" => Key::MaxLeak,
+                    "max-gpu-memory" => Key::MaxGpuMemory,
+                    "max-copy" => Key::MaxCopy,
+                    "max-cpu" => Key::MaxCpu,
+                    "ignore" => Key::Ignore,
+                    "lines" => Key::Places(Place::Line),
+                    "functions" => Key::Places(Place::Function),
+                    "files" => Key::Places(Place::File),
+                    other => {
+                        return Err(E::custom(format!(
+                            "unknown key '{}' ({KEYS})",
+                            crate::render::sanitize::clean(other)
+                        )))
+                    }
+                })
+            }
+        }
+        d.deserialize_str(KeyVisitor)
     }
 }
 
-fn strings(key: &str, value: &toml::Value) -> std::result::Result<Vec<String>, String> {
-    let toml::Value::Array(items) = value else {
-        return Err(format!("{key}: expected a list of patterns"));
-    };
-    items
-        .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("{key}: patterns are strings"))
+/// What a per-place table limits.
+#[derive(Clone, Copy)]
+enum Place {
+    Line,
+    Function,
+    File,
+}
+
+impl Place {
+    fn table(self) -> &'static str {
+        match self {
+            Place::Line => "lines",
+            Place::Function => "functions",
+            Place::File => "files",
+        }
+    }
+
+    /// Whether `key` names a place of this kind: `file.py:88` (a line number from 1),
+    /// `file.py::qualname`, or a non-empty file name or path suffix.
+    fn check(self, key: &str) -> std::result::Result<(), String> {
+        let ok = match self {
+            Place::Line => key.rsplit_once(':').is_some_and(|(file, line)| {
+                !file.is_empty()
+                    && !file.ends_with(':')
+                    && line.bytes().all(|c| c.is_ascii_digit())
+                    && line.parse::<u32>().is_ok_and(|n| n > 0)
+            }),
+            Place::Function => key
+                .split_once("::")
+                .is_some_and(|(file, function)| !file.is_empty() && !function.is_empty()),
+            Place::File => !key.trim().is_empty(),
+        };
+        if ok {
+            return Ok(());
+        }
+        let like = match self {
+            Place::Line => "FILE:LINE, like \"train.py:88\"",
+            Place::Function => "FILE::FUNCTION, like \"model.py::forward\"",
+            Place::File => "a file name or path suffix, like \"data.py\"",
+        };
+        Err(format!(
+            "[{}] key '{}' is not {like}",
+            self.table(),
+            crate::render::sanitize::clean(key)
+        ))
+    }
+}
+
+/// A per-place table: `"train.py:88" = "2GiB"`, every key checked.
+struct Places(Place);
+
+impl<'de> DeserializeSeed<'de> for Places {
+    type Value = BTreeMap<String, u64>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Places {
+    type Value = BTreeMap<String, u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self.0 {
+            Place::Line => f.write_str("[lines] as a table, like \"train.py:88\" = \"2GiB\""),
+            Place::Function => {
+                f.write_str("[functions] as a table, like \"model.py::forward\" = \"3GiB\"")
+            }
+            Place::File => f.write_str("[files] as a table, like \"data.py\" = \"1GiB\""),
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = BTreeMap::new();
+        while let Some(key) = map.next_key_seed(PlaceKey(self.0))? {
+            let what = format!(
+                "{}.\"{}\"",
+                self.0.table(),
+                crate::render::sanitize::clean(&key)
+            );
+            let bytes = map.next_value_seed(Size { what })?;
+            out.insert(key, bytes);
+        }
+        Ok(out)
+    }
+}
+
+/// A key of a per-place table, checked as it is read (so an error points at the key).
+struct PlaceKey(Place);
+
+impl<'de> DeserializeSeed<'de> for PlaceKey {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<String, D::Error> {
+        let key = String::deserialize(d)?;
+        self.0.check(&key).map_err(de::Error::custom)?;
+        Ok(key)
+    }
+}
+
+/// A size value: `"2GiB"` or a number of bytes.
+struct Size {
+    what: String,
+}
+
+impl<'de> DeserializeSeed<'de> for Size {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<u64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for Size {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a size like \"2GiB\" for {}", self.what)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<u64, E> {
+        crate::size::parse(v).map_err(|e| {
+            E::custom(format!(
+                "{}: {}",
+                self.what,
+                crate::render::sanitize::clean(&e)
+            ))
         })
-        .collect()
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<u64, E> {
+        Ok(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::custom(format!("{}: a size cannot be negative", self.what)))
+    }
 }
 
-fn sizes(key: &str, value: &toml::Value) -> std::result::Result<BTreeMap<String, u64>, String> {
-    let toml::Value::Table(t) = value else {
-        return Err(format!("[{key}] must be a table"));
-    };
-    t.iter()
-        .map(|(k, v)| Ok((k.clone(), size(&format!("{key}.\"{k}\""), v)?)))
-        .collect()
+/// `max-cpu`: seconds, finite and not negative.
+struct Seconds;
+
+impl<'de> DeserializeSeed<'de> for Seconds {
+    type Value = f64;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<f64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for Seconds {
+    type Value = f64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("seconds for max-cpu, like 120 or 1.5")
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<f64, E> {
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(E::custom("max-cpu: expected seconds, like 120 or 1.5"))
+        }
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<f64, E> {
+        Ok(v as f64)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<f64, E> {
+        self.visit_f64(v as f64)
+    }
+}
+
+/// `ignore`: a list of path patterns.
+struct Patterns;
+
+impl<'de> DeserializeSeed<'de> for Patterns {
+    type Value = Vec<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Vec<String>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Patterns {
+    type Value = Vec<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("ignore as a list of path patterns, like [\"tests/*\"]")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Vec<String>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Pattern(pattern)) = seq.next_element()? {
+            out.push(pattern);
+        }
+        Ok(out)
+    }
+}
+
+/// One pattern of `ignore`.
+struct Pattern(String);
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Pattern, D::Error> {
+        struct PatternVisitor;
+        impl Visitor<'_> for PatternVisitor {
+            type Value = Pattern;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a path pattern (a string, like \"tests/*\") in ignore")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Pattern, E> {
+                Ok(Pattern(v.to_string()))
+            }
+        }
+        d.deserialize_str(PatternVisitor)
+    }
 }
 
 #[cfg(test)]
@@ -197,5 +484,194 @@ mod tests {
             .to_string()
             .contains("max-peak: 'lots' is not a size"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn error(text: &str) -> String {
+        parse_text(text, "mlprof.toml", false)
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// A typo in a place key used to be skipped: the gate was off and nobody knew.
+    #[test]
+    fn typos_in_place_keys_are_errors_at_their_line_and_column() {
+        let err = error("max-peak = \"6GiB\"\n[lines]\n\"train.py:88\" = \"1GiB\"\n\"train.py;88\" = \"1GiB\"\n");
+        assert_eq!(
+            err,
+            "mlprof.toml:4:1: [lines] key 'train.py;88' is not FILE:LINE, like \"train.py:88\""
+        );
+        for key in [
+            "train.py",
+            "train.py:",
+            ":88",
+            "train.py:0",
+            "train.py:8x",
+            "a.py::3",
+        ] {
+            let err = error(&format!("[lines]\n  \"{key}\" = 1\n"));
+            assert!(
+                err.starts_with("mlprof.toml:2:3: [lines] key '"),
+                "{key}: {err}"
+            );
+        }
+        let err = error("[functions]\n\"model.py:forward\" = \"3GiB\"\n");
+        assert!(
+            err.starts_with("mlprof.toml:2:1: [functions] key 'model.py:forward' is not"),
+            "{err}"
+        );
+        for key in ["::forward", "model.py::", "forward"] {
+            assert!(
+                error(&format!("[functions]\n\"{key}\" = 1\n")).contains("[functions] key"),
+                "{key}"
+            );
+        }
+        assert!(error("[files]\n\"\" = 1\n").starts_with("mlprof.toml:2:1: [files] key ''"));
+        assert_eq!(
+            error("[line]\n\"a.py:3\" = 1\n"),
+            format!("mlprof.toml:1:2: unknown key 'line' ({KEYS})")
+        );
+        assert!(error("max-peak = 1\nmax-pek = 2\n")
+            .starts_with("mlprof.toml:2:1: unknown key 'max-pek'"));
+        let pyproject = "[tool.black]\nline-length = 99\n[tool.mlprof]\nmax-peak = \"1GiB\"\n[tool.mlprof.functions]\n\"m.py:f\" = 1\n";
+        let err = parse_text(pyproject, "pyproject.toml", true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("pyproject.toml:6:1: [functions] key 'm.py:f'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_errors_at_the_value() {
+        for (text, want) in [
+            (
+                "[lines]\n\"a.py:3\" = \"lots\"\n",
+                "mlprof.toml:2:12: lines.\"a.py:3\": 'lots' is not a size",
+            ),
+            (
+                "[lines]\n\"a.py:3\" = -1\n",
+                "mlprof.toml:2:12: lines.\"a.py:3\": a size cannot be negative",
+            ),
+            (
+                "[lines]\n\"a.py:3\" = 1.5\n",
+                "mlprof.toml:2:12: invalid type: floating point",
+            ),
+            (
+                "lines = 5\n",
+                "mlprof.toml:1:9: invalid type: integer `5`, expected [lines] as a table",
+            ),
+            ("ignore = [\"a/*\", 1]\n", "mlprof.toml:1:"),
+            (
+                "ignore = \"a/*\"\n",
+                "mlprof.toml:1:10: invalid type: string",
+            ),
+            (
+                "max-cpu = nan\n",
+                "mlprof.toml:1:11: max-cpu: expected seconds",
+            ),
+            (
+                "max-cpu = -1\n",
+                "mlprof.toml:1:11: max-cpu: expected seconds",
+            ),
+            (
+                "max-peak = 1979-05-27T07:32:00Z\n",
+                "mlprof.toml:1:12: invalid type",
+            ),
+            ("[lines.\"a.py:3\"]\nx = 1\n", "mlprof.toml:1:"),
+        ] {
+            let err = error(text);
+            assert!(err.starts_with(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+        let err = error("[lines]\n\"\\u001b]0;x\\u0007.py:3\" = \"1\\u001b[2J\"\n");
+        assert!(!err.contains('\x1b') && err.contains("\\x1b"), "{err}");
+        let ok = parse_text(
+            "max-cpu = 12\nmax-copy = \"1G\"\nignore = [\"t/*\"]\n[files]\n\"d.py\" = 1\n[lines]\n\"a.py:3\" = 7\n",
+            "mlprof.toml",
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                ok.max_cpu_s,
+                ok.max_copy_bytes,
+                ok.ignore,
+                ok.files["d.py"],
+                ok.lines["a.py:3"]
+            ),
+            (Some(12.0), Some(1 << 30), vec!["t/*".to_string()], 1, 7)
+        );
+    }
+
+    /// Random bytes and mutations of valid files: the parser (and the size parser under it)
+    /// returns budgets or a one-line error naming the file, never panics (the binary aborts on
+    /// a panic), never prints a control character.
+    #[test]
+    fn fuzzed_budget_files_give_budgets_or_one_line_errors() {
+        const SEEDS: [&str; 4] = [
+            "max-peak = \"6GiB\"\nmax-rss = \"8GiB\"\nmax-leak = \"50MiB\"\nmax-gpu-memory = 1000\nmax-copy = \"20GiB\"\nmax-cpu = 3600\nignore = [\"tests/*\", \"*/site-packages/*\"]\n[lines]\n\"train.py:88\" = \"2GiB\"\n[functions]\n\"model.py::forward\" = \"3GiB\"\n[files]\n\"data.py\" = \"1GiB\"\n",
+            "[tool.black]\nline-length = 99\n[tool.mlprof]\nmax-peak = \"1.5G\"\n[tool.mlprof.lines]\n\"a.py:3\" = 512\n",
+            "lines = { \"x.py:1\" = \"1k\", \"y.py:2\" = \"2 MB\" }\nfunctions = { \"z.py::C.m\" = 7 }\nmax-cpu = 1.5e3\n",
+            "# comment\n'max-peak' = '2gib'\n[\"lines\"]\n'é.py:9' = \"3t\"\n",
+        ];
+        const BYTES: &[u8] = b"=[]{}:.,\"'#\\\n \t0123456789-+eEkKmMgGiIbB*abc\x1b\x00\x7f";
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        };
+        let mut parsed = 0;
+        let mut check = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            for (origin, pyproject) in [("mlprof.toml", false), ("pyproject.toml", true)] {
+                let result = parse_text(&text, origin, pyproject);
+                parsed += usize::from(result.is_ok());
+                if let Err(e) = result {
+                    let e = e.to_string();
+                    assert!(e.starts_with(origin), "{text:?}: {e}");
+                    assert!(!e.chars().any(char::is_control), "{text:?}: {e:?}");
+                }
+            }
+        };
+        for case in 0..20_000 {
+            let bytes: Vec<u8> = if case % 4 == 0 {
+                (0..next(120))
+                    .map(|_| {
+                        if next(2) == 0 {
+                            next(256) as u8
+                        } else {
+                            BYTES[next(BYTES.len())]
+                        }
+                    })
+                    .collect()
+            } else {
+                let mut b = SEEDS[next(SEEDS.len())].as_bytes().to_vec();
+                for _ in 0..1 + next(4) {
+                    let at = next(b.len() + 1);
+                    match next(5) {
+                        0 if at < b.len() => b[at] = BYTES[next(BYTES.len())],
+                        1 => b.insert(at, BYTES[next(BYTES.len())]),
+                        2 if at < b.len() => {
+                            let end = (at + 1 + next(12)).min(b.len());
+                            b.drain(at..end);
+                        }
+                        3 if at < b.len() => {
+                            let end = (at + 1 + next(24)).min(b.len());
+                            let piece = b[at..end].to_vec();
+                            let to = next(b.len() + 1);
+                            b.splice(to..to, piece);
+                        }
+                        _ if at < b.len() => b[at] = next(256) as u8,
+                        _ => b.push(next(256) as u8),
+                    }
+                }
+                b
+            };
+            check(&bytes);
+        }
+        assert!(parsed > 1000, "mutations still reach past the TOML parser: {parsed}");
     }
 }

@@ -3,6 +3,8 @@
 /// Parse a size; binary units for `Ki`/`Mi`/`Gi`/`Ti` and bare `K`/`M`/`G`/`T`, decimal for
 /// `KB`/`MB`/`GB`/`TB`. Case-insensitive; a trailing `B` or `iB` is optional.
 pub fn parse(text: &str) -> Result<u64, String> {
+    // Quoted in errors: never a control character on the user's terminal.
+    let quoted = crate::render::sanitize::clean(text);
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -10,7 +12,7 @@ pub fn parse(text: &str) -> Result<u64, String> {
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("'{text}' is not a size (try 512MiB, 2GB, 1.5G)"))?;
+        .map_err(|_| format!("'{quoted}' is not a size (try 512MiB, 2GB, 1.5G)"))?;
     let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "ki" | "kib" => 1024.0,
@@ -23,13 +25,14 @@ pub fn parse(text: &str) -> Result<u64, String> {
         "tb" => 1e12,
         other => {
             return Err(format!(
-                "'{text}': unknown size unit '{other}' (try KiB, MiB, GiB, MB, GB)"
+                "'{quoted}': unknown size unit '{}' (try KiB, MiB, GiB, MB, GB)",
+                crate::render::sanitize::clean(other)
             ))
         }
     };
     let bytes = value * multiplier;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("'{text}' is out of range"));
+        return Err(format!("'{quoted}' is out of range"));
     }
     Ok(bytes.round() as u64)
 }
@@ -50,5 +53,81 @@ mod tests {
         assert!(parse("5 parsecs")
             .unwrap_err()
             .contains("unknown size unit"));
+    }
+
+    /// Random text and mutations of valid sizes: a size or an error, never a panic (the
+    /// binary aborts on one); sizes written as integers read back exactly.
+    #[test]
+    fn fuzzed_sizes_parse_or_fail_cleanly() {
+        const VALID: [&str; 8] = [
+            "2GiB", "500MB", "1.5G", "512k", "1000", " 64 MiB ", "0.5tb", "3 Ki",
+        ];
+        const PIECES: [&str; 22] = [
+            "0",
+            "1",
+            "9",
+            ".",
+            "..",
+            "e",
+            "E5",
+            "-",
+            "+",
+            " ",
+            "k",
+            "Mi",
+            "GiB",
+            "tb",
+            "B",
+            "iB",
+            "é",
+            "\u{1b}",
+            "\u{0}",
+            "1e308",
+            "99999999999999999999999",
+            "\u{9b}",
+        ];
+        let mut x: u64 = 0x853c_49e6_748f_ea9b;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        };
+        let mut ok = 0;
+        for case in 0..20_000 {
+            let text: String = match case % 3 {
+                0 => {
+                    let bytes: Vec<u8> = (0..next(24)).map(|_| next(256) as u8).collect();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+                1 => (0..next(6)).map(|_| PIECES[next(PIECES.len())]).collect(),
+                _ => {
+                    let mut t: Vec<char> = VALID[next(VALID.len())].chars().collect();
+                    for _ in 0..1 + next(3) {
+                        let at = next(t.len() + 1);
+                        let piece = PIECES[next(PIECES.len())];
+                        match next(3) {
+                            0 if at < t.len() => {
+                                t.remove(at);
+                            }
+                            _ => t.splice(at..at, piece.chars()).for_each(drop),
+                        }
+                    }
+                    t.into_iter().collect()
+                }
+            };
+            match parse(&text) {
+                Ok(_) => ok += 1,
+                Err(e) => assert!(
+                    !e.is_empty() && !e.chars().any(char::is_control),
+                    "{text:?}: {e:?}"
+                ),
+            }
+            let n = (next(usize::MAX) as u64) >> next(64);
+            if n < 1 << 53 {
+                assert_eq!(parse(&n.to_string()), Ok(n));
+            }
+        }
+        assert!(ok > 100, "some mutations stay valid: {ok}");
     }
 }

@@ -6,6 +6,7 @@ pub mod folded;
 pub mod html;
 pub mod json;
 pub mod pprof;
+pub mod sanitize;
 pub mod speedscope;
 pub mod text;
 pub mod units;
