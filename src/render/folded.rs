@@ -31,14 +31,15 @@ pub fn render(p: &Profile, measure: Measure) -> String {
     out
 }
 
-/// A frame as one token: no `;`, no line breaks.
+/// A frame as one token: no `;` (the frame separator, made a space), no line breaks nor
+/// other control characters (escaped visibly, as in the terminal report).
 fn name(f: &StackFrame) -> String {
     let text = if f.line == 0 {
         format!("{} ({})", f.function, f.file)
     } else {
         format!("{} ({}:{})", f.function, f.file, f.line)
     };
-    text.replace([';', '\n', '\r'], " ")
+    super::sanitize::clean(&text).replace(';', " ")
 }
 
 #[cfg(test)]
@@ -90,6 +91,48 @@ mod tests {
         assert_eq!(
             render(&p, Measure::Alloc),
             "<module> (/a/train.py:3);step odd (/a/train.py:9) 1024\n"
+        );
+    }
+
+    /// A name from the program cannot add a line, a frame, or a terminal escape.
+    #[test]
+    fn odd_names_stay_one_frame_on_one_line() {
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            ..Profile::default()
+        };
+        let evil = "\x1b]0;pwned\x07\x1b[2J.py";
+        p.stack_frames = vec![
+            StackFrame {
+                file: evil.into(),
+                function: "f\nmain 5\r\x0b\x0c\u{85}\u{2028};g".into(),
+                line: 2,
+            },
+            StackFrame {
+                file: "/a/b.py".into(),
+                function: "h".into(),
+                line: 4,
+            },
+        ];
+        p.stacks = vec![StackStats {
+            frames: vec![0, 1],
+            cpu_python_s: 0.5,
+            ..StackStats::default()
+        }];
+        let out = render(&p, Measure::Cpu);
+        assert_eq!(out.lines().count(), 1, "{out:?}");
+        assert!(
+            !out.trim_end_matches('\n').chars().any(char::is_control),
+            "{out:?}"
+        );
+        let (stack, value) = out.trim_end().rsplit_once(' ').unwrap();
+        assert_eq!(value, "500000");
+        assert_eq!(stack.split(';').count(), 2, "{stack}");
+        assert!(
+            stack.starts_with(
+                "f\\x0amain 5\\x0d\\x0b\\x0c\\u{85}\\u{2028} g (\\x1b]0 pwned\\x07\\x1b[2J.py:2)"
+            ),
+            "{stack}"
         );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use super::sanitize::{clean, Clean};
 use super::units::{bytes, seconds};
 use crate::model::{Exit, Measures, Profile};
 
@@ -100,7 +101,7 @@ fn render_marked(p: &Profile) -> String {
     memory_lines(&mut out, p);
     leaks(&mut out, p);
     for warning in &p.warnings {
-        let _ = writeln!(out, "warning: {warning}");
+        let _ = writeln!(out, "warning: {}", Clean(warning));
     }
     out
 }
@@ -108,7 +109,7 @@ fn render_marked(p: &Profile) -> String {
 fn header(out: &mut String, p: &Profile) {
     let cpu = p.cpu_user_s + p.cpu_kernel_s;
     let m = &p.memory;
-    let _ = writeln!(out, "mlprof: {}", p.command.join(" "));
+    let _ = writeln!(out, "mlprof: {}", Clean(&p.command.join(" ")));
     let _ = writeln!(out, "  exit            {}", exit(&p.exit));
     let _ = writeln!(out, "  wall time       {}", seconds(p.wall_s));
     let _ = writeln!(
@@ -135,7 +136,7 @@ fn header(out: &mut String, p: &Profile) {
             .gpu
             .devices
             .iter()
-            .map(|d| format!("{} ({})", d.name, bytes(d.memory_total_bytes)))
+            .map(|d| format!("{} ({})", Clean(&d.name), bytes(d.memory_total_bytes)))
             .collect();
         format!(
             "{}: peak memory {} (this process tree), average utilisation {:.0}%",
@@ -146,12 +147,12 @@ fn header(out: &mut String, p: &Profile) {
     } else {
         format!(
             "not available ({})",
-            p.gpu.reason.as_deref().unwrap_or("unknown reason")
+            Clean(p.gpu.reason.as_deref().unwrap_or("unknown reason"))
         )
     };
     let _ = writeln!(out, "  GPU             {gpu}");
     for note in &p.gpu.notes {
-        let _ = writeln!(out, "                  {note}");
+        let _ = writeln!(out, "                  {}", Clean(note));
     }
     let _ = writeln!(out, "  dropped events  {}", p.dropped_events);
 }
@@ -201,7 +202,7 @@ fn lines(out: &mut String, p: &Profile) {
     for line in p.lines.iter().filter(|l| shown(l, whole, whole_bytes)) {
         if line.file != file {
             file = &line.file;
-            let _ = writeln!(out, "  {file}");
+            let _ = writeln!(out, "  {}", Clean(file));
             let _ = writeln!(
                 out,
                 "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} {}source",
@@ -224,7 +225,7 @@ fn lines(out: &mut String, p: &Profile) {
             );
         }
         let m = &line.measures;
-        let source: String = line.source.trim().chars().take(SOURCE_CHARS).collect();
+        let source = source_text(&line.source);
         let python_share = if m.alloc_bytes > 0 {
             pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
         } else {
@@ -254,9 +255,9 @@ fn lines(out: &mut String, p: &Profile) {
                 String::new()
             },
             if source.is_empty() {
-                line.function.as_str()
+                clean(&line.function)
             } else {
-                source.as_str()
+                source.into()
             }
         );
         for native in m
@@ -271,8 +272,8 @@ fn lines(out: &mut String, p: &Profile) {
                 "",
                 "",
                 pct(native.cpu_s, whole),
-                native.symbol,
-                native.library
+                Clean(&native.symbol),
+                Clean(&native.library)
             );
         }
     }
@@ -312,8 +313,8 @@ fn functions(out: &mut String, p: &Profile) {
             pct(m.cpu_native_s, whole),
             pct(m.cpu_system_s, whole),
             seconds(total_time(m)),
-            f.function,
-            f.file,
+            Clean(&f.function),
+            Clean(&f.file),
             f.line
         );
     }
@@ -341,13 +342,9 @@ fn memory_lines(out: &mut String, p: &Profile) {
             out,
             "    {:>11}  {}:{}  \u{1}{}",
             bytes(l.measures.peak_bytes),
-            short(&l.file),
+            Clean(short(&l.file)),
             l.line,
-            l.source
-                .trim()
-                .chars()
-                .take(SOURCE_CHARS)
-                .collect::<String>()
+            source_text(&l.source)
         );
     }
 }
@@ -369,13 +366,20 @@ fn leaks(out: &mut String, p: &Profile) {
         let _ = writeln!(
             out,
             "    {}:{}  likelihood {:.0}%, growing {}/s  {}",
-            short(&l.file),
+            Clean(short(&l.file)),
             l.line,
             leak.likelihood * 100.0,
             bytes(leak.bytes_per_s.max(0.0) as u64),
-            l.source.trim()
+            Clean(l.source.trim())
         );
     }
+}
+
+/// A line's source text for a table: trimmed, cut to [`SOURCE_CHARS`], control characters
+/// escaped.
+fn source_text(source: &str) -> String {
+    let cut: String = source.trim().chars().take(SOURCE_CHARS).collect();
+    clean(&cut).into_owned()
 }
 
 /// Bytes per second over the run: `12.0 MiB/s`.
@@ -449,7 +453,7 @@ fn ranks(out: &mut String, p: &Profile) {
         let _ = writeln!(
             out,
             "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5} {:>10}  {}",
-            r.name,
+            Clean(&r.name),
             bytes(r.peak_heap_bytes),
             bytes(r.peak_rss_bytes),
             bytes(r.alloc_bytes),
@@ -457,7 +461,7 @@ fn ranks(out: &mut String, p: &Profile) {
             seconds(r.wall_s),
             r.processes,
             exit(&r.exit),
-            r.source
+            Clean(&r.source)
         );
     }
     let _ = writeln!(
@@ -490,7 +494,7 @@ fn processes(out: &mut String, p: &Profile) {
     );
     for proc in &p.processes {
         let rank = match (&proc.rank, ranked) {
-            (Some(r), _) => format!("{r:<11.11} "),
+            (Some(r), _) => format!("{:<11.11} ", Clean(r)),
             (None, true) => format!("{:<11} ", "-"),
             (None, false) => String::new(),
         };
@@ -499,7 +503,7 @@ fn processes(out: &mut String, p: &Profile) {
             "  {rank}{:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  {}",
             proc.pid,
             proc.ppid,
-            proc.python.as_deref().unwrap_or("-"),
+            Clean(proc.python.as_deref().unwrap_or("-")),
             bytes(proc.peak_heap_bytes),
             bytes(proc.peak_rss_bytes),
             seconds(proc.cpu_s),
@@ -508,7 +512,7 @@ fn processes(out: &mut String, p: &Profile) {
             } else {
                 exit(&proc.exit)
             },
-            proc.command.join(" ")
+            Clean(&proc.command.join(" "))
         );
     }
 }
@@ -701,6 +705,70 @@ mod tests {
         );
         assert!(colored.contains("\x1b[1mmlprof: python3 train.py\x1b[0m"));
         assert!(colored.contains("\x1b[33mwarning: example warning\x1b[0m"));
+    }
+
+    /// Names and source text come from the program: a `co_filename` with escape sequences
+    /// must not clear the screen or retitle the terminal, nor a newline break a table.
+    #[test]
+    fn program_strings_reach_the_terminal_escaped() {
+        let evil = "\x1b]0;pwned\x07\x1b[2J\u{9b}2J\n\x01x\x7f";
+        let with = |name: &str| {
+            let mut p = sample();
+            p.command.push(name.into());
+            p.warnings.push(name.into());
+            p.gpu.reason = Some(name.into());
+            for l in &mut p.lines {
+                l.file = format!("/work/{name}.py");
+                l.function = name.into();
+                l.source = format!("x = 1  # {name}");
+                for n in &mut l.measures.native {
+                    n.symbol = name.into();
+                    n.library = name.into();
+                }
+            }
+            let mut f = crate::model::FunctionStats {
+                file: name.into(),
+                function: name.into(),
+                line: 3,
+                ..Default::default()
+            };
+            f.measures.cpu_python_s = 1.0;
+            p.functions.push(f);
+            p.processes = vec![
+                Process {
+                    command: vec![name.into()],
+                    python: Some(name.into()),
+                    rank: Some(name.into()),
+                    ..Process::default()
+                },
+                Process::default(),
+            ];
+            p
+        };
+        let p = with(evil);
+        for style in [
+            Style::default(),
+            Style {
+                color: true,
+                width: Some(80),
+            },
+        ] {
+            let out = render_styled(&p, style);
+            let mut ours = out.clone();
+            for code in ["\x1b[0m", "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m"] {
+                ours = ours.replace(code, "");
+            }
+            assert!(
+                !ours.chars().any(|c| c.is_control() && c != '\n'),
+                "raw control character in:\n{out}"
+            );
+            assert!(out.contains("\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}2J\\x0a\\x01x\\x7f"));
+        }
+        assert_eq!(
+            render(&p).lines().count(),
+            render(&with("plain")).lines().count(),
+            "a newline in a name adds no line"
+        );
     }
 
     #[test]
