@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use mlprof_wire::{python_status, state, Kind, WireError, FILE_SUFFIX};
 
-use super::decode::Decoder;
+use super::decode::{Decoder, MAX_RECORD_BYTES};
 use super::mapping::{Mapping, OpenError};
 use super::recording::ChannelSummary;
 use super::waits;
@@ -108,6 +108,7 @@ impl Channels {
                 }
             };
             self.unready.remove(&path);
+            summary.inherited_heap = summary.inherited_heap.min(MAX_RECORD_BYTES);
             summary.maps = native::read_maps(summary.pid).unwrap_or_default();
             let name = file_name(&path);
             self.open.insert(
@@ -374,7 +375,7 @@ impl Channel {
             match Kind::from_u16(record.kind) {
                 Some(Kind::ProcessExit) => {
                     s.exit_code = Some(record.a as i64 as i32);
-                    s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns));
+                    s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns).min(now_ns));
                 }
                 Some(Kind::Sample) => unmapped_ip |= !covers(&s.maps, record.a),
                 _ => {}
@@ -401,23 +402,40 @@ impl Channel {
                 header
                     .exit_ns
                     .load(Ordering::Relaxed)
-                    .saturating_sub(launch_ns),
+                    .saturating_sub(launch_ns)
+                    .min(now_ns),
             );
         }
         s.python_status = header.python_status.load(Ordering::Relaxed);
         s.py_runtime = header.py_runtime.load(Ordering::Relaxed);
         s.py_code_type = header.py_code_type.load(Ordering::Relaxed);
         s.sample_interval_ns = header.sample_interval_ns.load(Ordering::Relaxed) as u64;
-        let peak = header.heap.peak.load(Ordering::Relaxed);
+        // The counters are written by the program: clamped to what a real process can reach,
+        // so that sums over channels stay meaningful.
+        let peak = signed(header.heap.peak.load(Ordering::Relaxed));
         if peak > s.heap_peak {
             s.heap_peak = peak;
             s.heap_peak_seen_ns = now_ns;
         }
-        s.heap_current = header.heap.current.load(Ordering::Relaxed);
-        s.alloc_bytes = header.heap.total.load(Ordering::Relaxed);
-        s.alloc_count = header.heap.count.load(Ordering::Relaxed);
-        s.dropped = ring.dropped();
+        s.heap_current = signed(header.heap.current.load(Ordering::Relaxed));
+        s.alloc_bytes = header
+            .heap
+            .total
+            .load(Ordering::Relaxed)
+            .min(MAX_RECORD_BYTES);
+        s.alloc_count = header
+            .heap
+            .count
+            .load(Ordering::Relaxed)
+            .min(MAX_RECORD_BYTES);
+        s.dropped = ring.dropped().min(MAX_RECORD_BYTES);
     }
+}
+
+/// A byte count from a channel header, clamped to what a real process can reach.
+fn signed(bytes: i64) -> i64 {
+    let max = MAX_RECORD_BYTES as i64;
+    bytes.clamp(-max, max)
 }
 
 #[cfg(test)]

@@ -4,14 +4,21 @@
 //!
 //! Records are untrusted input (the profiled program can write anything into its channel):
 //! every count and length is checked against the format's limits ([`MAX_FRAMES`],
-//! [`MAX_BLOB_BYTES`]) before anything is allocated, and a record that declares more is
-//! dropped and counted in [`Decoded::malformed`].
+//! [`MAX_BLOB_BYTES`]) before anything is allocated, byte counts and sample weights against
+//! what any real process could produce ([`MAX_RECORD_BYTES`], [`MAX_SAMPLE_NS`]), and a record
+//! that declares more is dropped and counted in [`Decoded::malformed`].
 
 use std::collections::{BTreeMap, HashMap};
 
 use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
 
 use super::recording::{AllocSample, CodeInfo, CopySample, CpuSample};
+
+/// Largest byte count one record may carry (an allocation's size or weight, a copy, a heap
+/// mark): 2^48, more than any address space. Larger is corruption.
+pub const MAX_RECORD_BYTES: u64 = 1 << 48;
+/// Largest CPU time one sample may stand for: 2^40 ns (about 18 minutes). Larger is corruption.
+pub const MAX_SAMPLE_NS: u64 = 1 << 40;
 
 /// Decoded events of one channel.
 #[derive(Clone, Debug, Default)]
@@ -93,7 +100,10 @@ impl Decoder {
                     Some(Kind::Alloc) => self.alloc(r, t_ns),
                     Some(Kind::Copy) => self.copy(r, t_ns),
                     Some(Kind::Free) => self.free(r.a, t_ns),
-                    Some(Kind::PeakMark) => self.out.peak_marks.push((t_ns, r.a)),
+                    Some(Kind::PeakMark) if r.a <= MAX_RECORD_BYTES => {
+                        self.out.peak_marks.push((t_ns, r.a))
+                    }
+                    Some(Kind::PeakMark) => self.out.malformed += 1,
                     _ => {}
                 }
             }
@@ -104,6 +114,10 @@ impl Decoder {
         let Some(depth) = self.depth(r.c & 0xffff_ffff) else {
             return;
         };
+        if r.b > MAX_SAMPLE_NS {
+            self.out.malformed += 1;
+            return;
+        }
         let sample = CpuSample {
             t_ns: r.ts_ns.saturating_sub(launch_ns),
             tid: r.tid,
@@ -125,6 +139,10 @@ impl Decoder {
         let Some(depth) = self.depth(r.d & 0xffff_ffff) else {
             return;
         };
+        if r.b > MAX_RECORD_BYTES || r.c > MAX_RECORD_BYTES {
+            self.out.malformed += 1;
+            return;
+        }
         let alloc = AllocSample {
             t_ns,
             tid: r.tid,
@@ -148,6 +166,10 @@ impl Decoder {
         let Some(depth) = self.depth(r.c) else {
             return;
         };
+        if r.a > MAX_RECORD_BYTES || r.b > MAX_RECORD_BYTES {
+            self.out.malformed += 1;
+            return;
+        }
         let frames = Vec::with_capacity(depth);
         let copy = CopySample {
             t_ns,

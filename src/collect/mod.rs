@@ -4,12 +4,15 @@
 
 mod channels;
 mod decode;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod gpu;
 mod mapping;
 pub mod procfs;
 pub mod recording;
 mod remote;
 mod sigbus;
+mod space;
 mod waits;
 
 use std::collections::BTreeMap;
@@ -56,8 +59,10 @@ pub fn record(
     let mut channels = Channels::new(session.dir(), launch_ns);
     let mut procs: BTreeMap<u32, ProcSummary> = BTreeMap::new();
     let mut ticks = Vec::new();
+    let mut space = space::SpaceWatch::new(session.dir());
     let mut tick = |channels: &mut Channels, ticks: &mut Vec<Tick>| -> Result<()> {
         let now = monotonic_ns().saturating_sub(launch_ns);
+        space.tick(now);
         channels.scan();
         channels.drain(now);
         channels.sample_waits(now);
@@ -96,6 +101,7 @@ pub fn record(
         }
         warnings.push(outlived_note(&running, &summaries, outlive_wait));
     }
+    warnings.extend(space.warning(session.dir()));
     Ok(Recording {
         command: Vec::new(),
         wall_ns,

@@ -28,6 +28,15 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile> {
             )))
         }
     }
+    // A saved profile is untrusted input: whatever a reader adds up must not overflow.
+    let mut total = 0u128;
+    integer_total(&value, &mut total);
+    if total > MAX_INTEGER_TOTAL {
+        return Err(Error::new(format!(
+            "{origin}: implausible profile: its integers add up to {total}, beyond what any \
+             run produces"
+        )));
+    }
     let profile: Profile = serde_json::from_value(value)
         .map_err(|e| Error::new(format!("{origin}: corrupt profile: {e}")))?;
     if let Some(problem) = invariants::violations(&profile).first() {
@@ -36,6 +45,27 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile> {
         )));
     }
     Ok(profile)
+}
+
+/// Largest sum of every integer in a profile (their magnitudes): a real profile is far below,
+/// and then any sum a reader computes over its counts and byte sizes fits in `u64` and `i64`.
+const MAX_INTEGER_TOTAL: u128 = i64::MAX as u128;
+
+/// Add the magnitude of every integer in `value` to `total` (nesting is bounded by the parser).
+fn integer_total(value: &serde_json::Value, total: &mut u128) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                *total += u128::from(u);
+            } else if let Some(i) = n.as_i64() {
+                *total += u128::from(i.unsigned_abs());
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| integer_total(v, total)),
+        Value::Object(fields) => fields.values().for_each(|v| integer_total(v, total)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +88,10 @@ mod tests {
             (
                 "{\"schema\": \"mlprof/1\", \"command\": 3}",
                 "corrupt profile",
+            ),
+            (
+                "{\"schema\": \"mlprof/1\", \"a\": [9223372036854775807, 1]}",
+                "implausible profile",
             ),
         ] {
             let err = parse(bad, "p.json").unwrap_err().to_string();
