@@ -43,6 +43,31 @@ pub fn identity(mem: &impl Memory, l: &Layout, code: usize) -> (i32, usize) {
     )
 }
 
+/// `(co_firstlineno, co_filename and co_name addresses mixed)`: the identity a code object
+/// keeps while it lives, from one read. An address reused by a new code object almost always
+/// changes it, even for code made by `exec` from one file name at line 1 (dataclass methods,
+/// functions defined in a loop).
+pub fn fingerprint(mem: &impl Memory, l: &Layout, code: usize) -> (i32, usize) {
+    let fields = [l.code_firstlineno, l.code_filename, l.code_name];
+    let lo = fields.iter().copied().min().unwrap_or(0);
+    let hi = fields.iter().copied().max().unwrap_or(0) + 8;
+    let mut buf = [0u8; 128];
+    let word_at = |buf: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&buf[at - lo..at - lo + 8]);
+        usize::from_le_bytes(w)
+    };
+    if hi - lo <= buf.len() && mem.bytes(code + lo, &mut buf[..hi - lo]).is_some() {
+        let mut line = [0u8; 4];
+        line.copy_from_slice(&buf[l.code_firstlineno - lo..l.code_firstlineno - lo + 4]);
+        let names = word_at(&buf, l.code_filename) ^ word_at(&buf, l.code_name).rotate_left(29);
+        return (i32::from_le_bytes(line), names);
+    }
+    let (line, filename) = identity(mem, l, code);
+    let name = mem.word(code + l.code_name).unwrap_or(0);
+    (line, filename ^ name.rotate_left(29))
+}
+
 /// Describe the code object at `code`; blobs are cut to `max_bytes`.
 pub fn describe(mem: &impl Memory, l: &Layout, code: usize, max_bytes: usize) -> CodeFacts {
     let (firstlineno, filename_object) = identity(mem, l, code);

@@ -1,8 +1,8 @@
 //! Code objects → small ids. The first time a code object is seen in this channel, its file
 //! name, qualified name, first line and line table are sent once ([`Kind::Code`] + data
 //! records); later samples carry only the id. A lock-free open-addressing table, keyed by the
-//! code object's address and checked against its first line and file-name pointer so that an
-//! address reused by a new code object gets a new id.
+//! code object's address and checked against its fingerprint (first line, file-name and name
+//! pointers) so that an address reused by a new code object gets a new id.
 //! Runs inside signal handlers: no allocation, no locks.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -90,7 +90,7 @@ fn claim(
     code: usize,
     fresh: bool,
 ) -> u32 {
-    let (firstlineno, filename) = code::identity(&read::Direct, rt.layout, code);
+    let (firstlineno, filename) = code::fingerprint(&read::Direct, rt.layout, code);
     let epoch = EPOCH.load(Ordering::Relaxed);
     // Ids stay below 2^31: the collector numbers code objects it reads itself from 2^31 up.
     let id_of = |e: &Entry| slot as u32 | (e.generation.load(Ordering::Relaxed) & 0x7fff) << 16;

@@ -1,0 +1,235 @@
+//! Fault suite, the profiled program's side: what real programs do to themselves (threads that
+//! end by `pthread_exit` or cancellation, very long waits, `errno` after successful calls,
+//! failing subprocesses, fork children without a channel, `os._exit`, a full, read-only or
+//! unsafe TMPDIR, a full ring while new functions first run) must not change the program's
+//! behaviour, and the report must still be right.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use super::{os, profiled, same_behaviour, script, Profiled};
+use crate::fixture::{self, pythons};
+
+/// mlprof must end within seconds of the program: generous for a loaded 2-core machine.
+const PROMPT_S: f64 = 60.0;
+
+fn each_python(name: &str, args: &[&str], check: impl Fn(&fixture::Python, &Profiled)) {
+    let path = script(name);
+    for py in pythons() {
+        let mut argv: Vec<&OsStr> = vec![os(&py.exe), os(&path)];
+        argv.extend(args.iter().map(os));
+        let run = same_behaviour(&argv, &[]);
+        assert!(
+            run.elapsed.as_secs_f64() < PROMPT_S,
+            "{}: mlprof took {:?}",
+            py.minor,
+            run.elapsed
+        );
+        check(py, &run);
+    }
+}
+
+#[test]
+fn daemon_threads_still_running_at_exit_do_not_abort_the_program() {
+    // CPython ends them with pthread_exit during finalization: a forced unwind.
+    each_python("threads_exit.py", &["daemon"], |py, run| {
+        assert_eq!(run.output.status.code(), Some(7), "{}", py.minor);
+        assert_eq!(run.profile().exit.code, Some(7));
+    });
+}
+
+#[test]
+fn threads_that_call_pthread_exit_or_are_cancelled_do_not_abort_the_program() {
+    for mode in ["exit", "cancel"] {
+        each_python("threads_exit.py", &[mode], |py, run| {
+            assert_eq!(run.output.status.code(), Some(7), "{mode} {}", py.minor);
+            run.profile();
+        });
+    }
+}
+
+#[test]
+fn ppoll_and_pselect_with_a_timeout_of_long_max_seconds_wait_as_asked() {
+    each_python("waits.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert_eq!(
+            out.matches("returned 1 after the write").count(),
+            2,
+            "{}: {out}",
+            py.minor
+        );
+    });
+}
+
+#[test]
+fn errno_is_unchanged_by_sampled_allocations() {
+    each_python("errno_kept.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(!out.contains("errno 34"), "{}: {out}", py.minor);
+        assert_eq!(out.matches("errno 0").count(), 6, "{}: {out}", py.minor);
+    });
+}
+
+#[test]
+fn a_failed_subprocess_does_not_end_its_parent_in_the_report() {
+    // CPython's vfork child calls _exit(255) when exec fails, in the parent's memory.
+    each_python("subprocess_exit.py", &[], |py, run| {
+        assert_eq!(run.output.status.code(), Some(4));
+        let p = run.profile();
+        let held = p
+            .memory
+            .timeline
+            .iter()
+            .map(|s| s.heap_bytes)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            held >= 140_000_000,
+            "{}: the parent's 150 MB vanished from the timeline (max {held})",
+            py.minor
+        );
+        assert_eq!(p.processes[0].exit.code, Some(4), "{}", py.minor);
+    });
+}
+
+#[test]
+fn a_fork_child_without_a_channel_writes_nothing_into_its_parents() {
+    each_python("fork_nochannel.py", &[], |py, run| {
+        assert!(String::from_utf8_lossy(&run.output.stdout).contains("child exited 5"));
+        let p = run.profile();
+        let parent = &p.processes[0];
+        assert!(
+            parent.peak_heap_bytes < 100_000_000,
+            "{}: the child's 200 MB counted in the parent ({} bytes)",
+            py.minor,
+            parent.peak_heap_bytes
+        );
+        assert_eq!(parent.exit.code, Some(0), "{}", py.minor);
+    });
+}
+
+#[test]
+fn os_exit_while_threads_allocate_keeps_status_and_output() {
+    each_python("os_exit.py", &[], |py, run| {
+        assert_eq!(run.output.status.code(), Some(9), "{}", py.minor);
+        assert_eq!(run.profile().exit.code, Some(9));
+    });
+}
+
+#[test]
+fn functions_first_run_while_the_ring_is_full_are_still_named() {
+    let path = script("code_overflow.py");
+    for py in pythons() {
+        let args = [os(&py.exe), os(&path)];
+        let expected = super::plain(&args, &[]);
+        let run = profiled(&[os("--memory-sample-bytes"), os("512")], &args, &[]);
+        super::assert_same(&expected, &run.output, &args);
+        let p = run.profile();
+        assert!(p.dropped_events > 0, "{}: the ring never filled", py.minor);
+        let missing: Vec<String> = (0..40)
+            .map(|i| format!("first_run_{i:02}"))
+            .filter(|name| !p.functions.iter().any(|f| f.function.ends_with(name)))
+            .collect();
+        assert!(missing.is_empty(), "{}: not named: {missing:?}", py.minor);
+    }
+}
+
+/// Run `mlprof run` and the plain program in a private mount namespace whose TMPDIR is a fresh
+/// tmpfs (`options` as for mount). `None` where this machine cannot (not root, no unshare).
+fn in_tmpfs(options: &str, args: &[&OsStr]) -> Option<(std::process::Output, Profiled)> {
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: cannot mount a tmpfs in a private mount namespace here");
+        return None;
+    }
+    let mnt = fixture::tempdir();
+    let out_dir = fixture::tempdir();
+    let out = out_dir.join("profile.json");
+    let wrap = |profile: bool| {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs -o {options} tmpfs \"$0\" && TMPDIR=\"$0\" exec \"$@\""
+            ))
+            .arg(&mnt);
+        if profile {
+            cmd.arg(env!("CARGO_BIN_EXE_mlprof")).args([
+                os("run"),
+                os("-o"),
+                out.as_os_str(),
+                os("--"),
+            ]);
+        }
+        cmd.args(args).stdin(std::process::Stdio::null());
+        cmd
+    };
+    let plain = wrap(false).output().expect("run the program");
+    let started = std::time::Instant::now();
+    let output = wrap(true).output().expect("run mlprof");
+    let run = Profiled {
+        output,
+        elapsed: started.elapsed(),
+        profile: std::fs::read_to_string(&out).ok(),
+    };
+    let _ = std::fs::remove_dir_all(&mnt);
+    let _ = std::fs::remove_dir_all(&out_dir);
+    Some((plain, run))
+}
+
+#[test]
+fn a_full_tmpdir_neither_kills_the_program_nor_loses_the_report() {
+    let path = script("fill_tmpdir.py");
+    for py in pythons() {
+        let args = [os(&py.exe), os(&path)];
+        let Some((plain, run)) = in_tmpfs("size=16m", &args) else {
+            return;
+        };
+        super::assert_same(&plain, &run.output, &args);
+        assert_eq!(run.output.status.code(), Some(6), "{}", py.minor);
+        assert!(run.elapsed.as_secs_f64() < PROMPT_S);
+        let p = run.profile();
+        assert!(
+            p.warnings.iter().any(|w| w.contains("out of space")),
+            "{}: no warning about the full TMPDIR: {:?}",
+            py.minor,
+            p.warnings
+        );
+    }
+}
+
+#[test]
+fn a_read_only_tmpdir_falls_back_to_another_private_directory() {
+    let path = script("stdio_exit.py");
+    let py = &pythons()[0];
+    let args = [os(&py.exe), os(&path)];
+    let Some((plain, run)) = in_tmpfs("ro,size=1m", &args) else {
+        return;
+    };
+    super::assert_same(&plain, &run.output, &args);
+    assert_eq!(run.output.status.code(), Some(3));
+    assert_eq!(run.profile().exit.code, Some(3));
+}
+
+#[test]
+fn a_tmpdir_others_can_write_to_is_not_used_for_the_library_or_channels() {
+    use std::os::unix::fs::PermissionsExt;
+    let unsafe_dir = fixture::tempdir();
+    std::fs::set_permissions(&unsafe_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let tmpdir = unsafe_dir.to_str().unwrap();
+    let path = script("unsafe_tmpdir.py");
+    let py = &pythons()[0];
+    let run = profiled(&[], &[os(&py.exe), os(&path)], &[("TMPDIR", tmpdir)]);
+    let out = String::from_utf8_lossy(&run.output.stdout);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert!(out.contains("library under TMPDIR: False"), "{out}");
+    assert!(out.contains("channels under TMPDIR: False"), "{out}");
+    run.profile();
+    assert!(
+        std::fs::read_dir(&unsafe_dir).unwrap().next().is_none(),
+        "mlprof wrote into a directory others can write to"
+    );
+    let _ = std::fs::remove_dir_all(Path::new(&unsafe_dir));
+}
