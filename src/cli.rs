@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, Result};
+use crate::render::sanitize::Clean;
 use crate::render::{self, Format};
 use crate::{collect, launch, model, symbolize};
 
@@ -297,6 +298,14 @@ fn run_command(args: RunArgs) -> Result<i32> {
     launch::block_forwarded_signals();
     let gate = args.gate.load()?;
     let (format, destination) = run_destination(&args);
+    // Nothing has run yet: a report that cannot be written is an error now, not once the
+    // program has run.
+    if let Destination::File(path) = &destination {
+        file_write(path)?;
+    }
+    if let Some(path) = &args.junit {
+        file_write(path)?;
+    }
     let session = launch::Session::create()?;
     let to_stderr = matches!(destination, Destination::Stdout) && format != Format::Text;
     let launch_ns = collect::monotonic_ns();
@@ -314,12 +323,16 @@ fn run_command(args: RunArgs) -> Result<i32> {
         },
         launch_ns,
     );
-    let launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
+    let mut launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let forwarding = Arc::new(launch::Forwarding::default());
+    forwarding.remove_if_abandoned(session.dir().to_path_buf());
+    launched.exited = launch::watch_exit(launched.exited, forwarding.clone());
     launch::forward_signals(launched.pid, forwarding.clone());
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
     let recorded = collect::record(&session, launched, launch_ns, wait, &forwarding);
-    forwarding.stop.store(true, Ordering::Relaxed);
+    // The waiting is over: a signal now abandons the report (exiting with the program's
+    // status) rather than waiting for whatever symbolizing or rendering is stuck on.
+    forwarding.reporting.store(true, Ordering::Release);
     let mut recording = recorded?;
     recording.gpu = gpu.finish();
     recording.command = args
@@ -335,28 +348,43 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let mut profile = model::attribute(&recording, &natives, &filter);
     symbolize::sources::attach(&mut profile);
     profile.violations = gate.verdicts(&profile);
-    if !matches!(destination, Destination::Stderr) || format != Format::Text {
-        for warning in &profile.warnings {
-            eprintln!("mlprof: warning: {warning}");
-        }
-    }
-    let report_on_stdout = matches!(destination, Destination::Stdout);
-    emit(&profile, format, destination)?;
-    for v in &profile.violations {
-        eprintln!("mlprof: {}", v.message);
-    }
-    ci_outputs(
-        &profile,
-        args.junit.as_deref(),
-        report_on_stdout,
-        gate.any(),
-    )?;
-    Ok(match (profile.exit.code, profile.exit.signal) {
+    let status = match (profile.exit.code, profile.exit.signal) {
         (Some(0), _) if !profile.violations.is_empty() => crate::budget::EXIT_BUDGET,
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => crate::error::EXIT_ERROR,
-    })
+    };
+    // The program has run: from here on its exit status is ours, whatever fails (each
+    // failure is one line).
+    if !matches!(destination, Destination::Stderr) || format != Format::Text {
+        for warning in &profile.warnings {
+            say(format_args!("warning: {}", Clean(warning)));
+        }
+    }
+    let report_on_stdout = matches!(destination, Destination::Stdout);
+    if let Err(e) = emit(&profile, format, destination) {
+        say(format_args!("report not written: {e}"));
+    }
+    for v in &profile.violations {
+        say(format_args!("{}", Clean(&v.message)));
+    }
+    if let Err(e) = ci_outputs(
+        &profile,
+        args.junit.as_deref(),
+        report_on_stdout,
+        gate.any(),
+    ) {
+        say(format_args!("{e}"));
+    }
+    forwarding.stop.store(true, Ordering::Relaxed);
+    Ok(status)
+}
+
+/// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
+/// (`2>/dev/full`) loses the line rather than aborting mlprof (as `eprintln!` would), which
+/// would replace the program's exit status.
+fn say(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr().lock(), "mlprof: {line}");
 }
 
 /// A GPU polling rate: 1 to 100 per second.
@@ -507,13 +535,7 @@ fn write_text(text: &str, destination: Destination) -> Result<()> {
 
 fn write_bytes(text: &[u8], destination: Destination) -> Result<()> {
     match &destination {
-        Destination::File(path) => std::fs::write(path, text).map_err(|e| {
-            Error::new(format!(
-                "cannot write {}: {}",
-                path.display(),
-                io_reason(&e)
-            ))
-        }),
+        Destination::File(path) => write_file(path, text),
         Destination::Stdout => write_all(std::io::stdout().lock(), text),
         Destination::Stderr => write_all(std::io::stderr().lock(), text),
         Destination::Nowhere => Ok(()),
@@ -526,6 +548,157 @@ fn write_all(mut out: impl Write, text: &[u8]) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(Error::new(format!("cannot write the report: {e}"))),
     }
+}
+
+/// How a report file is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileWrite {
+    /// Into a private temporary file beside it (0600 until complete), synced, then renamed
+    /// over it: a reader never sees half a report, and a failed write leaves what was there.
+    Atomic,
+    /// Opened and written in place: a device (`/dev/stdout`, `/dev/full`), a FIFO, a path
+    /// through a symbolic link, or a writable file in a directory we may not add files to.
+    Direct,
+}
+
+/// Whether and how a report can be written at `path`: its directory exists and we may write
+/// there (or the file itself is writable). Checked before the program runs, and again when
+/// writing.
+fn file_write(path: &Path) -> Result<FileWrite> {
+    let cannot = |why: &str| Error::new(format!("cannot write {}: {why}", path.display()));
+    if path.file_name().is_none() {
+        return Err(cannot("not a file name"));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(cannot("Is a directory")),
+        Ok(meta) => {
+            let through = std::fs::metadata(path).map_err(|e| cannot(&io_reason(&e)))?;
+            if through.is_dir() {
+                Err(cannot("Is a directory"))
+            } else if !may_access(path, libc::W_OK) {
+                Err(cannot("Permission denied"))
+            } else if meta.is_file() && may_access(dir, libc::W_OK | libc::X_OK) {
+                Ok(FileWrite::Atomic)
+            } else {
+                Ok(FileWrite::Direct)
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::metadata(dir) {
+            Ok(meta) if !meta.is_dir() => {
+                Err(cannot(&format!("{} is not a directory", dir.display())))
+            }
+            Ok(_) if may_access(dir, libc::W_OK | libc::X_OK) => Ok(FileWrite::Atomic),
+            Ok(_) => Err(cannot(&format!(
+                "Permission denied (directory {})",
+                dir.display()
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(cannot(&format!(
+                "directory {} does not exist",
+                dir.display()
+            ))),
+            Err(e) => Err(cannot(&io_reason(&e))),
+        },
+        Err(e) => Err(cannot(&io_reason(&e))),
+    }
+}
+
+/// `access(2)`: whether we may use `path` as `mode` says.
+fn may_access(path: &Path, mode: libc::c_int) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path; access only inspects it.
+    unsafe { libc::access(c.as_ptr(), mode) == 0 }
+}
+
+/// Write a report file: atomically where it can be ([`FileWrite`]).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let written = match file_write(path)? {
+        FileWrite::Atomic => write_atomic(path, bytes),
+        FileWrite::Direct => write_direct(path, bytes),
+    };
+    written.map_err(|e| {
+        Error::new(format!(
+            "cannot write {}: {}",
+            path.display(),
+            io_reason(&e)
+        ))
+    })
+}
+
+fn write_direct(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.flush()?;
+    if file.metadata()?.is_file() {
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default();
+    let pid = std::process::id();
+    let temp = if name.len() <= 200 {
+        let mut temp = OsString::from(".");
+        temp.push(name);
+        temp.push(format!(".mlprof-{pid}.tmp"));
+        dir.join(temp)
+    } else {
+        dir.join(format!(".mlprof-{pid}.tmp"))
+    };
+    // What the file had, or what a new file gets (0666 less the umask).
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o7777,
+        Err(_) => 0o666 & !umask(),
+    };
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+        return written;
+    }
+    // The rename lasts once the directory is synced (best effort: not every file system can).
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// This process's umask, read without changing it (`umask(2)` can only set it).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -561,23 +734,20 @@ fn ci_outputs(
     budgets_set: bool,
 ) -> Result<()> {
     if let Some(path) = junit {
-        std::fs::write(path, crate::budget_report::junit(p)).map_err(|e| {
-            Error::new(format!(
-                "cannot write {}: {}",
-                path.display(),
-                io_reason(&e)
-            ))
-        })?;
+        write_file(path, crate::budget_report::junit(p).as_bytes())?;
     }
     if !budgets_set || std::env::var("GITHUB_ACTIONS").as_deref() != Ok("true") {
         return Ok(());
     }
     let annotations = crate::budget_report::github_annotations(&p.violations);
-    if report_on_stdout {
-        eprint!("{annotations}");
+    // Written as `say` writes: a closed or full stream must not abort mlprof.
+    let _ = if report_on_stdout {
+        std::io::stderr().lock().write_all(annotations.as_bytes())
     } else {
-        print!("{annotations}");
-    }
+        let mut out = std::io::stdout().lock();
+        out.write_all(annotations.as_bytes())
+            .and_then(|_| out.flush())
+    };
     if let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY") {
         use std::io::Write as _;
         let mut file = std::fs::OpenOptions::new()
@@ -596,4 +766,49 @@ fn read_profile(path: &Path) -> Result<model::Profile> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
     render::json::parse(&text, &origin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_files_are_checked_and_written_atomically_where_they_can_be() {
+        let dir = std::env::temp_dir().join(format!("mlprof-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p.json");
+        assert_eq!(file_write(&file).unwrap(), FileWrite::Atomic);
+        assert_eq!(
+            file_write(Path::new("/dev/full")).unwrap(),
+            FileWrite::Direct
+        );
+        assert_eq!(
+            file_write(Path::new("/dev/stdout")).unwrap(),
+            FileWrite::Direct
+        );
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(file_write(&link).is_err(), "a dangling link");
+        write_file(&file, b"one").unwrap();
+        assert_eq!(file_write(&link).unwrap(), FileWrite::Direct);
+        write_file(&link, b"two").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&file).unwrap(), b"two");
+        for bad in [dir.clone(), dir.join("missing/p.json"), file.join("x")] {
+            let err = file_write(&bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("cannot write {}: ", bad.display())),
+                "{err}"
+            );
+        }
+        let err = write_file(Path::new("/dev/full"), b"x").unwrap_err();
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["link.json", "p.json"], "no temporary file left");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

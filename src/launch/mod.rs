@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 
 pub use session::Session;
-pub use signals::{block_forwarded_signals, forward_signals, Forwarding};
+pub use signals::{block_forwarded_signals, exit_status, forward_signals, watch_exit, Forwarding};
 pub use wait::{ChildExit, Usage};
 
 use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};

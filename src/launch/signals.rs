@@ -1,9 +1,15 @@
 //! Signals sent to mlprof are passed on to the profiled command. Terminal-generated signals
 //! (Ctrl-C) already reach the command through the process group, so those are not sent twice;
-//! mlprof itself keeps running to write the report.
+//! mlprof itself keeps running to write the report. Once the command is reaped, a signal ends
+//! the wait for its descendants; a second terminating one, or one while the report is being
+//! made, abandons the report: mlprof exits at once with the command's own exit status.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+
+use super::ChildExit;
 
 const FORWARDED: [libc::c_int; 6] = [
     libc::SIGINT,
@@ -50,8 +56,11 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Where signal forwarding stands: shared by the forwarding thread and the collector.
-#[derive(Default)]
+/// Signals that, once the command is reaped, ask mlprof itself to stop.
+const TERMINATING: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Where signal forwarding stands: shared by the forwarding thread, the collector and the
+/// command line.
 pub struct Forwarding {
     /// Stop the forwarding thread.
     pub stop: AtomicBool,
@@ -60,10 +69,98 @@ pub struct Forwarding {
     /// A forwarded signal arrived after the command was reaped (while mlprof waited for the
     /// descendants it left running): stop waiting.
     pub interrupted: AtomicBool,
+    /// The waiting is over and the report is being made: a terminating signal now abandons it.
+    pub reporting: AtomicBool,
+    /// The command's exit status as mlprof's own (`128 + signal` when killed), once reaped;
+    /// [`NO_STATUS`] before.
+    exit_status: AtomicI32,
+    /// Paths removed when the report is abandoned (the session directory).
+    leftovers: Mutex<Vec<PathBuf>>,
+}
+
+/// [`Forwarding`]'s exit status before the command is reaped.
+const NO_STATUS: i32 = -1;
+
+impl Default for Forwarding {
+    fn default() -> Forwarding {
+        Forwarding {
+            stop: AtomicBool::new(false),
+            reaped: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            reporting: AtomicBool::new(false),
+            exit_status: AtomicI32::new(NO_STATUS),
+            leftovers: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Forwarding {
+    /// Remove `path` (a directory) if the report is abandoned.
+    pub fn remove_if_abandoned(&self, path: PathBuf) {
+        if let Ok(mut paths) = self.leftovers.lock() {
+            paths.push(path);
+        }
+    }
+
+    /// A forwarded signal after the command was reaped: the first ends the wait for its
+    /// descendants (the collector checks `interrupted`); a second terminating one, or one
+    /// once the report is being made, abandons the report.
+    fn after_reaped(&self, sig: libc::c_int) {
+        let again = self.interrupted.swap(true, Ordering::AcqRel);
+        if TERMINATING.contains(&sig) && (again || self.reporting.load(Ordering::Acquire)) {
+            self.abandon(sig);
+        }
+    }
+
+    /// Exit now, with the command's status (or `128 + sig` if it is somehow unknown), after one
+    /// line saying so: whatever hangs in symbolizing or rendering is not waited for.
+    fn abandon(&self, sig: libc::c_int) -> ! {
+        if let Ok(paths) = self.leftovers.lock() {
+            for path in paths.iter() {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        }
+        const LINE: &[u8] = b"mlprof: interrupted after the program ended: report abandoned\n";
+        // SAFETY: write(2) from a static buffer; raw, so no lock another thread may hold (the
+        // report may be on its way to stderr) can block it.
+        unsafe { libc::write(libc::STDERR_FILENO, LINE.as_ptr().cast(), LINE.len()) };
+        let status = match self.exit_status.load(Ordering::Acquire) {
+            NO_STATUS => 128 + sig,
+            status => status,
+        };
+        // SAFETY: _exit ends the process without running destructors or atexit handlers while
+        // other threads are mid-work (the stuck one included); nothing is left to flush.
+        unsafe { libc::_exit(status) }
+    }
+}
+
+/// mlprof's exit status for how the command ended: its code, or `128 + signal`.
+pub fn exit_status(exit: &ChildExit) -> i32 {
+    match (exit.code, exit.signal) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => crate::error::EXIT_ERROR,
+    }
+}
+
+/// Pass the command's exit on from `exited`, noting it in `state` first (reaped, and the
+/// status an abandoned report exits with).
+pub fn watch_exit(exited: Receiver<ChildExit>, state: Arc<Forwarding>) -> Receiver<ChildExit> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok(exit) = exited.recv() {
+            state
+                .exit_status
+                .store(exit_status(&exit), Ordering::Release);
+            state.reaped.store(true, Ordering::Release);
+            let _ = tx.send(exit);
+        }
+    });
+    rx
 }
 
 /// Start a thread that passes forwarded signals on to `pid` until `state.stop` is set; once
-/// the command is reaped, a signal ends mlprof's wait for its descendants instead.
+/// the command is reaped, signals are for mlprof itself ([`Forwarding::after_reaped`]).
 pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
     std::thread::spawn(move || {
         let set = forwarded_set();
@@ -80,7 +177,7 @@ pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
                 continue; // timeout
             }
             if state.reaped.load(Ordering::Acquire) {
-                state.interrupted.store(true, Ordering::Release);
+                state.after_reaped(sig);
                 continue;
             }
             if info.si_code == libc::SI_KERNEL {
