@@ -672,6 +672,9 @@ mod tests {
             };
             check(&bytes);
         }
-        assert!(parsed > 1000, "mutations still reach past the TOML parser: {parsed}");
+        assert!(
+            parsed > 1000,
+            "mutations still reach past the TOML parser: {parsed}"
+        );
     }
 }
