@@ -1,6 +1,7 @@
 //! Compiles the C files of the preload library: the initial-exec thread-local state, and the
 //! code that must let a thread's forced unwinding (`pthread_exit`, `pthread_cancel`) pass
-//! through it: the thread entry and the blocking-wait hooks.
+//! through it: the thread entry, the blocking-wait hooks and the wrapper of the program's
+//! signal handlers.
 
 fn main() {
     let files = [
@@ -8,6 +9,7 @@ fn main() {
         "csrc/thread.c",
         "csrc/wait.c",
         "csrc/deadline.c",
+        "csrc/signal.c",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

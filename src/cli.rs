@@ -327,7 +327,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let forwarding = Arc::new(launch::Forwarding::default());
     forwarding.remove_if_abandoned(session.dir().to_path_buf());
     launched.exited = launch::watch_exit(launched.exited, forwarding.clone());
-    launch::forward_signals(launched.pid, forwarding.clone());
+    launch::forward_signals(
+        launched.pid,
+        session.dir().to_path_buf(),
+        forwarding.clone(),
+    );
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
     let recorded = collect::record(&session, launched, launch_ns, wait, &forwarding);
     // The waiting is over: a signal now abandons the report (exiting with the program's

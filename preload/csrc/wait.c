@@ -70,7 +70,7 @@ const struct timespec *mlprof_remaining_ts(uint64_t deadline, uint64_t now, stru
  * the coincidence is rare, and Python itself retries EINTR anyway.) */
 #define OURS(r, before) ((r) == -1 && errno == EINTR && mlprof_signals_taken() != (before))
 
-int poll(struct pollfd *fds, nfds_t n, int timeout) {
+HIDDEN int mlprof_poll(struct pollfd *fds, nfds_t n, int timeout) {
     uint64_t deadline, before;
     int r;
     if (!ready())
@@ -83,7 +83,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout) {
     return r;
 }
 
-int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask) {
+HIDDEN int mlprof_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask) {
     uint64_t deadline, before;
     struct timespec left;
     int r;
@@ -98,7 +98,7 @@ int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const si
 }
 
 /* Linux updates select's timeout with the time left, so a retry passes it on. */
-int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout) {
+HIDDEN int mlprof_select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout) {
     uint64_t before;
     int res;
     if (!ready())
@@ -110,7 +110,7 @@ int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout) {
     return res;
 }
 
-int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout, const sigset_t *mask) {
+HIDDEN int mlprof_pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout, const sigset_t *mask) {
     uint64_t deadline, before;
     struct timespec left;
     int res;
@@ -124,7 +124,7 @@ int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeo
     return res;
 }
 
-int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout) {
+HIDDEN int mlprof_epoll_wait(int epfd, struct epoll_event *events, int max, int timeout) {
     uint64_t deadline, before;
     int r;
     if (!ready())
@@ -137,7 +137,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout) {
     return r;
 }
 
-int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout, const sigset_t *mask) {
+HIDDEN int mlprof_epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout, const sigset_t *mask) {
     uint64_t deadline, before;
     int r;
     if (!ready())

@@ -38,6 +38,7 @@ extern "C" fn on_load() {
         .sample_interval_ns
         .store(interval as u32, Ordering::Relaxed);
     hooks::thread::announce();
+    hooks::signal::init();
     if env_u64(c"MLPROF_NO_FOLLOW") != 0 {
         NO_FOLLOW.store(true, Ordering::Relaxed);
         strip_from_ld_preload();

@@ -4,7 +4,8 @@
 //! the wait for its descendants; a second terminating one, or one while the report is being
 //! made, abandons the report: mlprof exits at once with the command's own exit status.
 
-use std::path::PathBuf;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -161,7 +162,12 @@ pub fn watch_exit(exited: Receiver<ChildExit>, state: Arc<Forwarding>) -> Receiv
 
 /// Start a thread that passes forwarded signals on to `pid` until `state.stop` is set; once
 /// the command is reaped, signals are for mlprof itself ([`Forwarding::after_reaped`]).
-pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
+///
+/// A signal sent to the whole process group (or cgroup: `timeout`, Slurm, systemd, `kill --
+/// -PGID`) reaches the command as well as mlprof; it is forwarded only if the command's handler
+/// did not receive it at about the same time ([`already_received`]), so the program never gets
+/// one signal twice. `channels` is the session directory.
+pub fn forward_signals(pid: u32, channels: PathBuf, state: Arc<Forwarding>) {
     std::thread::spawn(move || {
         let set = forwarded_set();
         let timeout = libc::timespec {
@@ -183,6 +189,9 @@ pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
             if info.si_code == libc::SI_KERNEL {
                 continue; // a terminal signal the child already received
             }
+            if already_received(&channels, pid, sig, monotonic_ns()) {
+                continue;
+            }
             // SAFETY: kill has no memory-safety preconditions. `pid` is our child and not yet
             // reaped: `reaped` is set by the collector before the pid could be reused... except
             // in the instant between the waiter's wait4 and that store, which is too short
@@ -190,4 +199,95 @@ pub fn forward_signals(pid: u32, state: Arc<Forwarding>) {
             unsafe { libc::kill(pid as libc::pid_t, sig) };
         }
     });
+}
+
+/// How far apart the command's receipt and ours may be to be the same group-wide signal, and
+/// how long mlprof waits for the command's handler to note it.
+const SAME_SIGNAL_NS: u64 = 250_000_000;
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether the command `pid` received `sig` itself around `at_ns` (mlprof's own receipt): its
+/// handler for `sig` (wrapped by the preload library) noted the time in its channel header.
+/// A command that does not catch `sig` is never waited for: a second delivery of a default or
+/// ignored signal changes nothing.
+fn already_received(channels: &Path, pid: u32, sig: libc::c_int, at_ns: u64) -> bool {
+    if !catches(pid, sig) {
+        return false;
+    }
+    let Some(file) = newest_channel(channels, pid) else {
+        return false;
+    };
+    let Ok(index) = usize::try_from(sig) else {
+        return false;
+    };
+    if index >= 32 {
+        return false;
+    }
+    let offset = std::mem::offset_of!(mlprof_wire::Header, signal_ns) + index * 8;
+    let deadline = at_ns + SAME_SIGNAL_NS;
+    loop {
+        let mut word = [0u8; 8];
+        // pread, not a mapping: a program that truncated its channel cannot make this fault.
+        if file.read_exact_at(&mut word, offset as u64).is_err() {
+            return false;
+        }
+        let noted = u64::from_le_bytes(word);
+        if noted != 0 && noted + SAME_SIGNAL_NS >= at_ns {
+            return true;
+        }
+        if monotonic_ns() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Whether `pid` has a handler for `sig` (`SigCgt` in `/proc/PID/status`).
+fn catches(pid: u32, sig: libc::c_int) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
+}
+
+/// The newest channel file of `pid` (`PID.START_NS.ring`; a process that exec'd has several),
+/// opened read-only, checked to be of this wire version.
+fn newest_channel(dir: &Path, pid: u32) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let prefix = format!("{pid}.");
+    let newest = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let start: u64 = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(mlprof_wire::FILE_SUFFIX)?
+                .parse()
+                .ok()?;
+            Some((start, e.path()))
+        })
+        .max()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(newest.1)
+        .ok()?;
+    let mut version = [0u8; 4];
+    let at = std::mem::offset_of!(mlprof_wire::Header, version) as u64;
+    file.read_exact_at(&mut version, at).ok()?;
+    (u32::from_le_bytes(version) == mlprof_wire::VERSION).then_some(file)
 }

@@ -18,7 +18,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
 pub const CMDLINE_BYTES: usize = 4096;
 /// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.
@@ -33,6 +33,10 @@ pub const ENV_MEMORY_SAMPLE: &str = "MLPROF_MEMORY_SAMPLE_BYTES";
 pub const ENV_COPY_SAMPLE: &str = "MLPROF_COPY_SAMPLE_BYTES";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
 pub const ENV_RATE: &str = "MLPROF_RATE_HZ";
+/// Signals that mlprof passes on to the command it launched (Linux numbers: SIGHUP, SIGINT,
+/// SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM). The preload library notes when the program's handlers
+/// receive them ([`Header::signal_ns`]).
+pub const FORWARDED_SIGNALS: [i32; 6] = [1, 2, 3, 10, 12, 15];
 /// File name suffix of channel files: `<pid>.<start_ns>.ring`.
 pub const FILE_SUFFIX: &str = ".ring";
 

@@ -121,6 +121,11 @@ pub struct Header {
     pub cmdline_truncated: u32,
     /// The command line, NUL-separated arguments.
     pub cmdline: [u8; CMDLINE_BYTES],
+    /// For each signal number below 32 that mlprof forwards ([`crate::FORWARDED_SIGNALS`]):
+    /// `CLOCK_MONOTONIC` nanoseconds when a handler of the program last received it (0:
+    /// never). Lets the collector tell whether a signal sent to the whole process group (or
+    /// cgroup) already reached the program, so that it is not forwarded a second time.
+    pub signal_ns: [AtomicU64; 32],
     /// Exact heap counters.
     pub heap: HeapCounters,
     /// Records dropped because the ring was full.

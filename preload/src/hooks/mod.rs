@@ -7,6 +7,8 @@
 
 pub mod alloc;
 pub mod copy;
+pub mod exports;
 pub mod process;
+pub mod signal;
 pub mod thread;
 pub mod wait;

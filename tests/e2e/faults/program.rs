@@ -127,7 +127,7 @@ fn functions_first_run_while_the_ring_is_full_are_still_named() {
         super::assert_same(&expected, &run.output, &args);
         let p = run.profile();
         assert!(p.dropped_events > 0, "{}: the ring never filled", py.minor);
-        let missing: Vec<String> = (0..40)
+        let missing: Vec<String> = (0..20)
             .map(|i| format!("first_run_{i:02}"))
             .filter(|name| !p.functions.iter().any(|f| f.function.ends_with(name)))
             .collect();
@@ -232,4 +232,42 @@ fn a_tmpdir_others_can_write_to_is_not_used_for_the_library_or_channels() {
         "mlprof wrote into a directory others can write to"
     );
     let _ = std::fs::remove_dir_all(Path::new(&unsafe_dir));
+}
+
+#[test]
+fn signals_sent_to_the_whole_process_group_reach_the_program_once() {
+    use std::os::unix::process::CommandExt;
+    let path = script("signals_group.py");
+    for py in pythons() {
+        // Each in a process group of its own, so the program's killpg reaches mlprof and the
+        // program but not this test.
+        let run = |profiled: bool| {
+            let out = fixture::tempdir().join("profile.json");
+            let mut cmd = if profiled {
+                let mut c = fixture::mlprof();
+                c.arg("run").arg("-o").arg(&out).arg("--");
+                c.arg(&py.exe);
+                c
+            } else {
+                Command::new(&py.exe)
+            };
+            let output = cmd
+                .arg(&path)
+                .process_group(0)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            (output, std::fs::read_to_string(&out).ok())
+        };
+        let (plain, _) = run(false);
+        let (got, profile) = run(true);
+        let stdout = String::from_utf8_lossy(&got.stdout);
+        assert!(
+            stdout.contains("received: {'TERM': 1, 'USR1': 1, 'HUP': 1}"),
+            "{}: {stdout}",
+            py.minor
+        );
+        super::assert_same(&plain, &got, &[os(&py.exe), os(&path)]);
+        assert!(profile.is_some(), "{}: no report", py.minor);
+    }
 }

@@ -1,0 +1,30 @@
+//! The exported names of the hooks written in C (`csrc/wait.c`, `csrc/signal.c`). A Rust
+//! cdylib exports only Rust items, so each is a naked function of no frame at all that jumps to
+//! the C code: a thread force-unwound while inside one (cancelled in `poll`, or leaving a
+//! signal handler by `pthread_exit`) meets only C frames.
+
+macro_rules! export {
+    ($name:ident => $target:ident) => {
+        extern "C" {
+            fn $target();
+        }
+
+        #[cfg(not(test))]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!("jmp {}", sym $target);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!("b {}", sym $target);
+        }
+    };
+}
+
+export!(poll => mlprof_poll);
+export!(ppoll => mlprof_ppoll);
+export!(select => mlprof_select);
+export!(pselect => mlprof_pselect);
+export!(epoll_wait => mlprof_epoll_wait);
+export!(epoll_pwait => mlprof_epoll_pwait);
+export!(sigaction => mlprof_sigaction);
