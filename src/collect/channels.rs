@@ -142,8 +142,8 @@ impl Channels {
         self.unready.remove(&path);
         if self.skipped.len() < MAX_SKIP_WARNINGS {
             self.warnings.push(format!(
-                "skipped {} in the session directory: {why}; not an mlprof channel that this \
-                 mlprof can read, so nothing from it is in the report",
+                "skipped {} in the session directory ({why}): not a channel this mlprof can \
+                 read, so nothing from it is in the report",
                 file_name(&path)
             ));
         }
