@@ -241,7 +241,7 @@ fn already_received(channels: &Path, pid: u32, sig: libc::c_int, at_ns: u64) -> 
             return false;
         }
         let noted = u64::from_le_bytes(word);
-        if noted != 0 && noted + SAME_SIGNAL_NS >= at_ns {
+        if noted != 0 && noted.saturating_add(SAME_SIGNAL_NS) >= at_ns {
             return true;
         }
         if monotonic_ns() >= deadline {
