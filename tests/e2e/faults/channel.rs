@@ -4,17 +4,12 @@
 //! within seconds of it, and a report must be written that says what was lost.
 
 use std::ffi::OsStr;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use mlprof_wire::Header;
 
-use super::{assert_same, os, plain, script, Profiled};
+use super::{assert_same, os, plain, profiled, script, LIMIT};
 use crate::fixture::{self, Python};
-
-/// Longest a profiled run may take (the programs themselves run for well under a second).
-const LIMIT: Duration = Duration::from_secs(30);
 
 /// The channel header offsets the scripts need to damage it precisely.
 fn layout() -> String {
@@ -27,74 +22,6 @@ fn layout() -> String {
     )
 }
 
-/// Like `faults::profiled`, but mlprof is killed after [`LIMIT`] (a hang is a failure, not a
-/// stuck test).
-fn profiled_within(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Profiled {
-    let dir = fixture::tempdir();
-    let out_path = dir.join("profile.json");
-    let started = Instant::now();
-    let mut child = fixture::mlprof()
-        .arg("run")
-        .args(options)
-        .arg("-o")
-        .arg(&out_path)
-        .arg("--")
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mlprof");
-    let mut pipes = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ]
-    .map(|pipe| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut buf);
-            }
-            buf
-        })
-    })
-    .into_iter();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for mlprof") {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!(
-                "{args:?}: mlprof still running after {LIMIT:?} (hung); killed",
-                LIMIT = LIMIT
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = started.elapsed();
-    let stdout = pipes.next().unwrap().join().unwrap();
-    let stderr = pipes.next().unwrap().join().unwrap();
-    let profile = std::fs::read_to_string(&out_path).ok();
-    let _ = std::fs::remove_dir_all(&dir);
-    Profiled {
-        output: std::process::Output {
-            status,
-            stdout,
-            stderr,
-        },
-        elapsed,
-        profile,
-    }
-}
-
 /// Run `name ARGS` under `py` with and without mlprof; the program must behave the same and
 /// mlprof must write a report within [`LIMIT`]. Returns the profile's warnings.
 fn check(py: &Python, options: &[&str], name: &str, extra: &[&str]) -> Vec<String> {
@@ -104,7 +31,7 @@ fn check(py: &Python, options: &[&str], name: &str, extra: &[&str]) -> Vec<Strin
     let layout = layout();
     let env = [("MLPROF_TEST_LAYOUT", layout.as_str())];
     let expected = plain(&args, &env);
-    let run = profiled_within(options, &args, &env);
+    let run = profiled(options, &args, &env);
     let what = format!("{} {name} {extra:?}", py.minor);
     assert_same(&expected, &run.output, &args);
     assert!(run.elapsed < LIMIT, "{what}: mlprof took {:?}", run.elapsed);
@@ -236,7 +163,7 @@ fn code_objects_named_after_a_fifo_or_dev_zero_are_not_read() {
         let path = script("channel_sources.py");
         let args = [os(&py.exe), os(&path), os(fifo)];
         let expected = plain(&args, &[]);
-        let run = profiled_within(&[], &args, &[]);
+        let run = profiled(&[], &args, &[]);
         assert_same(&expected, &run.output, &args);
         assert!(run.elapsed < LIMIT, "{}: {:?}", py.minor, run.elapsed);
         let profile = run.profile();
@@ -262,7 +189,7 @@ fn the_scripts_find_their_own_channel() {
     let probe = "import sys; sys.path.insert(0, sys.argv[1]); import channel_lib; \
                  print(channel_lib.own_channel() is not None)";
     let dir = script("");
-    let run = profiled_within(&[], &[os(&py.exe), os("-c"), os(probe), os(&dir)], &[]);
+    let run = profiled(&[], &[os(&py.exe), os("-c"), os(probe), os(&dir)], &[]);
     assert_eq!(String::from_utf8_lossy(&run.output.stdout), "True\n");
     let out = Command::new(&py.exe)
         .args([os("-c"), os(probe), os(&dir)])
