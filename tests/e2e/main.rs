@@ -12,3 +12,4 @@ mod foundation;
 mod gpu;
 mod html;
 mod memory;
+mod overhead;

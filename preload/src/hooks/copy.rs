@@ -41,7 +41,8 @@ fn counted(n: usize) {
     local::with(|l| {
         let Some(_entered) = l.enter() else { return };
         if let Some(weight) = sampler::copy_due(l, n) {
-            sampler::record_copy(n, weight);
+            let gil = crate::python::runtime::holds_gil();
+            sampler::record_copy(n, weight, sampler::reads(gil));
         }
     });
 }

@@ -30,7 +30,8 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
             if let Some(weight) = sampler::alloc_due(l, size) {
                 let _errno = crate::errno::Saved::new();
                 pymem::install_if_ready();
-                sampler::record_alloc(addr, size, weight, flags);
+                let gil = crate::python::runtime::holds_gil();
+                sampler::record_alloc(addr, size, weight, flags, sampler::reads(gil));
             }
         });
     }

@@ -207,7 +207,9 @@ fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
         }
         if let Some(weight) = sampler::alloc_due(l, size) {
             let _entered = l.hold();
-            sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON);
+            // Python's MEM and OBJ allocators are called with the GIL held.
+            let reads = sampler::reads(true);
+            sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON, reads);
         }
         ptr
     })

@@ -93,13 +93,25 @@ fn next_gap(local: &Local, mean: u64) -> i64 {
     (-(uniform.ln()) * mean as f64).max(1.0) as i64
 }
 
-/// Record a sampled allocation at `addr` and remember it as live.
-pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32) {
+/// How an allocation or copy point may read its own thread's stack: plain loads when the
+/// thread holds the GIL (always true inside Python's allocator; asked of the interpreter for
+/// `malloc` and copies) outside finalization, else through the kernel. See
+/// docs/design/memory-sampling.md for what each costs.
+pub fn reads(gil_held: bool) -> stack::Reads {
+    if gil_held && !crate::python::runtime::finalizing() {
+        stack::Reads::Trusted
+    } else {
+        stack::Reads::Checked
+    }
+}
+
+/// Record a sampled allocation at `addr` and remember it as live; `reads` as [`reads`] says.
+pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32, reads: stack::Reads) {
     let _errno = crate::errno::Saved::new(); // reading the stack makes system calls
     if !live::insert(addr) {
         return; // table full: a sample we could not follow to its free is worse than none
     }
-    stack::send(Kind::Alloc, |r, stack| {
+    stack::send(Kind::Alloc, reads, |r, stack| {
         r.a = addr as u64;
         r.b = size as u64;
         r.c = weight;
@@ -119,9 +131,9 @@ pub fn record_free(addr: usize) {
 }
 
 /// Record a sampled copy of `size` bytes.
-pub fn record_copy(size: usize, weight: u64) {
+pub fn record_copy(size: usize, weight: u64, reads: stack::Reads) {
     let _errno = crate::errno::Saved::new(); // reading the stack makes system calls
-    stack::send(Kind::Copy, |r, stack| {
+    stack::send(Kind::Copy, reads, |r, stack| {
         r.a = size as u64;
         r.b = weight;
         r.c = stack.depth as u64;

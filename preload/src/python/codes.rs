@@ -12,7 +12,6 @@ use mlprof_wire::{Kind, Record, Ring, DATA_BYTES, UNKNOWN_CODE};
 use mlprof_pyframes::code::{self, Blob};
 use mlprof_pyframes::Memory;
 
-use super::read;
 use super::runtime::Runtime;
 use crate::clock;
 
@@ -59,7 +58,7 @@ pub fn new_epoch() {
 
 /// The id of the code object at `code`, sending its description first if this channel has not
 /// seen it. [`UNKNOWN_CODE`] if the table is full.
-pub fn id(rt: &Runtime, ring: &Ring<'_>, code: usize) -> u32 {
+pub fn id(mem: &impl Memory, rt: &Runtime, ring: &Ring<'_>, code: usize) -> u32 {
     let start = (code >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48;
     for probe in 0..PROBES {
         let slot = (start + probe) & (SLOTS - 1);
@@ -77,12 +76,13 @@ pub fn id(rt: &Runtime, ring: &Ring<'_>, code: usize) -> u32 {
         if key != 0 && key != code {
             continue;
         }
-        return claim(rt, ring, entry, slot, code, key == 0);
+        return claim(mem, rt, ring, entry, slot, code, key == 0);
     }
     UNKNOWN_CODE
 }
 
 fn claim(
+    mem: &impl Memory,
     rt: &Runtime,
     ring: &Ring<'_>,
     entry: &Entry,
@@ -90,7 +90,7 @@ fn claim(
     code: usize,
     fresh: bool,
 ) -> u32 {
-    let (firstlineno, filename) = code::fingerprint(&read::Direct, rt.layout, code);
+    let (firstlineno, filename) = code::fingerprint(mem, rt.layout, code);
     let epoch = EPOCH.load(Ordering::Relaxed);
     // Ids stay below 2^31: the collector numbers code objects it reads itself from 2^31 up.
     let id_of = |e: &Entry| slot as u32 | (e.generation.load(Ordering::Relaxed) & 0x7fff) << 16;
@@ -119,7 +119,7 @@ fn claim(
     entry.filename.store(filename, Ordering::Relaxed);
     entry.epoch.store(epoch, Ordering::Relaxed);
     let id = id_of(entry);
-    if !send(rt, ring, id, code, firstlineno) {
+    if !send(mem, rt, ring, id, code, firstlineno) {
         // The ring was full: not sent. No live epoch is 0, so the next sample of this code
         // object sends it again instead of leaving the collector an id it cannot name.
         entry.epoch.store(0, Ordering::Relaxed);
@@ -129,8 +129,15 @@ fn claim(
 }
 
 /// Send the code object's description; false if the ring had no room for it.
-fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) -> bool {
-    let facts = code::describe(&read::Direct, rt.layout, code, MAX_BYTES);
+fn send(
+    mem: &impl Memory,
+    rt: &Runtime,
+    ring: &Ring<'_>,
+    id: u32,
+    code: usize,
+    firstlineno: i32,
+) -> bool {
+    let facts = code::describe(mem, rt.layout, code, MAX_BYTES);
     let (filename, qualname, table) = (facts.filename, facts.qualname, facts.linetable);
     let total = filename.len + qualname.len + table.len;
     let data_records = total.div_ceil(DATA_BYTES) as u64;
@@ -146,6 +153,7 @@ fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) -
     head.e = code as u64;
     group.set(0, &head);
     let mut chunk = Chunker {
+        mem,
         group: &group,
         next: 1,
         buf: [0; DATA_BYTES],
@@ -159,19 +167,21 @@ fn send(rt: &Runtime, ring: &Ring<'_>, id: u32, code: usize, firstlineno: i32) -
 }
 
 /// Fills data records 40 bytes at a time.
-struct Chunker<'g, 'r> {
+struct Chunker<'g, 'r, M> {
+    mem: &'g M,
     group: &'g mlprof_wire::Group<'r>,
     next: u64,
     buf: [u8; DATA_BYTES],
     used: usize,
 }
 
-impl Chunker<'_, '_> {
+impl<M: Memory> Chunker<'_, '_, M> {
     fn copy(&mut self, blob: Blob) {
         let mut done = 0;
         while done < blob.len {
             let n = (DATA_BYTES - self.used).min(blob.len - done);
-            if read::Direct
+            if self
+                .mem
                 .bytes(blob.addr + done, &mut self.buf[self.used..self.used + n])
                 .is_none()
             {

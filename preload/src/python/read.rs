@@ -58,8 +58,46 @@ fn checked() -> bool {
     SELF_PID.load(Ordering::Relaxed) > 0
 }
 
-/// Direct loads from this process's memory.
+/// Direct loads from this process's memory, each through the kernel: safe anywhere, including
+/// a signal handler that interrupted CPython halfway through changing its frames. About one
+/// system call (0.3-1 µs) per read.
 pub struct Direct;
+
+/// Plain loads, after the same validation as [`Direct`]: no system call. Only for the calling
+/// thread's own Python stack at an allocation or copy point while it holds the GIL (as
+/// `tracemalloc` walks it, inside the allocator, with the same fields) and the interpreter is
+/// not finalizing: CPython then keeps the chain from the current frame consistent, and no
+/// other thread can free it. Code objects on that chain are alive (each frame owns one).
+/// Never in the signal handler.
+pub struct Trusted;
+
+impl Memory for Trusted {
+    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
+        if !plausible(addr, out.len(), 1) {
+            return None;
+        }
+        // SAFETY: validated range inside a live interpreter structure of this thread (the
+        // type's contract); the destination is a distinct writable buffer.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        Some(())
+    }
+
+    fn word(&self, addr: usize) -> Option<usize> {
+        if !plausible(addr, 8, 8) {
+            return None;
+        }
+        // SAFETY: as in `bytes`, aligned for a usize.
+        Some(unsafe { core::ptr::read_volatile(addr as *const usize) })
+    }
+
+    fn int(&self, addr: usize) -> Option<i32> {
+        if !plausible(addr, 4, 4) {
+            return None;
+        }
+        // SAFETY: as in `bytes`, aligned for an i32.
+        Some(unsafe { core::ptr::read_volatile(addr as *const i32) })
+    }
+}
 
 impl Memory for Direct {
     fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {

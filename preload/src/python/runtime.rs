@@ -49,6 +49,20 @@ static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 static RUNTIME: AtomicUsize = AtomicUsize::new(0);
 static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
+static GIL_CHECK: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the calling thread holds the GIL (`PyGILState_Check`); false if unknown. Not for
+/// signal handlers: it reads thread-specific data with `pthread_getspecific`.
+pub fn holds_gil() -> bool {
+    let f = GIL_CHECK.load(Ordering::Relaxed);
+    if f == 0 {
+        return false;
+    }
+    // SAFETY: `PyGILState_Check` has this C signature in 3.9-3.13 and only reads the thread's
+    // own state; callable with or without the GIL.
+    let f: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute::<usize, _>(f) };
+    f() != 0
+}
 
 /// Whether the interpreter is shutting down (`Py_IsFinalizing`); false if unknown.
 pub fn finalizing() -> bool {
@@ -127,6 +141,7 @@ pub fn init(version: &[u8]) -> u32 {
         f => f,
     };
     IS_FINALIZING.store(finalizing, Ordering::Relaxed);
+    GIL_CHECK.store(symbol(c"PyGILState_Check"), Ordering::Relaxed);
     GET_TSTATE.store(get_tstate, Ordering::Relaxed);
     IS_INITIALIZED.store(is_initialized, Ordering::Relaxed);
     CODE_TYPE.store(code_type, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //! one group so no other writer's records interleave. Shared by the CPU sampler (signal
 //! handler) and the memory sampler (allocation hooks): no allocation, no locks.
 
-use mlprof_pyframes::walk;
+use mlprof_pyframes::{walk, Memory};
 use mlprof_wire::{sample_flags, Kind, Record, FRAMES_PER_RECORD, UNKNOWN_CODE};
 
 use super::{codes, read, runtime};
@@ -23,8 +23,25 @@ pub struct Stack {
     pub tstate: usize,
 }
 
+/// How the stack may be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Through the kernel ([`read::Direct`]): anywhere, the signal handler included.
+    Checked,
+    /// Plain loads ([`read::Trusted`]): an allocation or copy point of a thread holding the
+    /// GIL, outside finalization.
+    Trusted,
+}
+
 /// Send a `kind` record, filled by `fill`, followed by this thread's Python frames.
-pub fn send(kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
+pub fn send(kind: Kind, reads: Reads, fill: impl FnOnce(&mut Record, Stack)) {
+    match reads {
+        Reads::Checked => send_with(&read::Direct, kind, fill),
+        Reads::Trusted => send_with(&read::Trusted, kind, fill),
+    }
+}
+
+fn send_with<M: Memory>(mem: &M, kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
     let Some(ring) = channel::ring() else { return };
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
     let rt = runtime::get();
@@ -34,7 +51,7 @@ pub fn send(kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
     };
     match rt {
         Some(rt) if stack.tstate != 0 => {
-            let w = walk::walk(&read::Direct, &rt.interpreter(), stack.tstate, &mut frames);
+            let w = walk::walk(mem, &rt.interpreter(), stack.tstate, &mut frames);
             stack.depth = w.depth;
             stack.flags |= if w.truncated {
                 sample_flags::TRUNCATED
@@ -51,7 +68,7 @@ pub fn send(kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
     }
     let mut words = [0u64; MAX_DEPTH];
     for (word, frame) in words.iter_mut().zip(&frames[..stack.depth]) {
-        let id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(&rt, &ring, frame.code));
+        let id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(mem, &rt, &ring, frame.code));
         *word = (id as u64) << 32 | frame.lasti as u32 as u64;
     }
     let frame_records = stack.depth.div_ceil(FRAMES_PER_RECORD);

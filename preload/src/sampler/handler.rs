@@ -64,7 +64,7 @@ fn collector_gone() -> bool {
 
 /// Record one sample of the calling thread.
 fn sample(ip: usize, weight_ns: u64) {
-    stack::send(Kind::Sample, |head, stack| {
+    stack::send(Kind::Sample, stack::Reads::Checked, |head, stack| {
         head.a = ip as u64;
         head.b = weight_ns;
         head.c = stack.depth as u64 | (stack.flags as u64) << 32;
