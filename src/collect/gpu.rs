@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -96,8 +96,31 @@ pub struct GpuProcessReading {
 /// A running poller.
 pub struct GpuPoller {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<GpuRecording>>,
+    thread: Option<JoinHandle<()>>,
     failed: Option<GpuRecording>,
+    /// What the poller has seen so far (the thread adds each poll; snapshots copy it).
+    seen: Arc<Mutex<GpuRecording>>,
+}
+
+/// A view of what a running poller has seen, for snapshots of the run.
+#[derive(Clone)]
+pub struct GpuView {
+    seen: Arc<Mutex<GpuRecording>>,
+    failed: Option<GpuRecording>,
+}
+
+impl GpuView {
+    /// A copy of what the poller has seen so far.
+    pub fn current(&self) -> GpuRecording {
+        match &self.failed {
+            Some(failed) => failed.clone(),
+            None => lock(&self.seen).clone(),
+        }
+    }
+}
+
+fn lock(seen: &Mutex<GpuRecording>) -> std::sync::MutexGuard<'_, GpuRecording> {
+    seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl GpuPoller {
@@ -112,17 +135,24 @@ impl GpuPoller {
         let period = Duration::from_secs_f64(1.0 / options.rate_hz.clamp(1.0, 100.0));
         let lib = options.lib.clone();
         let flag = stop.clone();
+        let seen = Arc::new(Mutex::new(unavailable(
+            "NVML was still loading when this snapshot was taken".to_string(),
+        )));
+        let out = seen.clone();
         let thread = std::thread::Builder::new()
             .name("mlprof-gpu".to_string())
             .spawn(move || {
                 let nvml = match load(lib.as_deref().map(|p| p.as_os_str())) {
                     Ok(nvml) => nvml,
-                    Err(reason) => return unavailable(reason),
+                    Err(reason) => {
+                        *lock(&out) = unavailable(reason);
+                        return;
+                    }
                 };
                 match device_infos(&nvml) {
-                    Ok(d) if !d.is_empty() => poll_loop(nvml, d, period, launch_ns, &flag),
-                    Ok(_) => unavailable("no NVIDIA GPU found".to_string()),
-                    Err(e) => unavailable(format!("NVML error: {e}")),
+                    Ok(d) if !d.is_empty() => poll_loop(nvml, d, period, launch_ns, &flag, &out),
+                    Ok(_) => *lock(&out) = unavailable("no NVIDIA GPU found".to_string()),
+                    Err(e) => *lock(&out) = unavailable(format!("NVML error: {e}")),
                 }
             })
             .ok();
@@ -130,6 +160,7 @@ impl GpuPoller {
             stop,
             thread,
             failed: None,
+            seen,
         }
     }
 
@@ -138,6 +169,19 @@ impl GpuPoller {
             stop,
             thread: None,
             failed: Some(unavailable(reason)),
+            seen: Arc::default(),
+        }
+    }
+
+    /// A view of what is seen while the poller runs.
+    pub fn view(&self) -> GpuView {
+        GpuView {
+            seen: self.seen.clone(),
+            failed: match (&self.thread, &self.failed) {
+                (None, Some(failed)) => Some(failed.clone()),
+                (None, None) => Some(unavailable("the GPU poller could not start".to_string())),
+                (Some(_), _) => None,
+            },
         }
     }
 
@@ -145,9 +189,10 @@ impl GpuPoller {
     pub fn finish(mut self) -> GpuRecording {
         self.stop.store(true, Ordering::Relaxed);
         match (self.thread.take(), self.failed.take()) {
-            (Some(thread), _) => thread
-                .join()
-                .unwrap_or_else(|_| unavailable("the GPU poller failed".to_string())),
+            (Some(thread), _) => match thread.join() {
+                Ok(()) => std::mem::take(&mut *lock(&self.seen)),
+                Err(_) => unavailable("the GPU poller failed".to_string()),
+            },
             (None, Some(failed)) => failed,
             (None, None) => unavailable("the GPU poller could not start".to_string()),
         }
@@ -225,19 +270,23 @@ struct State {
     pids: HashMap<u32, Option<u32>>,
 }
 
+/// Poll until `stop`, adding each poll to `out` (locked only to add it: NVML is not called
+/// under the lock). `rec` holds what `poll` reads and changes (devices, `process_util`).
 fn poll_loop(
     nvml: Nvml,
     devices: Vec<GpuDeviceInfo>,
     period: Duration,
     launch_ns: u64,
     stop: &AtomicBool,
-) -> GpuRecording {
+    out: &Mutex<GpuRecording>,
+) {
     let mut rec = GpuRecording {
         available: true,
         process_util: true,
         devices,
         ..GpuRecording::default()
     };
+    *lock(out) = rec.clone();
     let mut state = State {
         last_seen: vec![0; rec.devices.len()],
         period_us: vec![None; rec.devices.len()],
@@ -248,7 +297,9 @@ fn poll_loop(
         let t_ns = super::monotonic_ns().saturating_sub(launch_ns);
         match poll(&nvml, &mut rec, &mut state, t_ns) {
             Ok(poll) => {
-                rec.polls.push(poll);
+                let mut seen = lock(out);
+                seen.process_util = rec.process_util;
+                seen.polls.push(poll);
                 failed = 0;
             }
             Err(NvmlError::InsufficientSize(_)) => {} // a process came or went mid-poll
@@ -256,7 +307,9 @@ fn poll_loop(
                 failed += 1;
                 let fatal = matches!(e, NvmlError::GpuLost | NvmlError::Uninitialized);
                 if fatal || failed >= MAX_FAILED_POLLS {
-                    rec.notes.push(format!(
+                    let mut seen = lock(out);
+                    seen.process_util = rec.process_util;
+                    seen.notes.push(format!(
                         "GPU polling stopped at {:.1} s: NVML error: {e}",
                         t_ns as f64 / 1e9
                     ));
@@ -266,7 +319,7 @@ fn poll_loop(
         }
         std::thread::sleep(period);
     }
-    rec
+    lock(out).process_util = rec.process_util;
 }
 
 /// A reading a device does not support (MIG instances have no utilisation) is missing, not

@@ -76,6 +76,25 @@ fn stat_cpu_s(stat: &str) -> Option<f64> {
     Some((utime + stime) as f64 / clock_ticks_per_s())
 }
 
+/// User and kernel CPU seconds of `pid` and of the children it has waited for, as `wait4`
+/// will report them when it is reaped (`utime + cutime`, `stime + cstime` of
+/// `/proc/PID/stat`): the usage of a command that is still running.
+pub fn usage(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_usage(&stat)
+}
+
+fn stat_usage(stat: &str) -> Option<(f64, f64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 to 17 (utime, stime, cutime, cstime) are indexes 11 to 14 of `rest`.
+    let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let ticks = clock_ticks_per_s();
+    let user = field(11)?.saturating_add(field(13)?);
+    let kernel = field(12)?.saturating_add(field(14)?);
+    Some((user as f64 / ticks, kernel as f64 / ticks))
+}
+
 fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -95,6 +114,15 @@ mod tests {
         let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
         let cpu = stat_cpu_s(stat).unwrap();
         assert!((cpu - 300.0 / clock_ticks_per_s()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn usage_adds_the_waited_childrens_time() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 1 0";
+        let (user, kernel) = stat_usage(stat).unwrap();
+        assert!((user - 257.0 / clock_ticks_per_s()).abs() < 1e-9);
+        assert!((kernel - 53.0 / clock_ticks_per_s()).abs() < 1e-9);
+        assert!(usage(std::process::id()).is_some());
     }
 
     #[test]
