@@ -237,6 +237,16 @@ struct RunArgs {
     /// SECONDS; any still running then are reported as such and left running.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = seconds)]
     wait_children: f64,
+    /// While the command runs, write the profile so far to the -o file every SECONDS (in the
+    /// report's format, replaced atomically: never seen half-written); the report at the end
+    /// replaces the last one. Needs -o FILE.
+    #[arg(long, value_name = "SECONDS", value_parser = interval)]
+    snapshot_every: Option<f64>,
+    /// SIGUSR1 sent to mlprof (`kill -USR1 MLPROF_PID`) writes a snapshot to the -o file now,
+    /// and is not passed on to the command. Without this flag mlprof passes SIGUSR1 on, as
+    /// other signals. Needs -o FILE.
+    #[arg(long)]
+    snapshot_on_signal: bool,
     /// Attribute time to any file, the standard library and installed packages included.
     #[arg(long, conflicts_with = "profile_only")]
     profile_all: bool,
@@ -296,12 +306,36 @@ enum Destination {
 
 fn run_command(args: RunArgs) -> Result<i32> {
     launch::block_forwarded_signals();
-    let gate = args.gate.load()?;
+    let snapshot_flag = if args.snapshot_every.is_some() {
+        Some("--snapshot-every")
+    } else if args.snapshot_on_signal {
+        Some("--snapshot-on-signal")
+    } else {
+        None
+    };
+    if let (Some(flag), None) = (snapshot_flag, &args.output) {
+        return Err(Error::with_code(
+            format!("{flag} needs -o FILE: snapshots are written to the report file"),
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let gate = Arc::new(args.gate.load()?);
     let (format, destination) = run_destination(&args);
     // Nothing has run yet: a report that cannot be written is an error now, not once the
     // program has run.
     if let Destination::File(path) = &destination {
-        file_write(path)?;
+        let how = file_write(path)?;
+        if let (Some(flag), FileWrite::Direct) = (snapshot_flag, how) {
+            return Err(Error::with_code(
+                format!(
+                    "{flag}: {} cannot be replaced atomically (a device, FIFO or link, or a \
+                     directory mlprof may not add files to), so a snapshot could be read \
+                     half-written; name a regular file",
+                    path.display()
+                ),
+                crate::error::EXIT_USAGE,
+            ));
+        }
     }
     if let Some(path) = &args.junit {
         file_write(path)?;
@@ -323,9 +357,32 @@ fn run_command(args: RunArgs) -> Result<i32> {
         },
         launch_ns,
     );
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let filter = model::Filter {
+        all: args.profile_all,
+        only: args.profile_only.clone(),
+    };
+    let snapshotter = match (&destination, snapshot_flag) {
+        (Destination::File(path), Some(_)) => Some(Snapshotter::start(SnapshotJob {
+            path: path.clone(),
+            format,
+            command: command.clone(),
+            filter: filter.clone(),
+            gate: gate.clone(),
+            gpu: gpu.view(),
+        })),
+        _ => None,
+    };
     let mut launched = launch::spawn(&session, &args.command, to_stderr, &sampling)?;
     let forwarding = Arc::new(launch::Forwarding::default());
     forwarding.remove_if_abandoned(session.dir().to_path_buf());
+    forwarding
+        .snapshot_on_signal
+        .store(args.snapshot_on_signal, Ordering::Release);
     launched.exited = launch::watch_exit(launched.exited, forwarding.clone());
     launch::forward_signals(
         launched.pid,
@@ -333,22 +390,20 @@ fn run_command(args: RunArgs) -> Result<i32> {
         forwarding.clone(),
     );
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
-    let recorded = collect::record(&session, launched, launch_ns, wait, &forwarding);
+    let snapshots = collect::Snapshots {
+        every: args.snapshot_every.map(std::time::Duration::from_secs_f64),
+        sink: snapshotter
+            .as_ref()
+            .map(|s| s as &dyn collect::SnapshotSink),
+    };
+    let recorded = collect::record(&session, launched, launch_ns, wait, &forwarding, &snapshots);
     // The waiting is over: a signal now abandons the report (exiting with the program's
     // status) rather than waiting for whatever symbolizing or rendering is stuck on.
     forwarding.reporting.store(true, Ordering::Release);
     let mut recording = recorded?;
     recording.gpu = gpu.finish();
-    recording.command = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    recording.command = command;
     let natives = symbolize::native_names(&recording);
-    let filter = model::Filter {
-        all: args.profile_all,
-        only: args.profile_only.clone(),
-    };
     let mut profile = model::attribute(&recording, &natives, &filter);
     symbolize::sources::attach(&mut profile);
     profile.violations = gate.verdicts(&profile);
@@ -366,6 +421,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
         }
     }
     let report_on_stdout = matches!(destination, Destination::Stdout);
+    if let Some(snapshotter) = &snapshotter {
+        // From here on the file is the final report's: a snapshot being written is waited
+        // for, and none is written after it.
+        snapshotter.claim();
+    }
     if let Err(e) = emit(&profile, format, destination) {
         say(format_args!("report not written: {e}"));
     }
@@ -384,6 +444,111 @@ fn run_command(args: RunArgs) -> Result<i32> {
     Ok(status)
 }
 
+/// The nice value of the thread that makes snapshots.
+const SNAPSHOT_NICE: libc::c_int = 10;
+
+/// What a snapshot is made of besides the recording, and where it goes.
+struct SnapshotJob {
+    path: PathBuf,
+    format: Format,
+    command: Vec<String>,
+    filter: model::Filter,
+    gate: Arc<Gate>,
+    gpu: collect::gpu::GpuView,
+}
+
+/// Snapshots of the profile while the command runs (`--snapshot-every`,
+/// `--snapshot-on-signal`): the collector hands over its recording so far
+/// ([`collect::SnapshotSink`], shared rather than copied); a thread of its own copies it and
+/// runs the final report's pipeline on it (native names, attribution, sources, budgets,
+/// rendering) and replaces the report file atomically, until the final report claims the file.
+/// One snapshot at a time: the collector hands over the next only once this one is done.
+struct Snapshotter {
+    to: std::sync::mpsc::Sender<collect::Snapshot>,
+    /// A snapshot is being made or written.
+    busy: Arc<std::sync::atomic::AtomicBool>,
+    /// Held while a snapshot is written; `true` once the final report has claimed the file.
+    claimed: Arc<std::sync::Mutex<bool>>,
+}
+
+impl Snapshotter {
+    fn start(job: SnapshotJob) -> Snapshotter {
+        let (to, from) = std::sync::mpsc::channel::<collect::Snapshot>();
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let claimed = Arc::new(std::sync::Mutex::new(false));
+        let (working, file) = (busy.clone(), claimed.clone());
+        std::thread::spawn(move || {
+            // Each distinct failure is said once (a full disk would say it every interval).
+            let mut said = String::new();
+            // Below the program and the collector: on a busy machine a snapshot comes later
+            // rather than slowing either (Linux nice values are per thread).
+            // SAFETY: setpriority on this thread's own id; no memory is involved.
+            unsafe {
+                libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    libc::gettid() as libc::id_t,
+                    SNAPSHOT_NICE,
+                )
+            };
+            for snapshot in from {
+                // The copy of what the collector shares, made here, not on its thread.
+                let recording = snapshot.into_recording();
+                if let Err(e) = job.write(recording, &file) {
+                    let line = e.to_string();
+                    if line != said {
+                        say(format_args!("snapshot not written: {line}"));
+                        said = line;
+                    }
+                }
+                working.store(false, Ordering::Release);
+            }
+        });
+        Snapshotter { to, busy, claimed }
+    }
+
+    /// The file is the final report's now: waits for a snapshot being written (not for one
+    /// being made), and no snapshot is written after this.
+    fn claim(&self) {
+        *self.claimed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+}
+
+impl collect::SnapshotSink for Snapshotter {
+    fn idle(&self) -> bool {
+        !self.busy.load(Ordering::Acquire)
+    }
+
+    fn take(&self, snapshot: collect::Snapshot) {
+        self.busy.store(true, Ordering::Release);
+        if self.to.send(snapshot).is_err() {
+            self.busy.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl SnapshotJob {
+    /// The profile of `recording` made as the final report is, written over the report file
+    /// unless the final report has `claimed` it.
+    fn write(
+        &self,
+        mut recording: collect::Recording,
+        claimed: &std::sync::Mutex<bool>,
+    ) -> Result<()> {
+        recording.command = self.command.clone();
+        recording.gpu = self.gpu.current();
+        let natives = symbolize::native_names(&recording);
+        let mut profile = model::attribute(&recording, &natives, &self.filter);
+        symbolize::sources::attach(&mut profile);
+        profile.violations = self.gate.verdicts(&profile);
+        let text = render::render_for(&profile, self.format, render::text::Style::default())?;
+        let claimed = claimed.lock().unwrap_or_else(|p| p.into_inner());
+        if *claimed {
+            return Ok(());
+        }
+        write_file(&self.path, text.as_bytes())
+    }
+}
+
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
 /// (`2>/dev/full`) loses the line rather than aborting mlprof (as `eprintln!` would), which
 /// would replace the program's exit status.
@@ -396,6 +561,16 @@ fn gpu_rate(text: &str) -> std::result::Result<f64, String> {
     match text.parse::<f64>() {
         Ok(hz) if (1.0..=100.0).contains(&hz) => Ok(hz),
         _ => Err(format!("'{text}' is not a rate from 1 to 100 per second")),
+    }
+}
+
+/// A snapshot interval in seconds: from 0.1 to a day.
+fn interval(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.1..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds from 0.1 to 86400"
+        )),
     }
 }
 

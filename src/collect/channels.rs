@@ -11,10 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use mlprof_wire::{python_status, state, Kind, WireError, FILE_SUFFIX};
 
-use super::decode::{Decoder, MAX_RECORD_BYTES};
+use super::decode::{Decoder, Events, MAX_RECORD_BYTES};
 use super::mapping::{Mapping, OpenError};
 use super::recording::ChannelSummary;
 use super::waits;
@@ -263,26 +264,18 @@ impl Channels {
                     ring.header().collector_gone.store(1, Ordering::Relaxed);
                 }
             }
-            let malformed = channel.decoder.out.malformed;
-            if malformed > 0 {
-                warnings.push(format!(
-                    "pid {} ({}): {malformed} malformed record{} dropped (the channel was \
-                     overwritten or its writer is buggy); the events they belonged to are \
-                     missing from the report",
-                    channel.summary.pid,
-                    channel.name,
-                    if malformed == 1 { "" } else { "s" },
-                ));
-            }
-            let decoded = std::mem::take(&mut channel.decoder.out);
-            let mut summary = channel.summary.clone();
-            summary.samples = decoded.samples;
-            summary.allocs = decoded.allocs;
-            summary.copies = decoded.copies;
-            summary.peak_marks = decoded.peak_marks;
-            summary.codes = decoded.codes;
-            summary.threads = decoded.threads;
-            out.push(summary);
+            warnings.extend(channel.malformed_warning());
+            let mut decoded = std::mem::take(&mut channel.decoder.out);
+            let events = decoded.take_events();
+            out.push(ChannelSummary {
+                samples: events.samples,
+                allocs: events.allocs,
+                copies: events.copies,
+                peak_marks: events.peak_marks,
+                codes: decoded.codes,
+                threads: decoded.threads,
+                ..channel.summary.clone()
+            });
         }
         out.sort_by_key(|s| s.start_ns);
         for (path, why) in std::mem::take(&mut self.unready) {
@@ -296,6 +289,35 @@ impl Channels {
             ));
         }
         (out, self.warnings)
+    }
+}
+
+impl Channels {
+    /// What has been drained so far, for a snapshot of the run in progress, without draining
+    /// or ending anything: every channel's summary (code objects and threads copied, the
+    /// newest image of each process that has not exited marked `still_running`) with its
+    /// sampled events shared, not copied ([`super::decode::Decoded::share`]), and the
+    /// warnings so far.
+    pub fn snapshot(&mut self) -> (Vec<(ChannelSummary, Arc<Events>)>, Vec<String>) {
+        let live = self.newest_live();
+        let mut warnings = self.warnings.clone();
+        let mut out: Vec<(ChannelSummary, Arc<Events>)> = self
+            .open
+            .iter_mut()
+            .map(|(path, channel)| {
+                warnings.extend(channel.malformed_warning());
+                let d = &mut channel.decoder.out;
+                let summary = ChannelSummary {
+                    codes: d.codes.clone(),
+                    threads: d.threads.clone(),
+                    still_running: live.contains(path),
+                    ..channel.summary.clone()
+                };
+                (summary, d.share())
+            })
+            .collect();
+        out.sort_by_key(|(s, _)| s.start_ns);
+        (out, warnings)
     }
 }
 
@@ -317,6 +339,21 @@ fn covers(maps: &[native::Mapping], ip: u64) -> bool {
 }
 
 impl Channel {
+    /// The warning about malformed records dropped so far, if any were.
+    fn malformed_warning(&self) -> Option<String> {
+        let malformed = self.decoder.out.malformed;
+        (malformed > 0).then(|| {
+            format!(
+                "pid {} ({}): {malformed} malformed record{} dropped (the channel was \
+                 overwritten or its writer is buggy); the events they belonged to are missing \
+                 from the report",
+                self.summary.pid,
+                self.name,
+                if malformed == 1 { "" } else { "s" },
+            )
+        })
+    }
+
     /// Stop reading this channel (it is corrupt or was truncated), with a warning saying what
     /// is lost.
     fn stop(&mut self, why: String, now_ns: u64, warnings: &mut Vec<String>) {
@@ -546,6 +583,42 @@ pub(crate) mod tests {
             warnings.iter().any(|w| w.contains("version 77")),
             "{warnings:#?}"
         );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_snapshot_leaves_the_channels_as_they_were() {
+        let d = dir("snapshot");
+        std::fs::write(d.join("21.1.ring"), image(64, 21, &[sample(0)], |_| ())).unwrap();
+        let mut exited = Record::new(Kind::ProcessExit, 22, 5);
+        exited.a = 3;
+        let image22 = image(64, 22, &[sample(0), sample(0), exited], |_| ());
+        std::fs::write(d.join("22.1.ring"), image22).unwrap();
+        let mut channels = Channels::new(&d, 0);
+        channels.scan();
+        channels.drain(1);
+        let (shared, warnings) = channels.snapshot();
+        assert!(warnings.is_empty(), "{warnings:#?}");
+        let got: Vec<(u32, usize, bool)> = shared
+            .iter()
+            .map(|(s, events)| (s.pid, events.samples.len(), s.still_running))
+            .collect();
+        assert_eq!(
+            got,
+            [(21, 1, true), (22, 2, false)],
+            "the exited one is not running"
+        );
+        assert!(
+            shared.iter().all(|(s, _)| s.samples.is_empty()),
+            "events are shared"
+        );
+        let (summaries, _) = finish(channels);
+        let got: Vec<(u32, usize, bool)> = summaries
+            .iter()
+            .map(|s| (s.pid, s.samples.len(), s.still_running))
+            .collect();
+        assert_eq!(got, [(21, 1, false), (22, 2, false)]);
+        drop(shared);
         let _ = std::fs::remove_dir_all(&d);
     }
 

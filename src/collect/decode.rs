@@ -9,6 +9,7 @@
 //! that declares more is dropped and counted in [`Decoded::malformed`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
 
@@ -20,7 +21,23 @@ pub const MAX_RECORD_BYTES: u64 = 1 << 48;
 /// Largest CPU time one sample may stand for: 2^40 ns (about 18 minutes). Larger is corruption.
 pub const MAX_SAMPLE_NS: u64 = 1 << 40;
 
-/// Decoded events of one channel.
+/// The sampled events of one channel up to a snapshot, shared with the snapshot being made
+/// (which only reads them) instead of copied while the collector waits.
+#[derive(Clone, Debug, Default)]
+pub struct Events {
+    /// CPU samples in arrival order.
+    pub samples: Vec<CpuSample>,
+    /// Sampled allocations, with their free time once freed (as of the snapshot).
+    pub allocs: Vec<AllocSample>,
+    /// Sampled copies.
+    pub copies: Vec<CopySample>,
+    /// Heap peak marks: (ns from launch, heap bytes), rising.
+    pub peak_marks: Vec<(u64, u64)>,
+}
+
+/// Decoded events of one channel. Once snapshots are taken ([`Decoded::share`]), `samples`,
+/// `allocs`, `copies` and `peak_marks` hold only the events since the last one; the earlier
+/// ones are in the shared [`Events`], and [`Decoded::take_events`] returns them all.
 #[derive(Clone, Debug, Default)]
 pub struct Decoded {
     /// CPU samples in arrival order.
@@ -42,8 +59,60 @@ pub struct Decoded {
     pub copies: Vec<CopySample>,
     /// Heap peak marks: (ns from launch, heap bytes), rising.
     pub peak_marks: Vec<(u64, u64)>,
-    /// Index in `allocs` of each sampled block still live, by address.
+    /// Index of each sampled block still live, by address: counted from the first allocation
+    /// (in `shared`, then in `allocs`).
     live: HashMap<u64, usize>,
+    /// The events up to the last snapshot.
+    shared: Arc<Events>,
+    /// Frees of allocations in `shared` since the last snapshot: (index, time).
+    shared_frees: Vec<(usize, u64)>,
+}
+
+impl Decoded {
+    /// Every event decoded so far, for a snapshot: the events since the last call are moved
+    /// into the shared [`Events`] and the share is returned. Costs what arrived since the last
+    /// call, unless that snapshot still holds its share (then the share is copied once).
+    pub fn share(&mut self) -> Arc<Events> {
+        let mut shared = std::mem::take(&mut self.shared);
+        self.add_to(Arc::make_mut(&mut shared));
+        self.shared = shared;
+        self.shared.clone()
+    }
+
+    /// Every event decoded, in arrival order, with free times (leaves none here).
+    pub fn take_events(&mut self) -> Events {
+        let mut all = Arc::try_unwrap(std::mem::take(&mut self.shared))
+            .unwrap_or_else(|shared| (*shared).clone());
+        self.add_to(&mut all);
+        self.live.clear();
+        all
+    }
+
+    /// Move the events since the last share, and the frees noted for shared ones, into `all`.
+    fn add_to(&mut self, all: &mut Events) {
+        for (i, t_ns) in self.shared_frees.drain(..) {
+            if let Some(alloc) = all.allocs.get_mut(i) {
+                alloc.freed_ns.get_or_insert(t_ns);
+            }
+        }
+        all.samples.append(&mut self.samples);
+        all.allocs.append(&mut self.allocs);
+        all.copies.append(&mut self.copies);
+        all.peak_marks.append(&mut self.peak_marks);
+    }
+
+    /// Note that allocation `i` (counted from the first) was freed at `t_ns`, unless it
+    /// already was.
+    fn freed(&mut self, i: usize, t_ns: u64) {
+        match i.checked_sub(self.shared.allocs.len()) {
+            Some(recent) => {
+                if let Some(alloc) = self.allocs.get_mut(recent) {
+                    alloc.freed_ns.get_or_insert(t_ns);
+                }
+            }
+            None => self.shared_frees.push((i, t_ns)),
+        }
+    }
 }
 
 enum Pending {
@@ -201,7 +270,7 @@ impl Decoder {
 
     fn free(&mut self, addr: u64, t_ns: u64) {
         if let Some(i) = self.out.live.remove(&addr) {
-            self.out.allocs[i].freed_ns = Some(t_ns);
+            self.out.freed(i, t_ns);
         }
     }
 
@@ -282,8 +351,9 @@ impl Decoder {
             Pending::Sample { sample, .. } => self.out.samples.push(sample),
             Pending::Alloc { alloc, .. } => {
                 // A new block at a live sampled address means its free was not seen (dropped).
-                if let Some(old) = self.out.live.insert(alloc.addr, self.out.allocs.len()) {
-                    self.out.allocs[old].freed_ns.get_or_insert(alloc.t_ns);
+                let index = self.out.shared.allocs.len() + self.out.allocs.len();
+                if let Some(old) = self.out.live.insert(alloc.addr, index) {
+                    self.out.freed(old, alloc.t_ns);
                 }
                 self.out.allocs.push(alloc);
             }
@@ -436,6 +506,70 @@ mod tests {
         assert_eq!(info.filename.len(), MAX_BLOB_BYTES);
         assert_eq!(info.linetable.len(), MAX_BLOB_BYTES);
         assert_eq!(d.out.malformed, 8);
+    }
+
+    /// The decoder's allocations so far as (address, free time), shared part first.
+    fn allocs(events: &Events) -> Vec<(u64, Option<u64>)> {
+        events.allocs.iter().map(|a| (a.addr, a.freed_ns)).collect()
+    }
+
+    #[test]
+    fn shared_events_are_not_copied_and_frees_reach_them() {
+        let mut d = Decoder::default();
+        let alloc = |d: &mut Decoder, addr: u64, ts: u64| {
+            let mut r = Record::new(Kind::Alloc, 7, ts);
+            (r.a, r.b, r.c) = (addr, 64, 1000);
+            d.feed(&r, 0);
+        };
+        let free = |d: &mut Decoder, addr: u64, ts: u64| {
+            let mut r = Record::new(Kind::Free, 7, ts);
+            r.a = addr;
+            d.feed(&r, 0);
+        };
+        alloc(&mut d, 1, 1);
+        alloc(&mut d, 2, 2);
+        d.finish_pending();
+        let first = d.out.share();
+        assert_eq!(allocs(&first), [(1, None), (2, None)]);
+        assert!(d.out.allocs.is_empty());
+        // While the snapshot holds its share: a free of a shared block, a new block, and a
+        // new block at a shared block's address (its free was not seen).
+        free(&mut d, 1, 5);
+        alloc(&mut d, 3, 6);
+        alloc(&mut d, 2, 7);
+        d.finish_pending();
+        assert_eq!(
+            allocs(&first),
+            [(1, None), (2, None)],
+            "a share never changes"
+        );
+        let second = d.out.share();
+        assert!(
+            !Arc::ptr_eq(&first, &second),
+            "copied: the first share was still held"
+        );
+        let expected = [(1, Some(5)), (2, Some(7)), (3, None), (2, None)];
+        assert_eq!(allocs(&second), expected);
+        let at = Arc::as_ptr(&second);
+        drop((first, second));
+        free(&mut d, 3, 9);
+        let mut s = Record::new(Kind::Sample, 7, 10);
+        s.b = 1;
+        d.feed(&s, 0);
+        d.finish_pending();
+        let third = d.out.share();
+        assert_eq!(
+            Arc::as_ptr(&third),
+            at,
+            "added to in place: no share was held"
+        );
+        assert_eq!(third.samples.len(), 1);
+        drop(third);
+        free(&mut d, 2, 11);
+        let all = d.out.take_events();
+        let expected = [(1, Some(5)), (2, Some(7)), (3, Some(9)), (2, Some(11))];
+        assert_eq!(allocs(&all), expected);
+        assert_eq!(all.samples.len(), 1);
     }
 
     #[test]

@@ -17,8 +17,10 @@ mod waits;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
 use std::time::Duration;
 
+pub use decode::Events;
 pub use recording::{
     AllocSample, ChannelSummary, CodeInfo, CopySample, CpuSample, ProcSummary, Recording, Tick,
 };
@@ -46,32 +48,114 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Profiles of the run so far, taken while it goes on (`--snapshot-every`,
+/// `--snapshot-on-signal`): after a tick, the collector hands what it has drained so far to
+/// the sink as a [`Snapshot`], and the sink makes and writes the profile elsewhere.
+pub struct Snapshots<'a> {
+    /// Take one this often (the first one this long after launch).
+    pub every: Option<Duration>,
+    /// Where they go; `None`: no snapshots, whatever is asked.
+    pub sink: Option<&'a dyn SnapshotSink>,
+}
+
+/// What takes the collector's snapshots.
+pub trait SnapshotSink {
+    /// Whether the previous snapshot is done (and has dropped its [`Snapshot`]): snapshots
+    /// never queue up behind a slow one.
+    fn idle(&self) -> bool;
+    /// Take this snapshot of the run so far; returns at once (the work is done elsewhere).
+    fn take(&self, snapshot: Snapshot);
+}
+
+/// The run so far as the collector hands it over: a [`Recording`] whose sampled events and
+/// ticks are shared with the collector rather than copied, so that taking it costs the
+/// collector only what arrived since the previous snapshot. [`Snapshot::into_recording`]
+/// makes the copy, on the thread that makes the profile.
+pub struct Snapshot {
+    /// Everything but the shared parts (the channels' events and the ticks are empty).
+    recording: Recording,
+    /// The sampled events of each channel of `recording.channels`, in the same order.
+    events: Vec<Arc<Events>>,
+    /// The ticks.
+    ticks: Arc<Vec<Tick>>,
+}
+
+impl Snapshot {
+    /// The whole recording, its shared parts copied and let go (so that the collector adds
+    /// to them again without copying).
+    pub fn into_recording(self) -> Recording {
+        let Snapshot {
+            mut recording,
+            events,
+            ticks,
+        } = self;
+        for (channel, events) in recording.channels.iter_mut().zip(events) {
+            channel.samples = events.samples.clone();
+            channel.allocs = events.allocs.clone();
+            channel.copies = events.copies.clone();
+            channel.peak_marks = events.peak_marks.clone();
+        }
+        recording.ticks = ticks.to_vec();
+        recording
+    }
+}
+
+/// The footprint at each tick: appended to by the collector, shared with snapshots.
+#[derive(Default)]
+struct Ticks {
+    /// Up to the last snapshot.
+    shared: Arc<Vec<Tick>>,
+    /// Since.
+    recent: Vec<Tick>,
+}
+
+impl Ticks {
+    fn len(&self) -> usize {
+        self.shared.len() + self.recent.len()
+    }
+
+    fn push(&mut self, tick: Tick) {
+        self.recent.push(tick);
+    }
+
+    /// All ticks so far, shared (costs the ticks since the last call, unless the last
+    /// snapshot still holds its share).
+    fn share(&mut self) -> Arc<Vec<Tick>> {
+        Arc::make_mut(&mut self.shared).append(&mut self.recent);
+        self.shared.clone()
+    }
+
+    fn into_vec(self) -> Vec<Tick> {
+        let mut all = Arc::try_unwrap(self.shared).unwrap_or_else(|shared| shared.to_vec());
+        all.extend(self.recent);
+        all
+    }
+}
+
 /// Collect until the launched command ends, then while descendants it left running are alive,
 /// for at most `outlive_wait` more (the orphan policy: see docs/design/process-trees.md).
-/// `launch_ns` is when the command was started.
+/// `launch_ns` is when the command was started. Snapshots are taken at the end of a tick when
+/// due (`snapshots.every`) or asked for (`forwarding`'s snapshot request).
 pub fn record(
     session: &Session,
     launched: Launched,
     launch_ns: u64,
     outlive_wait: Duration,
     forwarding: &Forwarding,
+    snapshots: &Snapshots,
 ) -> Result<Recording> {
-    let mut channels = Channels::new(session.dir(), launch_ns);
-    let mut procs: BTreeMap<u32, ProcSummary> = BTreeMap::new();
-    let mut ticks = Vec::new();
-    let mut space = space::SpaceWatch::new(session.dir());
-    let mut tick = |channels: &mut Channels, ticks: &mut Vec<Tick>| -> Result<()> {
-        let now = monotonic_ns().saturating_sub(launch_ns);
-        space.tick(now);
-        channels.scan();
-        channels.drain(now);
-        channels.sample_waits(now);
-        let with_hwm = (ticks.len() as u64).is_multiple_of(HWM_EVERY);
-        ticks.push(poll(channels, launched.pid, &mut procs, now, with_hwm));
-        Ok(())
+    let mut c = Collector {
+        channels: Channels::new(session.dir(), launch_ns),
+        procs: BTreeMap::new(),
+        ticks: Ticks::default(),
+        space: space::SpaceWatch::new(session.dir()),
+        child: launched.pid,
+        launch_ns,
     };
+    let mut schedule = Schedule::new(snapshots);
     let exit: ChildExit = loop {
-        tick(&mut channels, &mut ticks)?;
+        c.tick();
+        schedule.after_tick(&mut c, forwarding, session.dir(), None);
         match launched.exited.recv_timeout(TICK) {
             Ok(exit) => break exit,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -83,37 +167,169 @@ pub fn record(
     let deadline = std::time::Instant::now() + outlive_wait;
     // A fresh look first: a child that started just before the command ended may not have
     // been seen yet (or may still be setting up its channel).
-    tick(&mut channels, &mut ticks)?;
-    let mut running = channels.running_descendants(launched.pid);
+    c.tick();
+    let mut running = c.channels.running_descendants(launched.pid);
     while !running.is_empty()
         && std::time::Instant::now() < deadline
         && !forwarding.interrupted.load(Ordering::Acquire)
     {
         std::thread::sleep(TICK);
-        tick(&mut channels, &mut ticks)?;
-        running = channels.running_descendants(launched.pid);
+        c.tick();
+        schedule.after_tick(&mut c, forwarding, session.dir(), Some((&exit, wall_ns)));
+        running = c.channels.running_descendants(launched.pid);
     }
     let end_ns = monotonic_ns().saturating_sub(launch_ns);
-    let (mut summaries, mut warnings) = channels.finish(end_ns);
+    let (mut summaries, mut warnings) = c.channels.finish(end_ns);
     if !running.is_empty() {
         for s in summaries.iter_mut().filter(|s| running.contains(&s.pid)) {
             s.still_running = true;
         }
         warnings.push(outlived_note(&running, &summaries, outlive_wait));
     }
-    warnings.extend(space.warning(session.dir()));
+    warnings.extend(c.space.warning(session.dir()));
     Ok(Recording {
         command: Vec::new(),
         wall_ns,
         child_pid: launched.pid,
         exit,
         channels: summaries,
-        procs: procs.into_values().collect(),
-        ticks,
+        procs: c.procs.into_values().collect(),
+        ticks: c.ticks.into_vec(),
         warnings,
         labels: labels(),
         gpu: Default::default(),
     })
+}
+
+/// The collector's state between ticks.
+struct Collector {
+    channels: Channels,
+    procs: BTreeMap<u32, ProcSummary>,
+    ticks: Ticks,
+    space: space::SpaceWatch,
+    /// The launched command's pid.
+    child: u32,
+    launch_ns: u64,
+}
+
+impl Collector {
+    /// One tick: scan, drain, look at waiting threads, poll `/proc`.
+    fn tick(&mut self) {
+        let now = monotonic_ns().saturating_sub(self.launch_ns);
+        self.space.tick(now);
+        self.channels.scan();
+        self.channels.drain(now);
+        self.channels.sample_waits(now);
+        let with_hwm = (self.ticks.len() as u64).is_multiple_of(HWM_EVERY);
+        let tick = poll(&self.channels, self.child, &mut self.procs, now, with_hwm);
+        self.ticks.push(tick);
+    }
+
+    /// The recording of the run so far, its events shared (collection goes on; see
+    /// [`Snapshot`]). While the command runs (`reaped` is `None`) its exit is unknown, its
+    /// CPU time is what `/proc` says and its wall time is now; afterwards, what was reaped.
+    /// Processes still running are marked so, and the first warning says this is a snapshot.
+    fn snapshot(&mut self, dir: &std::path::Path, reaped: Option<(&ChildExit, u64)>) -> Snapshot {
+        let now_ns = monotonic_ns().saturating_sub(self.launch_ns);
+        let (shared, channel_warnings) = self.channels.snapshot();
+        let (mut channels, events): (Vec<ChannelSummary>, Vec<Arc<Events>>) =
+            shared.into_iter().unzip();
+        let (exit, wall_ns, note) = match reaped {
+            Some((exit, wall_ns)) => {
+                for s in channels.iter_mut().filter(|s| s.pid == self.child) {
+                    s.still_running = false;
+                }
+                (
+                    *exit,
+                    wall_ns,
+                    "processes the command started were still running",
+                )
+            }
+            None => {
+                let (user_s, kernel_s) = procfs::usage(self.child).unwrap_or_default();
+                let usage = crate::launch::Usage {
+                    user_s,
+                    kernel_s,
+                    maxrss_bytes: self.procs.get(&self.child).map_or(0, |p| p.peak_rss_bytes),
+                };
+                let exit = ChildExit {
+                    usage,
+                    ..ChildExit::default()
+                };
+                (
+                    exit,
+                    now_ns,
+                    "the program was still running and its exit is not known yet",
+                )
+            }
+        };
+        let mut warnings = vec![format!(
+            "snapshot at {:.1} s: {note}; figures cover the run until then, and the report \
+             written when it ends replaces this one",
+            now_ns as f64 / 1e9
+        )];
+        warnings.extend(channel_warnings);
+        warnings.extend(self.space.warning(dir));
+        Snapshot {
+            recording: Recording {
+                command: Vec::new(),
+                wall_ns,
+                child_pid: self.child,
+                exit,
+                channels,
+                procs: self.procs.values().copied().collect(),
+                ticks: Vec::new(),
+                warnings,
+                labels: labels(),
+                gpu: Default::default(),
+            },
+            events,
+            ticks: self.ticks.share(),
+        }
+    }
+}
+
+/// When the next snapshot is due.
+struct Schedule<'a> {
+    plan: &'a Snapshots<'a>,
+    next: Option<std::time::Instant>,
+    /// One was asked for (a signal) and not taken yet (the sink was busy).
+    asked: bool,
+}
+
+impl<'a> Schedule<'a> {
+    fn new(plan: &'a Snapshots<'a>) -> Schedule<'a> {
+        Schedule {
+            plan,
+            next: plan.every.map(|every| std::time::Instant::now() + every),
+            asked: false,
+        }
+    }
+
+    /// After a tick: hand a snapshot to the sink if one is due or was asked for and the sink
+    /// is free (else it is taken at the first tick that finds the sink free).
+    fn after_tick(
+        &mut self,
+        c: &mut Collector,
+        forwarding: &Forwarding,
+        dir: &std::path::Path,
+        reaped: Option<(&ChildExit, u64)>,
+    ) {
+        let Some(sink) = self.plan.sink else {
+            return;
+        };
+        self.asked |= forwarding.take_snapshot_request();
+        let now = std::time::Instant::now();
+        let due = self.next.is_some_and(|next| now >= next);
+        if !(due || self.asked) || !sink.idle() {
+            return;
+        }
+        sink.take(c.snapshot(dir, reaped));
+        self.asked = false;
+        if let Some(every) = self.plan.every {
+            self.next = Some(now + every);
+        }
+    }
 }
 
 /// The warning about descendants still running when collection stopped.

@@ -3,6 +3,11 @@
 //! mlprof itself keeps running to write the report. Once the command is reaped, a signal ends
 //! the wait for its descendants; a second terminating one, or one while the report is being
 //! made, abandons the report: mlprof exits at once with the command's own exit status.
+//!
+//! One exception, only when asked for (`--snapshot-on-signal`): SIGUSR1 sent to mlprof is
+//! then a request for a snapshot of the profile so far, and is not passed on. Without that
+//! flag SIGUSR1 is forwarded like the others, so a program that uses it is never surprised;
+//! with it, the program still gets every SIGUSR1 sent to it or to its process group directly.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -57,6 +62,9 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) {
     }
 }
 
+/// The signal that asks for a snapshot when `--snapshot-on-signal` is given.
+pub const SNAPSHOT_SIGNAL: libc::c_int = libc::SIGUSR1;
+
 /// Signals that, once the command is reaped, ask mlprof itself to stop.
 const TERMINATING: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
@@ -72,6 +80,11 @@ pub struct Forwarding {
     pub interrupted: AtomicBool,
     /// The waiting is over and the report is being made: a terminating signal now abandons it.
     pub reporting: AtomicBool,
+    /// SIGUSR1 asks mlprof for a snapshot instead of being forwarded (`--snapshot-on-signal`).
+    /// Set before [`forward_signals`] starts.
+    pub snapshot_on_signal: AtomicBool,
+    /// A snapshot was asked for and not yet taken ([`Forwarding::take_snapshot_request`]).
+    snapshot_asked: AtomicBool,
     /// The command's exit status as mlprof's own (`128 + signal` when killed), once reaped;
     /// [`NO_STATUS`] before.
     exit_status: AtomicI32,
@@ -89,6 +102,8 @@ impl Default for Forwarding {
             reaped: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
             reporting: AtomicBool::new(false),
+            snapshot_on_signal: AtomicBool::new(false),
+            snapshot_asked: AtomicBool::new(false),
             exit_status: AtomicI32::new(NO_STATUS),
             leftovers: Mutex::new(Vec::new()),
         }
@@ -101,6 +116,12 @@ impl Forwarding {
         if let Ok(mut paths) = self.leftovers.lock() {
             paths.push(path);
         }
+    }
+
+    /// Whether a snapshot was asked for (SIGUSR1 with `snapshot_on_signal`) since the last
+    /// call.
+    pub fn take_snapshot_request(&self) -> bool {
+        self.snapshot_asked.swap(false, Ordering::AcqRel)
     }
 
     /// A forwarded signal after the command was reaped: the first ends the wait for its
@@ -181,6 +202,12 @@ pub fn forward_signals(pid: u32, channels: PathBuf, state: Arc<Forwarding>) {
             let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
             if sig <= 0 {
                 continue; // timeout
+            }
+            if sig == SNAPSHOT_SIGNAL && state.snapshot_on_signal.load(Ordering::Acquire) {
+                // For mlprof itself, before or after the command ended: never forwarded,
+                // never a reason to stop.
+                state.snapshot_asked.store(true, Ordering::Release);
+                continue;
             }
             if state.reaped.load(Ordering::Acquire) {
                 state.after_reaped(sig);
