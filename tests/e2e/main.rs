@@ -13,3 +13,4 @@ mod gpu;
 mod html;
 mod memory;
 mod overhead;
+mod snapshot;
