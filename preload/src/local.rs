@@ -35,7 +35,9 @@ const _: () = assert!(core::mem::size_of::<Local>() <= 64 && core::mem::align_of
 const _: () = assert!(core::mem::offset_of!(Local, taken) == 7 * 8);
 
 extern "C" {
-    /// This thread's 64-byte, 16-aligned, zero-initialised state block.
+    /// This thread's 64-byte, 16-aligned, zero-initialised state block (the accessor, where
+    /// [`block`] has no inline sequence).
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn mlprof_local() -> *mut core::ffi::c_void;
 }
 
@@ -46,7 +48,34 @@ pub fn with<R>(f: impl FnOnce(&Local) -> R) -> R {
     // large and aligned enough for `Local` (checked above); all-zero bytes are a valid `Local`
     // (integers in Cells); only this thread ever touches it, and a signal handler that
     // interrupts `f` on this thread sees it through the same Cells (no references escape).
-    f(unsafe { &*(mlprof_local() as *const Local) })
+    f(unsafe { &*(block() as *const Local) })
+}
+
+/// This thread's block: on x86-64 the initial-exec access sequence inlined here (the thread
+/// pointer plus the block's offset, from the GOT), with no call; elsewhere the C accessor.
+#[inline(always)]
+fn block() -> *mut core::ffi::c_void {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p: *mut core::ffi::c_void;
+        // SAFETY: the initial-exec TLS access the C compiler emits for `mlprof_local_state`
+        // (csrc/local.c, hidden, initial-exec): `%fs:0` is the thread pointer, and the GOT
+        // entry holds the block's offset from it. Reads only; no stack use.
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                "add {p}, qword ptr [rip + mlprof_local_state@GOTTPOFF]",
+                p = out(reg) p,
+                options(pure, readonly, nostack),
+            );
+        }
+        p
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the C accessor of the same block.
+    unsafe {
+        mlprof_local()
+    }
 }
 
 /// Proof that this thread is inside mlprof (or inside the allocator our wrapper called);
