@@ -91,7 +91,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             .iter()
             .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))
             .collect();
-        out.samples.push(CpuSample {
+        out.push_waiting(CpuSample {
             t_ns: now_ns,
             tid,
             ip: 0,
