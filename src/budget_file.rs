@@ -616,13 +616,8 @@ mod tests {
             "# comment\n'max-peak' = '2gib'\n[\"lines\"]\n'é.py:9' = \"3t\"\n",
         ];
         const BYTES: &[u8] = b"=[]{}:.,\"'#\\\n \t0123456789-+eEkKmMgGiIbB*abc\x1b\x00\x7f";
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n.max(1) as u64) as usize
-        };
+        let mut rng = crate::test_rng::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: usize| rng.below(n.max(1) as u64) as usize;
         let mut parsed = 0;
         let mut check = |bytes: &[u8]| {
             let text = String::from_utf8_lossy(bytes);

@@ -17,3 +17,5 @@ pub mod model;
 pub mod render;
 pub mod size;
 pub mod symbolize;
+#[cfg(test)]
+pub(crate) mod test_rng;

@@ -86,13 +86,8 @@ mod tests {
             "99999999999999999999999",
             "\u{9b}",
         ];
-        let mut x: u64 = 0x853c_49e6_748f_ea9b;
-        let mut next = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n.max(1) as u64) as usize
-        };
+        let mut rng = crate::test_rng::Rng::new(0x853c_49e6_748f_ea9b);
+        let mut next = move |n: usize| rng.below(n.max(1) as u64) as usize;
         let mut ok = 0;
         for case in 0..20_000 {
             let text: String = match case % 3 {

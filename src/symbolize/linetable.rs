@@ -405,21 +405,9 @@ mod tests {
         assert_eq!(line_for(Locations311, &[0xe8, 0x40], 1, 0), Some(1));
     }
 
-    /// Tiny xorshift64 PRNG (no crates).
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     #[test]
     fn random_bytes_never_panic_and_index_agrees() {
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = crate::test_rng::Rng::new(0x9e37_79b9_7f4a_7c15);
         let formats = [Lnotab39, Linetable310, Locations311];
         for _ in 0..3000 {
             let len = (rng.next()
@@ -463,7 +451,7 @@ mod tests {
             ],
         ];
         let formats = [Lnotab39, Linetable310, Locations311];
-        let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+        let mut rng = crate::test_rng::Rng::new(0x2545_f491_4f6c_dd1d);
         for case in 0..2000u64 {
             let mut table = seeds[(case % 3) as usize].to_vec();
             for _ in 0..1 + rng.next() % 6 {
