@@ -267,3 +267,15 @@ fn signals_sent_to_the_whole_process_group_reach_the_program_once() {
         assert!(profile.is_some(), "{}: no report", py.minor);
     }
 }
+
+#[test]
+fn threads_ended_by_pthread_exit_leave_no_cpu_timer_behind() {
+    // A leaked timer per thread would exhaust RLIMIT_SIGPENDING under thread churn.
+    let path = script("thread_timers.py");
+    for py in pythons() {
+        let run = profiled(&[], &[os(&py.exe), os(&path)], &[]);
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(out.contains("timers left: 1"), "{}: {out}", py.minor);
+        run.profile();
+    }
+}
