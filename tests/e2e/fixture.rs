@@ -3,9 +3,11 @@
 //! and read its profile.
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use mlprof::model::{invariants, Profile};
 
@@ -153,9 +155,30 @@ pub fn profile_with_env(args: &[&OsStr], env: &[(&str, &str)]) -> Run {
 
 /// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
 pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
+    let (output, _, text) = run_mlprof(options, args, env, Duration::from_secs(600));
+    let text = text.unwrap_or_else(|| {
+        panic!(
+            "no profile written; stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let profile = check_profile(&text);
+    Run { output, profile }
+}
+
+/// `mlprof run OPTIONS -o TMP -- args...` with `env` set: what it printed and its status, how
+/// long it took, and the profile's text if it wrote one. mlprof is killed, and the test fails,
+/// once it has run for `limit`: a hang is a failure, not a stuck test.
+pub fn run_mlprof(
+    options: &[&str],
+    args: &[&OsStr],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Output, Duration, Option<String>) {
     let dir = tempdir();
     let out_path = dir.join("profile.json");
-    let output = mlprof()
+    let started = Instant::now();
+    let mut child = mlprof()
         .arg("run")
         .args(options)
         .arg("-o")
@@ -164,17 +187,51 @@ pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> 
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run mlprof");
-    let text = std::fs::read_to_string(&out_path).unwrap_or_else(|e| {
-        panic!(
-            "no profile written ({e}); stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    let profile = check_profile(&text);
+    let mut pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ]
+    .map(|pipe| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    })
+    .into_iter();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for mlprof") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{args:?}: mlprof still running after {limit:?} (hung); killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let stdout = pipes.next().unwrap().join().unwrap();
+    let stderr = pipes.next().unwrap().join().unwrap();
+    let profile = std::fs::read_to_string(&out_path).ok();
     let _ = std::fs::remove_dir_all(&dir);
-    Run { output, profile }
+    let output = Output {
+        status,
+        stdout,
+        stderr,
+    };
+    (output, elapsed, profile)
 }
 
 /// Parse a JSON profile, validate it against `docs/profile-schema.json`, check invariants.

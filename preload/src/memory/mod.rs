@@ -28,7 +28,6 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
             // those bytes itself): count only.
             let Some(_entered) = l.enter() else { return };
             if let Some(weight) = sampler::alloc_due(l, size) {
-                let _errno = crate::errno::Saved::new();
                 pymem::install_if_ready();
                 let gil = crate::python::runtime::holds_gil();
                 sampler::record_alloc(addr, size, weight, flags, sampler::reads(gil));

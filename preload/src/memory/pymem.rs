@@ -149,6 +149,8 @@ pub fn install_if_ready() {
     if get == 0 || set == 0 || gil == 0 || init == 0 {
         return;
     }
+    // The host's errno, whatever the calls below do to it.
+    let _errno = crate::errno::Saved::new();
     // SAFETY: the addresses are CPython's functions with these exact C signatures (C API since
     // 3.5), resolved at load time.
     let (get, set, gil, init) = unsafe {

@@ -9,10 +9,9 @@ mod cli;
 mod program;
 
 use std::ffi::OsStr;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest a profiled run may take (the programs themselves run for a few seconds at most).
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -62,66 +61,9 @@ pub fn plain(args: &[&OsStr], env: &[(&str, &str)]) -> Output {
 /// `mlprof run OPTIONS -o DIR/profile.json -- args`, timed, with `env` for mlprof and the
 /// program. mlprof is killed after [`LIMIT`]: a hang is a failure, not a stuck test.
 pub fn profiled(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Profiled {
-    let dir = fixture::tempdir();
-    let out_path = dir.join("profile.json");
-    let started = Instant::now();
-    let mut child = fixture::mlprof()
-        .arg("run")
-        .args(options)
-        .arg("-o")
-        .arg(&out_path)
-        .arg("--")
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mlprof");
-    let mut pipes = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ]
-    .map(|pipe| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut buf);
-            }
-            buf
-        })
-    })
-    .into_iter();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for mlprof") {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!(
-                "{args:?}: mlprof still running after {LIMIT:?} (hung); killed",
-                LIMIT = LIMIT
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = started.elapsed();
-    let stdout = pipes.next().unwrap().join().unwrap();
-    let stderr = pipes.next().unwrap().join().unwrap();
-    let profile = std::fs::read_to_string(&out_path).ok();
-    let _ = std::fs::remove_dir_all(&dir);
+    let (output, elapsed, profile) = fixture::run_mlprof(options, args, env, LIMIT);
     Profiled {
-        output: std::process::Output {
-            status,
-            stdout,
-            stderr,
-        },
+        output,
         elapsed,
         profile,
     }
