@@ -40,7 +40,7 @@ INSTALL_PACKAGES = ["numpy", "scikit-learn", "onnxruntime", "onnx", "scalene", "
 # Table order; any other script in bench/workloads/ (not starting with "_") comes after these.
 WORKLOAD_ORDER = ["alloc_churn", "pure_python", "numpy_matmul", "numpy_alloc", "mixed_lines",
                   "large_arrays", "leak", "copies", "threads", "mp_pool", "mp_pool_spawn",
-                  "sklearn_fit", "onnx_arena_on", "onnx_arena_off"]
+                  "sklearn_fit", "onnx_arena_on", "onnx_arena_off", "torch_train"]
 # mlprof's own configurations: shown in a second table (mlprof itself is in both).
 MLPROF_VARIANTS = ["mlprof", "mlprof-cpu", "mlprof-min"]
 
@@ -1068,6 +1068,8 @@ def install_venv(log):
     log(f"installing into {INSTALL_VENV}: {' '.join(INSTALL_PACKAGES)}")
     subprocess.run([str(py), "-m", "pip", "install", "--upgrade", "pip"], check=True)
     subprocess.run([str(py), "-m", "pip", "install", *INSTALL_PACKAGES], check=True)
+    log("torch is not installed by --install (torch_train skips itself here); see "
+        "bench/README.md for target/torch-venv")
     return str(py)
 
 
@@ -1082,7 +1084,8 @@ def main(argv=None):
     ap.add_argument("--install", action="store_true",
                     help="create target/bench-venv and pip-install numpy, scikit-learn, "
                          "onnxruntime, onnx and the profilers into it (downloads; on demand "
-                         "only), then use it unless --python is given")
+                         "only), then use it unless --python is given; not torch: see "
+                         "bench/README.md for target/torch-venv")
     ap.add_argument("--runs", type=int, default=7, help="measured runs per variant (default 7)")
     ap.add_argument("--warmup", type=int, default=1,
                     help="unmeasured rounds before measuring (default 1)")
