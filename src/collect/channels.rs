@@ -184,6 +184,7 @@ impl Channels {
                 code_type: s.py_code_type as usize,
             };
             waits::sample(&target, weight, now_ns, &mut channel.decoder.out);
+            channel.compact_if_due();
         }
     }
 
@@ -270,7 +271,10 @@ impl Channels {
             out.push(ChannelSummary {
                 samples: events.samples,
                 allocs: events.allocs,
+                alloc_groups: events.alloc_groups,
                 copies: events.copies,
+                window_ns: events.window_ns,
+                merged_cpu_samples: events.merged_cpu_samples,
                 peak_marks: events.peak_marks,
                 codes: decoded.codes,
                 threads: decoded.threads,
@@ -339,6 +343,19 @@ fn covers(maps: &[native::Mapping], ip: u64) -> bool {
 }
 
 impl Channel {
+    /// Merge old events if enough have arrived ([`super::compact`]); interpreter instruction
+    /// pointers stand for their mapping.
+    fn compact_if_due(&mut self) {
+        let maps = &self.summary.maps;
+        let mut canon = |ip: u64| {
+            maps.iter()
+                .find(|m| m.executable && m.start <= ip && ip < m.end)
+                .filter(|m| native::classify(&m.path) == native::CodeClass::Interpreter)
+                .map_or(ip, |m| m.start)
+        };
+        self.decoder.out.compact_if_due(&mut canon);
+    }
+
     /// The warning about malformed records dropped so far, if any were.
     fn malformed_warning(&self) -> Option<String> {
         let malformed = self.decoder.out.malformed;
@@ -466,6 +483,7 @@ impl Channel {
             .load(Ordering::Relaxed)
             .min(MAX_RECORD_BYTES);
         s.dropped = ring.dropped().min(MAX_RECORD_BYTES);
+        self.compact_if_due();
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
 
-use super::recording::{AllocSample, CodeInfo, CopySample, CpuSample};
+use super::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample};
 
 /// Largest byte count one record may carry (an allocation's size or weight, a copy, a heap
 /// mark): 2^48, more than any address space. Larger is corruption.
@@ -29,10 +29,16 @@ pub struct Events {
     pub samples: Vec<CpuSample>,
     /// Sampled allocations, with their free time once freed (as of the snapshot).
     pub allocs: Vec<AllocSample>,
+    /// Allocations freed long ago, folded ([`super::compact`]).
+    pub alloc_groups: Vec<AllocGroup>,
     /// Sampled copies.
     pub copies: Vec<CopySample>,
     /// Heap peak marks: (ns from launch, heap bytes), rising.
     pub peak_marks: Vec<(u64, u64)>,
+    /// Width of the windows old events were merged into (0: none merged yet).
+    pub window_ns: u64,
+    /// CPU samples (not waiting ones) merged into others.
+    pub merged_cpu_samples: u64,
 }
 
 /// Decoded events of one channel. Once snapshots are taken ([`Decoded::share`]), `samples`,
@@ -68,6 +74,25 @@ pub struct Decoded {
     shared_frees: Vec<(usize, u64)>,
     /// Index in `samples` of each thread's latest waiting sample ([`Decoded::push_waiting`]).
     waiting_at: HashMap<u32, usize>,
+    /// Time of the newest event decoded (ns from launch).
+    newest_ns: u64,
+    /// Events held after the last compaction ([`Decoded::compact_if_due`]).
+    held_after_compaction: usize,
+}
+
+/// Events held before the first compaction: short runs are never compacted.
+const COMPACT_FROM: usize = 100_000;
+
+/// [`COMPACT_FROM`], or the number in `MLPROF_COMPACT_EVENTS` (for tests that need merged
+/// events from a short run).
+fn compact_from() -> usize {
+    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FROM.get_or_init(|| {
+        std::env::var("MLPROF_COMPACT_EVENTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COMPACT_FROM)
+    })
 }
 
 /// Waiting samples of one thread with the same stack are merged when they fall in the same
@@ -82,6 +107,7 @@ impl Decoded {
     /// Add an off-CPU sample, merged into the thread's previous one when that has the same
     /// stack and falls in the same merge window (weights add up).
     pub fn push_waiting(&mut self, sample: CpuSample) {
+        self.newest_ns = self.newest_ns.max(sample.t_ns);
         // A power of two: windows stay aligned while the width grows with the run.
         let width = MERGE_FLOOR_NS
             .max(sample.t_ns / MERGE_DIVISOR)
@@ -134,8 +160,48 @@ impl Decoded {
         all.samples.append(&mut self.samples);
         self.waiting_at.clear();
         all.allocs.append(&mut self.allocs);
+        // Allocation indices (`live`) count from the first: compaction renumbers them all.
         all.copies.append(&mut self.copies);
         all.peak_marks.append(&mut self.peak_marks);
+    }
+
+    /// Events held (shared and recent).
+    fn held(&self) -> usize {
+        let s = &self.shared;
+        s.samples.len()
+            + s.allocs.len()
+            + s.alloc_groups.len()
+            + s.copies.len()
+            + self.samples.len()
+            + self.allocs.len()
+            + self.copies.len()
+    }
+
+    /// Merge old events ([`super::compact`]) once the events held have doubled since the last
+    /// time (and number at least [`compact_from`]): each event is merged a bounded number of
+    /// times on average. `canon` maps instruction pointers as `compact` says.
+    pub fn compact_if_due(&mut self, canon: &mut dyn FnMut(u64) -> u64) {
+        let held = self.held();
+        if held < compact_from().max(2 * self.held_after_compaction) {
+            return;
+        }
+        self.compact(canon);
+    }
+
+    /// Merge old events now.
+    pub fn compact(&mut self, canon: &mut dyn FnMut(u64) -> u64) {
+        let mut shared = std::mem::take(&mut self.shared);
+        let all = Arc::make_mut(&mut shared);
+        self.add_to(all);
+        super::compact::compact(all, self.newest_ns, canon);
+        self.live.clear();
+        for (i, a) in all.allocs.iter().enumerate() {
+            if a.freed_ns.is_none() {
+                self.live.insert(a.addr, i);
+            }
+        }
+        self.shared = shared;
+        self.held_after_compaction = self.held();
     }
 
     /// Note that allocation `i` (counted from the first) was freed at `t_ns`, unless it
@@ -199,6 +265,7 @@ impl Decoder {
             kind => {
                 self.finish_pending();
                 let t_ns = r.ts_ns.saturating_sub(launch_ns);
+                self.out.newest_ns = self.out.newest_ns.max(t_ns);
                 match kind {
                     Some(Kind::Sample) => self.sample(r, launch_ns),
                     Some(Kind::Code) => self.code(r),
@@ -490,6 +557,83 @@ mod tests {
 
     fn record(kind: Kind) -> Record {
         Record::new(kind, 7, 1_000)
+    }
+
+    /// Feed one event (head record and its frames) stamped `t_ns`.
+    fn feed_event(d: &mut Decoder, mut head: Record, t_ns: u64, frames: &[(u32, i32)]) {
+        head.ts_ns = t_ns;
+        d.feed(&head, 0);
+        for chunk in frames.chunks(FRAMES_PER_RECORD) {
+            let mut f = record(Kind::Frames);
+            f.ts_ns = t_ns;
+            let mut words = [0u64; 5];
+            for (w, &(code, lasti)) in words.iter_mut().zip(chunk) {
+                *w = (code as u64) << 32 | lasti as u32 as u64;
+            }
+            (f.a, f.b, f.c, f.d, f.e) = (words[0], words[1], words[2], words[3], words[4]);
+            d.feed(&f, 0);
+        }
+    }
+
+    #[test]
+    fn ten_hours_of_churn_keep_a_bounded_number_of_events() {
+        let mut d = Decoder::default();
+        let ms = 1_000_000u64;
+        let end = 10 * 3600 * 1000 * ms;
+        let stack = |line: i32| [(7u32, line), (3, 40), (2, 12), (1, 5)];
+        let mut identity = |ip: u64| ip;
+        let (mut t, mut i, mut addr, mut max_held) = (0u64, 0u64, 0u64, 0usize);
+        let mut leaked = 0u64;
+        while t < end {
+            // Every 10 ms: a CPU sample at one of 8 instructions on one of 3 lines, a sampled
+            // temporary freed at once, a copy; every second, a block that is never freed.
+            let mut s = record(Kind::Sample);
+            (s.a, s.b, s.c) = (0x1000 + i % 8, 10 * ms, 4);
+            feed_event(&mut d, s, t, &stack(10 + (i % 3) as i32));
+            addr += 64;
+            let mut a = record(Kind::Alloc);
+            (a.a, a.b, a.c, a.d) = (addr, 64, 1 << 19, 4);
+            feed_event(&mut d, a, t, &stack(20));
+            let mut free = record(Kind::Free);
+            (free.a, free.ts_ns) = (addr, t + ms);
+            d.feed(&free, 0);
+            let mut c = record(Kind::Copy);
+            (c.a, c.b, c.c) = (4096, 1 << 20, 4);
+            feed_event(&mut d, c, t, &stack(30));
+            if i % 100 == 0 {
+                let mut a = record(Kind::Alloc);
+                (a.a, a.b, a.c, a.d) = (1 << 40 | i, 64, 1 << 19, 4);
+                feed_event(&mut d, a, t, &stack(40));
+                leaked += 1;
+            }
+            d.out.compact_if_due(&mut identity);
+            max_held = max_held.max(d.out.held());
+            t += 10 * ms;
+            i += 1;
+        }
+        d.finish_pending();
+        let live_leaks = leaked as usize;
+        // The never-freed blocks stay one by one (the preload's live set bounds them); all
+        // else is bounded by windows x distinct stacks.
+        assert!(
+            max_held < COMPACT_FROM.max(2 * (live_leaks + 40_000)),
+            "{max_held} events held at most, {live_leaks} of them live blocks"
+        );
+        let events = d.out.take_events();
+        let cpu: u64 = events.samples.iter().map(|s| s.weight_ns).sum();
+        assert_eq!(cpu, i * 10 * ms, "no CPU time lost");
+        let copied: u64 = events.copies.iter().map(|c| c.weight).sum();
+        assert_eq!(copied, i << 20, "no copied bytes lost");
+        let allocated: u64 = events.allocs.iter().map(|a| a.weight).sum::<u64>()
+            + events.alloc_groups.iter().map(|g| g.weight).sum::<u64>();
+        assert_eq!(allocated, (i + leaked) << 19, "no allocated bytes lost");
+        let live = events
+            .allocs
+            .iter()
+            .filter(|a| a.freed_ns.is_none())
+            .count();
+        assert_eq!(live, live_leaks, "live blocks kept one by one");
+        assert!(events.window_ns > 0 && events.window_ns.is_power_of_two());
     }
 
     #[test]

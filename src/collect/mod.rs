@@ -3,6 +3,7 @@
 //! [`Recording`] of raw facts.
 
 mod channels;
+mod compact;
 mod decode;
 #[cfg(test)]
 mod fuzz_tests;
@@ -22,7 +23,8 @@ use std::time::Duration;
 
 pub use decode::Events;
 pub use recording::{
-    AllocSample, ChannelSummary, CodeInfo, CopySample, CpuSample, ProcSummary, Recording, Tick,
+    AllocGroup, AllocSample, ChannelSummary, CodeInfo, CopySample, CpuSample, ProcSummary,
+    Recording, Tick,
 };
 
 use crate::error::Result;
@@ -92,6 +94,9 @@ impl Snapshot {
         for (channel, events) in recording.channels.iter_mut().zip(events) {
             channel.samples = events.samples.clone();
             channel.allocs = events.allocs.clone();
+            channel.alloc_groups = events.alloc_groups.clone();
+            channel.window_ns = events.window_ns;
+            channel.merged_cpu_samples = events.merged_cpu_samples;
             channel.copies = events.copies.clone();
             channel.peak_marks = events.peak_marks.clone();
         }
@@ -100,13 +105,42 @@ impl Snapshot {
     }
 }
 
-/// The footprint at each tick: appended to by the collector, shared with snapshots.
-#[derive(Default)]
+/// The footprint at each tick: appended to by the collector, shared with snapshots. At most
+/// [`MAX_TICKS`] are kept: when they are reached, neighbours are merged in pairs (the first's
+/// time, the larger heap and RSS, so that peaks stay), and from then on each kept tick stands
+/// for twice as many.
 struct Ticks {
     /// Up to the last snapshot.
     shared: Arc<Vec<Tick>>,
     /// Since.
     recent: Vec<Tick>,
+    /// Ticks taken.
+    count: u64,
+    /// Ticks each kept one stands for.
+    per: u64,
+    /// Ticks the last kept one of `recent` stands for so far.
+    in_last: u64,
+}
+
+/// Most ticks kept (a profile's timeline has at most `model::timeline::MAX_POINTS`).
+const MAX_TICKS: usize = 8192;
+
+impl Default for Ticks {
+    fn default() -> Self {
+        Ticks {
+            shared: Arc::default(),
+            recent: Vec::new(),
+            count: 0,
+            per: 1,
+            in_last: 0,
+        }
+    }
+}
+
+/// `b` merged into `a`.
+fn merge_tick(a: &mut Tick, b: &Tick) {
+    a.heap_bytes = a.heap_bytes.max(b.heap_bytes);
+    a.rss_bytes = a.rss_bytes.max(b.rss_bytes);
 }
 
 impl Ticks {
@@ -115,7 +149,31 @@ impl Ticks {
     }
 
     fn push(&mut self, tick: Tick) {
+        self.count += 1;
+        if let Some(last) = self.recent.last_mut().filter(|_| self.in_last < self.per) {
+            merge_tick(last, &tick);
+            self.in_last += 1;
+            return;
+        }
         self.recent.push(tick);
+        self.in_last = 1;
+        if self.len() >= MAX_TICKS {
+            let all = Arc::make_mut(&mut self.shared);
+            all.append(&mut self.recent);
+            let merged: Vec<Tick> = all
+                .chunks(2)
+                .map(|pair| {
+                    let mut t = pair[0];
+                    if let Some(b) = pair.get(1) {
+                        merge_tick(&mut t, b);
+                    }
+                    t
+                })
+                .collect();
+            *all = merged;
+            self.per *= 2;
+            self.in_last = self.per; // the next tick starts a new one
+        }
     }
 
     /// All ticks so far, shared (costs the ticks since the last call, unless the last
@@ -220,7 +278,7 @@ impl Collector {
         self.channels.scan();
         self.channels.drain(now);
         self.channels.sample_waits(now);
-        let with_hwm = (self.ticks.len() as u64).is_multiple_of(HWM_EVERY);
+        let with_hwm = self.ticks.count.is_multiple_of(HWM_EVERY);
         let tick = poll(&self.channels, self.child, &mut self.procs, now, with_hwm);
         self.ticks.push(tick);
     }
@@ -429,4 +487,40 @@ fn labels() -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_week_of_ticks_is_bounded_and_keeps_its_peaks() {
+        let mut ticks = Ticks::default();
+        let week = 7 * 24 * 3600 * 50u64; // 50 ticks a second
+        for i in 0..week {
+            let spike = i == week / 3;
+            ticks.push(Tick {
+                t_ns: i * 20_000_000,
+                heap_bytes: if spike { 1 << 40 } else { 1 << 20 },
+                rss_bytes: 2 << 20,
+            });
+            if i % 1_000_000 == 0 {
+                ticks.share(); // a snapshot now and then
+            }
+        }
+        assert_eq!(ticks.count, week);
+        let all = ticks.into_vec();
+        assert!(all.len() <= MAX_TICKS, "{} ticks kept", all.len());
+        assert!(all.len() > MAX_TICKS / 4, "{} ticks kept", all.len());
+        let top = all.iter().max_by_key(|t| t.heap_bytes).expect("ticks");
+        assert_eq!(top.heap_bytes, 1 << 40);
+        let at = week / 3 * 20_000_000;
+        let width = 20_000_000 * week / all.len() as u64;
+        assert!(
+            top.t_ns <= at && at - top.t_ns <= 2 * width,
+            "{} vs {at}",
+            top.t_ns
+        );
+        assert!(all.windows(2).all(|p| p[0].t_ns < p[1].t_ns));
+    }
 }

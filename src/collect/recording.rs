@@ -98,10 +98,18 @@ pub struct ChannelSummary {
     pub sample_interval_ns: u64,
     /// CPU samples.
     pub samples: Vec<CpuSample>,
-    /// Sampled allocations.
+    /// Sampled allocations (those freed long before the end are in `alloc_groups`).
     pub allocs: Vec<AllocSample>,
+    /// Sampled allocations freed long before the end, folded per thread, flags and frames.
+    pub alloc_groups: Vec<AllocGroup>,
     /// Sampled copies.
     pub copies: Vec<CopySample>,
+    /// Width of the windows that events older than a few seconds were merged into, each at
+    /// its window's start (0: none were; `collect::compact`).
+    pub window_ns: u64,
+    /// CPU samples (not waiting ones) merged into others there: `samples` holds this many
+    /// fewer than were taken.
+    pub merged_cpu_samples: u64,
     /// Heap peak marks: (ns from launch, heap bytes).
     pub peak_marks: Vec<(u64, u64)>,
     /// Code objects sent by this image, by id.
@@ -156,6 +164,33 @@ pub struct AllocSample {
     pub frames: Vec<(u32, i32)>,
     /// When it was freed (ns from launch), if it was.
     pub freed_ns: Option<u64>,
+}
+
+/// Sampled allocations of one thread with the same flags and frames, all freed, folded
+/// together (`collect::compact`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocGroup {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// `mlprof_wire::alloc_flags`.
+    pub flags: u32,
+    /// Python frames, innermost first.
+    pub frames: Vec<(u32, i32)>,
+    /// Sampled allocations folded in.
+    pub count: u64,
+    /// Bytes they stand for.
+    pub weight: u64,
+    /// Time of the first one (ns from launch).
+    pub first_ns: u64,
+    /// Time of the last one (ns from launch).
+    pub last_ns: u64,
+    /// Number of the process's peak marks when `held_at_peak` was last computed: it counts
+    /// only if no later mark came.
+    pub peak_marks: usize,
+    /// Bytes live at that peak (allocated before it, freed after it).
+    pub held_at_peak: u64,
+    /// Changes of the live bytes: (window start in ns from launch, bytes), in time order.
+    pub changes: Vec<(u64, i64)>,
 }
 
 /// A sampled copy.

@@ -73,7 +73,13 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .iter()
             .flat_map(|c| &c.samples)
             .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
-            .count() as u64,
+            .count() as u64
+            + rec
+                .channels
+                .iter()
+                .map(|c| c.merged_cpu_samples)
+                .sum::<u64>(),
+        event_window_s: rec.channels.iter().map(|c| c.window_ns).max().unwrap_or(0) as f64 / NS,
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         labels: rec.labels.clone(),
         violations: Vec::new(),

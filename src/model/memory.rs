@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use mlprof_wire::alloc_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Block, Lines, Place};
+use super::places::{place_of, Acc, Lines, Place};
 use crate::collect::Recording;
 
 /// Add every sampled allocation and copy of the recording to `places`.
@@ -27,11 +27,19 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
                     acc.peak_bytes += a.weight;
                 }
             }
-            acc.blocks.push(Block {
-                t_ns: a.t_ns,
-                freed_ns: a.freed_ns,
-                weight: a.weight,
-            });
+            acc.blocks.block(a.t_ns, a.freed_ns, a.weight);
+        }
+        for g in &channel.alloc_groups {
+            let place = place_of(&g.frames, g.tid, channel.pid, &mut lines, filter);
+            let acc = places.entry(place).or_default();
+            acc.alloc_bytes += g.weight;
+            if g.flags & alloc_flags::PYTHON != 0 {
+                acc.alloc_python_bytes += g.weight;
+            }
+            if g.peak_marks == channel.peak_marks.len() {
+                acc.peak_bytes += g.held_at_peak;
+            }
+            acc.blocks.group(g);
         }
         for c in &channel.copies {
             let place = place_of(&c.frames, c.tid, channel.pid, &mut lines, filter);

@@ -95,6 +95,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.threads.extend(p.threads);
         out.dropped_events += p.dropped_events;
         out.cpu_samples += p.cpu_samples;
+        out.event_window_s = out.event_window_s.max(p.event_window_s);
         if out.sample_interval_s == 0.0 {
             out.sample_interval_s = p.sample_interval_s;
         }

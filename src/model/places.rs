@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::filter::Filter;
+use super::leaks::Lifetimes;
 use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
 use crate::collect::{ChannelSummary, CodeInfo, Recording};
 use crate::symbolize::linetable::{LineIndex, LineTableFormat};
@@ -34,18 +35,6 @@ pub struct Place {
     pub first_line: u32,
 }
 
-/// A sampled block of one place: (allocated at ns, freed at ns, freed during interpreter
-/// shutdown, bytes it stands for).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    /// Nanoseconds from launch.
-    pub t_ns: u64,
-    /// When it was freed, if it was.
-    pub freed_ns: Option<u64>,
-    /// Bytes it stands for.
-    pub weight: u64,
-}
-
 /// What accumulates at a place.
 #[derive(Default)]
 pub struct Acc {
@@ -66,7 +55,7 @@ pub struct Acc {
     /// Bytes copied.
     pub copy_bytes: u64,
     /// Sampled blocks (for footprints and leak evidence).
-    pub blocks: Vec<Block>,
+    pub blocks: Lifetimes,
     /// Sampled time here while the process's GPU utilisation was known (ns).
     pub gpu_time_ns: u64,
     /// That time weighted by the utilisation (ns).
@@ -88,7 +77,7 @@ impl Acc {
         self.alloc_python_bytes += other.alloc_python_bytes;
         self.peak_bytes += other.peak_bytes;
         self.copy_bytes += other.copy_bytes;
-        self.blocks.extend(other.blocks);
+        self.blocks.merge(other.blocks);
         self.gpu_time_ns += other.gpu_time_ns;
         self.gpu_busy_ns += other.gpu_busy_ns;
         self.gpu_memory_bytes += other.gpu_memory_bytes;
@@ -135,7 +124,7 @@ pub fn summarise(
         .map(|((file, line), (acc, function, _))| {
             let mut measures = Measures::default();
             add(&mut measures, &acc);
-            measures.leak = super::leaks::evidence(&acc.blocks, wall_ns);
+            measures.leak = super::leaks::evidence(&acc.blocks);
             let footprint_bytes = super::leaks::footprint(&acc.blocks, wall_ns, FOOTPRINT_POINTS);
             measures.gpu_util_pct = gpu_util_pct(&acc);
             measures.native = natives_of(acc.natives);

@@ -57,6 +57,10 @@ pub struct Profile {
     /// CPU samples taken (all processes and threads).
     #[serde(default)]
     pub cpu_samples: u64,
+    /// Width of the windows into which the collector merged events older than a few seconds,
+    /// each at its window's start (0: none were merged; see `docs/design/bounded-collector.md`).
+    #[serde(default)]
+    pub event_window_s: f64,
     /// Where and as what the run happened: `host`, and `RANK`, `LOCAL_RANK`, `WORLD_SIZE` when
     /// set (distributed jobs), for merging and for continuous-profiling backends.
     #[serde(default)]

@@ -115,6 +115,13 @@ pub fn build(
                 stack.peak_bytes += a.weight;
             }
         }
+        for g in &channel.alloc_groups {
+            let stack = t.stack(&mut lines, &g.frames, None);
+            stack.alloc_bytes += g.weight;
+            if g.peak_marks == channel.peak_marks.len() {
+                stack.peak_bytes += g.held_at_peak;
+            }
+        }
     }
     let mut stacks: Vec<StackStats> = t
         .stacks

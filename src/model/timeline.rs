@@ -11,9 +11,20 @@ use crate::symbolize::native::CodeClass;
 /// Most buckets in the CPU timeline.
 pub const CPU_BUCKETS: usize = 400;
 
-/// CPU time per bucket of at least 20 ms, at most [`CPU_BUCKETS`] buckets over the run.
+/// CPU time per bucket of at least 20 ms, at most [`CPU_BUCKETS`] buckets over the run. When
+/// the collector merged old samples into windows, a bucket is a whole number of windows (else
+/// buckets would get one window or two in turn).
 pub fn cpu(rec: &Recording, natives: &NativeNames) -> Vec<CpuSample> {
-    let span_ns = (rec.wall_ns / CPU_BUCKETS as u64).max(20_000_000);
+    let mut span_ns = (rec.wall_ns / CPU_BUCKETS as u64).max(20_000_000);
+    if let Some(window) = rec
+        .channels
+        .iter()
+        .map(|c| c.window_ns)
+        .max()
+        .filter(|&w| w > 0)
+    {
+        span_ns = span_ns.div_ceil(window) * window;
+    }
     let n = (rec.wall_ns / span_ns + 1) as usize;
     let mut out: Vec<CpuSample> = (0..n)
         .map(|i| CpuSample {

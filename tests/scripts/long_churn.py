@@ -1,0 +1,43 @@
+"""A long allocation-churn job with known truth, for the bounded collector: argv[1] is how long
+the churn phase runs, in seconds. A 500 MB array is made first and freed 1 s into the churn:
+the heap peaks then, at baseline + 502 MB (with the 1 MB source and temporary) + what leaked by then, with that array the only holder. Each iteration of
+the churn allocates and frees a 1 MB temporary and a batch of small Python objects, copies
+1 MB and does a little pure-Python work, and every 100th keeps 64 KB forever (a leak). At the
+end a 300 MB array is kept and a 100 MB temporary made and freed (less than the early peak).
+What was done is printed as JSON on stdout (the test compares it with the profile)."""
+import json
+import sys
+import time
+
+import numpy as np
+
+MB = 10**6
+seconds = float(sys.argv[1])
+early = np.ones(500 * MB, dtype=np.uint8)  # @early
+leaked = []
+src = np.ones(MB, dtype=np.uint8)
+iterations = 0
+python_total = 0
+leaked_at_peak = 0
+start = time.monotonic()
+while time.monotonic() < start + seconds:
+    if early is not None and time.monotonic() > start + 1:
+        early = None
+        leaked_at_peak = len(leaked) * 64 * 1000
+    tmp = np.ones(MB, dtype=np.uint8)  # @churn
+    del tmp
+    objs = [str(i) * 3 for i in range(200)]  # @objects
+    del objs
+    dst = np.copy(src)  # @copy
+    del dst
+    python_total += sum(i * i for i in range(300))  # @python
+    if iterations % 100 == 0:
+        leaked.append(np.ones(64 * 1000, dtype=np.uint8))  # @leak
+    iterations += 1
+early = None  # runs shorter than 1 s
+kept = np.ones(300 * MB, dtype=np.uint8)  # @kept
+temp = np.ones(100 * MB, dtype=np.uint8)  # @temp
+del temp
+print(json.dumps({"iterations": iterations, "leaked_bytes": len(leaked) * 64 * 1000,
+                  "leaked_at_peak": leaked_at_peak,
+                  "churn_bytes": iterations * MB, "copy_bytes": iterations * MB}))
