@@ -253,6 +253,47 @@ fn device_infos(nvml: &Nvml) -> Result<Vec<GpuDeviceInfo>, NvmlError> {
 
 /// Polls in a row that may fail before polling stops for good.
 const MAX_FAILED_POLLS: u32 = 3;
+
+/// Most polls kept: when reached, neighbours are merged in pairs ([`halve`]), so a run of any
+/// length keeps between half and all of this many (at 10 Hz, halving starts after 27 minutes).
+pub const MAX_POLLS: usize = 16384;
+
+/// Merge neighbouring polls in pairs: the first's time, utilisations averaged over the two,
+/// memory the larger of the two (so peaks stay). A process seen in one poll of a pair only
+/// keeps that poll's readings.
+pub fn halve(polls: &mut Vec<GpuPoll>) {
+    let merged: Vec<GpuPoll> = polls
+        .chunks(2)
+        .map(|pair| {
+            let mut out = pair[0].clone();
+            let Some(b) = pair.get(1) else { return out };
+            for d in &mut out.devices {
+                if let Some(other) = b.devices.iter().find(|o| o.index == d.index) {
+                    d.util_pct = (d.util_pct + other.util_pct).div_ceil(2);
+                    d.memory_used = d.memory_used.max(other.memory_used);
+                }
+            }
+            for p in &b.processes {
+                match out
+                    .processes
+                    .iter_mut()
+                    .find(|o| o.device == p.device && o.pid == p.pid)
+                {
+                    Some(o) => {
+                        o.memory_bytes = o.memory_bytes.max(p.memory_bytes);
+                        o.sm_util_pct = match (o.sm_util_pct, p.sm_util_pct) {
+                            (Some(x), Some(y)) => Some((x + y).div_ceil(2)),
+                            (x, y) => x.or(y),
+                        };
+                    }
+                    None => out.processes.push(*p),
+                }
+            }
+            out
+        })
+        .collect();
+    *polls = merged;
+}
 /// How long a process's last SM utilisation sample stands when the driver has no newer one,
 /// before the driver's own sampling period is known (it samples every 1/6 s to 1 s).
 const SAMPLE_HOLD_US: u64 = 1_000_000;
@@ -300,6 +341,9 @@ fn poll_loop(
                 let mut seen = lock(out);
                 seen.process_util = rec.process_util;
                 seen.polls.push(poll);
+                if seen.polls.len() >= MAX_POLLS {
+                    halve(&mut seen.polls);
+                }
                 failed = 0;
             }
             Err(NvmlError::InsufficientSize(_)) => {} // a process came or went mid-poll
@@ -460,4 +504,54 @@ fn visible_pid(pid: u32) -> Option<u32> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_week_of_polls_is_bounded_and_keeps_memory_peaks_and_mean_utilisation() {
+        let mut polls = Vec::new();
+        let week = 7 * 24 * 3600 * 10u64; // 10 Hz
+        for i in 0..week {
+            let busy = i % 2 == 0;
+            polls.push(GpuPoll {
+                t_ns: i * 100_000_000,
+                devices: vec![DeviceReading {
+                    index: 0,
+                    util_pct: if busy { 100 } else { 0 },
+                    memory_used: if i == week / 2 { 40 << 30 } else { 1 << 30 },
+                }],
+                processes: vec![GpuProcessReading {
+                    device: 0,
+                    pid: 42,
+                    memory_bytes: if i == week / 2 { 39 << 30 } else { 1 << 29 },
+                    sm_util_pct: Some(if busy { 80 } else { 20 }),
+                    visible: true,
+                }],
+            });
+            if polls.len() >= MAX_POLLS {
+                halve(&mut polls);
+            }
+        }
+        assert!(polls.len() < MAX_POLLS && polls.len() >= MAX_POLLS / 2);
+        assert!(polls.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
+        let max_used = polls.iter().map(|p| p.devices[0].memory_used).max();
+        assert_eq!(max_used, Some(40 << 30));
+        let max_proc = polls.iter().map(|p| p.processes[0].memory_bytes).max();
+        assert_eq!(max_proc, Some(39 << 30));
+        let mean = polls
+            .iter()
+            .map(|p| p.devices[0].util_pct as f64)
+            .sum::<f64>()
+            / polls.len() as f64;
+        assert!((mean - 50.0).abs() < 1.0, "mean utilisation {mean}");
+        let sm = polls
+            .iter()
+            .filter_map(|p| p.processes[0].sm_util_pct)
+            .sum::<u32>() as f64
+            / polls.len() as f64;
+        assert!((sm - 50.0).abs() < 1.0, "mean SM utilisation {sm}");
+    }
 }
