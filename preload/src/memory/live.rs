@@ -54,6 +54,12 @@ fn uncount(count: &AtomicU8) {
     });
 }
 
+/// Whether `addr` may be a sampled live allocation (the filter alone: `false` is sure).
+#[inline(always)]
+pub fn may_hold(addr: usize) -> bool {
+    COUNTS[hash(addr) & (FILTER - 1)].load(Ordering::Relaxed) != 0
+}
+
 /// Forget `addr` if it was a sampled live allocation; returns whether it was.
 #[inline(always)]
 pub fn remove(addr: usize) -> bool {

@@ -194,8 +194,9 @@ fn original(ctx: *mut c_void) -> &'static Allocator {
 const SMALL_REQUEST: usize = 512;
 
 /// Call the wrapped allocator with this thread marked busy (its own malloc calls are not
-/// samples: they are sampled here, as Python bytes), then sample the result.
-#[inline]
+/// samples: they are sampled here, as Python bytes), then sample the result. The common path
+/// is a countdown; a sample is taken out of line.
+#[inline(always)]
 fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     local::with(|l| {
         let ptr = if size <= SMALL_REQUEST {
@@ -208,13 +209,20 @@ fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
             return ptr;
         }
         if let Some(weight) = sampler::alloc_due(l, size) {
-            let _entered = l.hold();
-            // Python's MEM and OBJ allocators are called with the GIL held.
-            let reads = sampler::reads(true);
-            sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON, reads);
+            sample(l, ptr, size, weight);
         }
         ptr
     })
+}
+
+/// Record a sampled Python allocation.
+#[cold]
+#[inline(never)]
+fn sample(l: &local::Local, ptr: *mut c_void, size: usize, weight: u64) {
+    let _entered = l.hold();
+    // Python's MEM and OBJ allocators are called with the GIL held.
+    let reads = sampler::reads(true);
+    sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON, reads);
 }
 
 extern "C" fn wrapped_malloc(ctx: *mut c_void, size: size_t) -> *mut c_void {

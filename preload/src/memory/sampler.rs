@@ -57,11 +57,25 @@ fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option
     if mean == 0 {
         return None;
     }
+    let remaining = left.get().wrapping_sub(size as i64);
+    // `left` is 0 before the first draw on this thread: that goes the slow way too.
+    if remaining > 0 {
+        left.set(remaining);
+        return None;
+    }
+    due_slow(local, left, mean, size)
+}
+
+/// The rare part of [`due`], out of line so that the hooks' common path stays short (no
+/// stack frame, no floating point): the first draw on a thread, and a sample.
+#[cold]
+#[inline(never)]
+fn due_slow(local: &Local, left: &Cell<i64>, mean: u64, size: usize) -> Option<u64> {
     let mut remaining = left.get();
     if remaining == 0 {
         remaining = next_gap(local, mean); // first use on this thread
     }
-    remaining -= size as i64;
+    remaining = remaining.saturating_sub(size as i64);
     left.set(remaining);
     if remaining > 0 {
         return None;
@@ -123,6 +137,15 @@ pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32, reads: st
 /// shutdown are not told: what a program still holds at its end stays live (leak evidence).
 #[inline(always)]
 pub fn record_free(addr: usize) {
+    if live::may_hold(addr) {
+        record_free_slow(addr);
+    }
+}
+
+/// The rare part of [`record_free`]: the address may be a sampled block.
+#[cold]
+#[inline(never)]
+fn record_free_slow(addr: usize) {
     if live::remove(addr) && !crate::python::runtime::finalizing() {
         let mut r = Record::new(Kind::Free, clock::tid(), clock::monotonic_ns());
         r.a = addr as u64;
