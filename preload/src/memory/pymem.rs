@@ -225,12 +225,33 @@ fn sample(l: &local::Local, ptr: *mut c_void, size: usize, weight: u64) {
     sampler::record_alloc(ptr as usize, size, weight, alloc_flags::PYTHON, reads);
 }
 
+/// Whether a Python allocation of `size` bytes needs nothing but the countdown (no sample is
+/// due, no hold around the call): then the wrapper counts it before the call and tail-calls
+/// the wrapped allocator. (A failed allocation is counted too: the error is one allocation's
+/// bytes in the gap to the next sample.)
+#[inline(always)]
+fn counted_only(size: usize) -> bool {
+    size <= SMALL_REQUEST && local::with(|l| !l.busy() && sampler::alloc_countdown(l, size))
+}
+
 extern "C" fn wrapped_malloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
     let orig = original(ctx);
     let Some(f) = orig.malloc else {
         return core::ptr::null_mut();
     };
-    allocate(size, || f(orig.ctx, size))
+    if counted_only(size) {
+        return f(orig.ctx, size);
+    }
+    malloc_slow(f, orig.ctx, size)
+}
+
+#[inline(never)]
+fn malloc_slow(
+    f: extern "C" fn(*mut c_void, size_t) -> *mut c_void,
+    ctx: *mut c_void,
+    size: size_t,
+) -> *mut c_void {
+    allocate(size, || f(ctx, size))
 }
 
 extern "C" fn wrapped_calloc(ctx: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
@@ -238,7 +259,21 @@ extern "C" fn wrapped_calloc(ctx: *mut c_void, n: size_t, size: size_t) -> *mut 
     let Some(f) = orig.calloc else {
         return core::ptr::null_mut();
     };
-    allocate(n.saturating_mul(size), || f(orig.ctx, n, size))
+    let bytes = n.saturating_mul(size);
+    if counted_only(bytes) {
+        return f(orig.ctx, n, size);
+    }
+    calloc_slow(f, orig.ctx, n, size)
+}
+
+#[inline(never)]
+fn calloc_slow(
+    f: extern "C" fn(*mut c_void, size_t, size_t) -> *mut c_void,
+    ctx: *mut c_void,
+    n: size_t,
+    size: size_t,
+) -> *mut c_void {
+    allocate(n.saturating_mul(size), || f(ctx, n, size))
 }
 
 extern "C" fn wrapped_realloc(ctx: *mut c_void, old: *mut c_void, size: size_t) -> *mut c_void {
@@ -255,8 +290,8 @@ extern "C" fn wrapped_realloc(ctx: *mut c_void, old: *mut c_void, size: size_t) 
 extern "C" fn wrapped_free(ctx: *mut c_void, ptr: *mut c_void) {
     let orig = original(ctx);
     let Some(f) = orig.free else { return };
-    if !ptr.is_null() {
-        super::freeing(ptr as usize);
-    }
+    // Installed only while allocation sampling is on, so the filter is asked directly (NULL
+    // and never-sampled addresses stop there or in the table: 0 and 1 are never inserted).
+    sampler::record_free(ptr as usize);
     f(orig.ctx, ptr);
 }

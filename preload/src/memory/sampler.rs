@@ -45,6 +45,23 @@ pub fn alloc_due(local: &Local, size: usize) -> Option<u64> {
     due(local, &local.alloc_left, &ALLOC_MEAN, size)
 }
 
+/// The common case of [`alloc_due`] alone: `true` if sampling is off, or if counting `size`
+/// bytes leaves the countdown above zero (then counted); `false` if [`alloc_due`] must be
+/// asked (a sample is due, or this thread has not drawn yet), with nothing counted.
+#[inline(always)]
+pub fn alloc_countdown(local: &Local, size: usize) -> bool {
+    let mean = ALLOC_MEAN.load(Ordering::Relaxed);
+    if mean == 0 {
+        return true;
+    }
+    let remaining = local.alloc_left.get().wrapping_sub(size as i64);
+    if remaining > 0 {
+        local.alloc_left.set(remaining);
+        return true;
+    }
+    false
+}
+
 /// The same for copies.
 #[inline]
 pub fn copy_due(local: &Local, size: usize) -> Option<u64> {
