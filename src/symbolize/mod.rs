@@ -12,6 +12,9 @@ use crate::model::NativeNames;
 /// Name every sampled instruction pointer of the recording (reads the mapped ELF files).
 pub fn native_names(rec: &Recording) -> NativeNames {
     let mut symbolizer = native::Symbolizer::new();
+    for channel in &rec.channels {
+        symbolizer.want(&channel.maps, channel.samples.iter().map(|s| s.ip));
+    }
     let mut names = NativeNames::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         for sample in &channel.samples {

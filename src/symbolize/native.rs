@@ -195,8 +195,9 @@ struct FileSymbols {
     segments: Vec<Segment>,
     /// Sorted by `start`, one symbol per start address.
     syms: Vec<Sym>,
-    /// NUL-separated raw (mangled) names.
-    names: String,
+    /// NUL-separated raw (mangled) names, as the file has them (decoded when looked up:
+    /// large libraries have hundreds of thousands, and a profile names a few).
+    names: Vec<u8>,
     build_id: Option<Vec<u8>>,
     /// Demangled names of the symbols looked up so far, by index in `syms`.
     demangled: HashMap<u32, Box<str>>,
@@ -219,6 +220,9 @@ pub struct Symbolizer {
     by_path: HashMap<String, Option<usize>>,
     by_key: HashMap<FileKey, usize>,
     files: Vec<FileSymbols>,
+    /// File offsets that will be looked up, by path ([`Symbolizer::want`]): a file with some
+    /// keeps only the symbols that contain them.
+    wanted: HashMap<String, Vec<u64>>,
 }
 
 impl Symbolizer {
@@ -237,6 +241,27 @@ impl Symbolizer {
             symbol,
             class: classify(&map.path),
         })
+    }
+
+    /// Say which instruction pointers will be resolved against `maps`, before resolving any:
+    /// files are then read for the symbols containing them only, instead of a table of all
+    /// their functions (a large C++ library has hundreds of thousands, with tens of MB of
+    /// names). Others still resolve, reading their files in full.
+    pub fn want(&mut self, maps: &[Mapping], ips: impl IntoIterator<Item = u64>) {
+        for ip in ips {
+            let Some(map) = find_mapping(maps, ip) else {
+                continue;
+            };
+            if let Some(offset) = ip
+                .checked_sub(map.start)
+                .and_then(|d| d.checked_add(map.offset))
+            {
+                self.wanted
+                    .entry(map.path.clone())
+                    .or_default()
+                    .push(offset);
+            }
+        }
     }
 
     /// GNU build-id of the file at `path` (parsing it if needed), for recording
@@ -284,7 +309,12 @@ impl Symbolizer {
             return Some(index);
         }
         let file = File::open(path).ok()?;
-        let symbols = FileSymbols::load(file).unwrap_or_default();
+        let mut wanted = self.wanted.remove(path);
+        if let Some(w) = &mut wanted {
+            w.sort_unstable();
+            w.dedup();
+        }
+        let symbols = FileSymbols::load(file, wanted.as_deref()).unwrap_or_default();
         self.files.push(symbols);
         let index = self.files.len() - 1;
         self.by_key.insert(key, index);
@@ -304,12 +334,13 @@ fn find_mapping(maps: &[Mapping], ip: u64) -> Option<&Mapping> {
 }
 
 impl FileSymbols {
-    /// Parses an ELF file's segments, build-id and function symbols; `None` if not ELF.
-    fn load(file: File) -> Option<FileSymbols> {
+    /// Parses an ELF file's segments, build-id and function symbols (only those containing
+    /// the sorted file offsets `wanted`, when given); `None` if not ELF.
+    fn load(file: File, wanted: Option<&[u64]>) -> Option<FileSymbols> {
         let data = ReadCache::new(file);
         match FileKind::parse(&data).ok()? {
-            FileKind::Elf32 => load_elf::<elf::FileHeader32<Endianness>>(&data),
-            FileKind::Elf64 => load_elf::<elf::FileHeader64<Endianness>>(&data),
+            FileKind::Elf32 => load_elf::<elf::FileHeader32<Endianness>>(&data, wanted),
+            FileKind::Elf64 => load_elf::<elf::FileHeader64<Endianness>>(&data, wanted),
             _ => None,
         }
     }
@@ -340,15 +371,18 @@ impl FileSymbols {
             return name.to_string();
         }
         let start = self.syms.get(sym as usize).map_or(0, |s| s.name as usize);
-        let raw = self.names.get(start..).unwrap_or("");
-        let raw = raw.split('\0').next().unwrap_or("");
-        let name = demangle(raw);
+        let raw = self.names.get(start..).unwrap_or_default();
+        let raw = raw.split(|&b| b == 0).next().unwrap_or_default();
+        let name = demangle(&String::from_utf8_lossy(raw));
         self.demangled.insert(sym, name.clone().into_boxed_str());
         name
     }
 }
 
-fn load_elf<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Option<FileSymbols> {
+fn load_elf<Elf: FileHeader<Endian = Endianness>>(
+    data: &ReadCache<File>,
+    wanted: Option<&[u64]>,
+) -> Option<FileSymbols> {
     let header = Elf::parse(data).ok()?;
     let endian = header.endian().ok()?;
     let mut out = FileSymbols::default();
@@ -368,9 +402,15 @@ fn load_elf<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Opt
         return Some(out);
     };
     out.build_id = find_build_id(&sections, endian, data);
-    let table = read_functions(&sections, endian, data, elf::SHT_SYMTAB)
+    let wanted: Option<Vec<u64>> = wanted.map(|offsets| {
+        let mut v: Vec<u64> = offsets.iter().filter_map(|&o| out.vaddr_of(o)).collect();
+        v.sort_unstable();
+        v
+    });
+    let wanted = wanted.as_deref();
+    let table = read_functions(&sections, endian, data, elf::SHT_SYMTAB, wanted)
         .filter(|(syms, _)| !syms.is_empty())
-        .or_else(|| read_functions(&sections, endian, data, elf::SHT_DYNSYM));
+        .or_else(|| read_functions(&sections, endian, data, elf::SHT_DYNSYM, wanted));
     if let Some((syms, names)) = table {
         out.syms = syms;
         out.names = names;
@@ -408,49 +448,91 @@ struct Candidate<'data> {
 }
 
 /// Function symbols of the first section of type `sh_type` (one bulk read each for the
-/// symbols and their string table).
+/// symbols and their string table). With `wanted` (sorted virtual addresses), only the
+/// symbols that contain one of them, their names read one by one.
 fn read_functions<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
     sections: &SectionTable<'data, Elf, R>,
     endian: Endianness,
     data: R,
     sh_type: u32,
-) -> Option<(Vec<Sym>, String)> {
+    wanted: Option<&[u64]>,
+) -> Option<(Vec<Sym>, Vec<u8>)> {
     let section = sections.iter().find(|s| s.sh_type(endian) == sh_type)?;
     let raw: &[Elf::Sym] = section.data_as_array(endian, data).ok()?;
-    let strdata = sections
-        .section(section.link(endian))
-        .ok()?
-        .data(endian, data)
-        .ok()?;
-    let strings = StringTable::new(strdata, 0, strdata.len() as u64);
-    let mut candidates = Vec::new();
-    for sym in raw {
+    let strings_section = sections.section(section.link(endian)).ok()?;
+    let functions = raw.iter().filter(|sym| {
         let kind = sym.st_type();
-        let shndx = sym.st_shndx(endian);
-        if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC) || shndx == elf::SHN_UNDEF {
-            continue;
-        }
+        (kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC)
+            && sym.st_shndx(endian) != elf::SHN_UNDEF
+            && sym.st_name(endian) != 0
+            && Into::<u64>::into(sym.st_value(endian)) != 0
+    });
+    let candidate = |sym: &Elf::Sym, name: &'data [u8], size: u64| {
         let start: u64 = sym.st_value(endian).into();
-        let name = sym.name(endian, strings).unwrap_or_default();
-        if start == 0 || name.is_empty() {
-            continue;
-        }
-        let size: u64 = sym.st_size(endian).into();
-        let section_end = section_end(sections, endian, shndx);
         let bind_rank = match sym.st_bind() {
             elf::STB_GLOBAL => 0,
             elf::STB_WEAK => 1,
             _ => 2,
         };
         let underscores = name.iter().take_while(|&&b| b == b'_').count();
-        let rank = (size == 0, bind_rank, underscores, name.len());
-        candidates.push(Candidate {
+        let declared: u64 = sym.st_size(endian).into();
+        Candidate {
             start,
             size,
-            section_end,
-            rank,
+            section_end: section_end(sections, endian, sym.st_shndx(endian)),
+            rank: (declared == 0, bind_rank, underscores, name.len()),
             name,
-        });
+        }
+    };
+    let mut candidates = Vec::new();
+    match wanted {
+        None => {
+            let strdata = strings_section.data(endian, data).ok()?;
+            let strings = StringTable::new(strdata, 0, strdata.len() as u64);
+            for sym in functions {
+                let name = sym.name(endian, strings).unwrap_or_default();
+                if !name.is_empty() {
+                    candidates.push(candidate(sym, name, sym.st_size(endian).into()));
+                }
+            }
+        }
+        Some(wanted) => {
+            // Names are read from the file one by one, for the few symbols kept.
+            let (offset, size) = strings_section.file_range(endian)?;
+            let strings = StringTable::new(data, offset, offset.checked_add(size)?);
+            let mut starts: Vec<u64> = functions
+                .clone()
+                .map(|s| s.st_value(endian).into())
+                .collect();
+            starts.sort_unstable();
+            starts.dedup();
+            for sym in functions {
+                let start: u64 = sym.st_value(endian).into();
+                let declared: u64 = sym.st_size(endian).into();
+                // A size-0 symbol extends to the next function or its section's end.
+                let end = if declared > 0 {
+                    start.saturating_add(declared)
+                } else {
+                    let next = starts[starts.partition_point(|&s| s <= start)..]
+                        .first()
+                        .copied()
+                        .unwrap_or(u64::MAX);
+                    let limit = section_end(sections, endian, sym.st_shndx(endian));
+                    match next.min(if limit > start { limit } else { u64::MAX }) {
+                        u64::MAX => start.saturating_add(1),
+                        end => end,
+                    }
+                };
+                let first = wanted.partition_point(|&w| w < start);
+                if wanted.get(first).is_none_or(|&w| w >= end) {
+                    continue;
+                }
+                let name = sym.name(endian, strings).unwrap_or_default();
+                if !name.is_empty() {
+                    candidates.push(candidate(sym, name, end - start));
+                }
+            }
+        }
     }
     Some(build_table(candidates))
 }
@@ -472,11 +554,13 @@ fn section_end<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
 
 /// Sorts candidates, keeps the preferred one per address, gives size-0 symbols the room up
 /// to the next symbol (or their section's end), and moves names into one arena.
-fn build_table(mut candidates: Vec<Candidate<'_>>) -> (Vec<Sym>, String) {
-    candidates.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(a.rank.cmp(&b.rank)));
+fn build_table(mut candidates: Vec<Candidate<'_>>) -> (Vec<Sym>, Vec<u8>) {
+    // Aliases of equal rank are told apart by name, so that the choice does not depend on
+    // which other symbols were read.
+    candidates.sort_unstable_by(|a, b| (a.start, a.rank, a.name).cmp(&(b.start, b.rank, b.name)));
     candidates.dedup_by_key(|c| c.start);
     let mut syms = Vec::with_capacity(candidates.len());
-    let mut names = String::new();
+    let mut names = Vec::new();
     for (i, c) in candidates.iter().enumerate() {
         let end = if c.size > 0 {
             c.start.saturating_add(c.size)
@@ -495,8 +579,8 @@ fn build_table(mut candidates: Vec<Candidate<'_>>) -> (Vec<Sym>, String) {
         let Ok(name) = u32::try_from(names.len()) else {
             break; // a 4 GiB name arena: keep what fits
         };
-        names.push_str(&String::from_utf8_lossy(c.name));
-        names.push('\0');
+        names.extend_from_slice(c.name);
+        names.push(0);
         let len = u32::try_from(end - c.start).unwrap_or(u32::MAX);
         syms.push(Sym {
             start: c.start,
@@ -850,6 +934,34 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 .library,
             "libfoo.so"
         );
+    }
+
+    #[test]
+    fn wanted_symbols_resolve_as_the_full_table_does() {
+        let maps = own_maps();
+        let texts: Vec<&Mapping> = maps
+            .iter()
+            .filter(|m| m.executable && m.path.starts_with('/'))
+            .collect();
+        let ips: Vec<u64> = (0..20_000u64)
+            .map(|i| {
+                let m = texts[(i as usize) % texts.len()];
+                m.start + (i.wrapping_mul(7919 * 13)) % (m.end - m.start)
+            })
+            .collect();
+        let mut full = Symbolizer::new();
+        let mut wanting = Symbolizer::new();
+        wanting.want(&maps, ips.iter().copied());
+        let mut named = 0;
+        for &ip in &ips {
+            let (a, b) = (full.resolve(&maps, ip), wanting.resolve(&maps, ip));
+            assert_eq!(a, b, "ip {ip:#x}");
+            named += usize::from(a.and_then(|r| r.symbol).is_some());
+        }
+        assert!(named > 1000, "{named} of {} named", ips.len());
+        let kept: usize = wanting.files.iter().map(|f| f.syms.len()).sum();
+        let all: usize = full.files.iter().map(|f| f.syms.len()).sum();
+        assert!(kept < all, "{kept} symbols kept of {all}");
     }
 
     #[test]
