@@ -16,26 +16,25 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
         let mut lines = Lines::new(rec, ci);
         let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
         for a in &channel.allocs {
-            let place = place_of(&a.frames, a.tid, channel.pid, &mut lines, filter);
-            let acc = places.entry(place).or_default();
-            acc.alloc_bytes += a.weight;
-            if a.flags & alloc_flags::PYTHON != 0 {
-                acc.alloc_python_bytes += a.weight;
-            }
-            if let Some(peak) = peak_ns {
-                if a.t_ns <= peak && a.freed_ns.is_none_or(|f| f > peak) {
-                    acc.peak_bytes += a.weight;
-                }
-            }
+            let live_at_peak =
+                peak_ns.is_some_and(|p| a.t_ns <= p && a.freed_ns.is_none_or(|f| f > p));
+            let acc = allocated(
+                places,
+                place_of(&a.frames, a.tid, channel.pid, &mut lines, filter),
+                a.weight,
+                a.flags,
+            );
+            acc.peak_bytes += if live_at_peak { a.weight } else { 0 };
             acc.blocks.block(a.t_ns, a.freed_ns, a.weight);
         }
         for g in &channel.alloc_groups {
-            let place = place_of(&g.frames, g.tid, channel.pid, &mut lines, filter);
-            let acc = places.entry(place).or_default();
-            acc.alloc_bytes += g.weight;
-            if g.flags & alloc_flags::PYTHON != 0 {
-                acc.alloc_python_bytes += g.weight;
-            }
+            let acc = allocated(
+                places,
+                place_of(&g.frames, g.tid, channel.pid, &mut lines, filter),
+                g.weight,
+                g.flags,
+            );
+            // What the group held counts only if no peak mark came after it was computed.
             if g.peak_marks == channel.peak_marks.len() {
                 acc.peak_bytes += g.held_at_peak;
             }
@@ -46,4 +45,15 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
             places.entry(place).or_default().copy_bytes += c.weight;
         }
     }
+}
+
+/// The accumulator of `place`, with `weight` allocated bytes (Python's when `flags` say so)
+/// added.
+fn allocated(places: &mut HashMap<Place, Acc>, place: Place, weight: u64, flags: u32) -> &mut Acc {
+    let acc = places.entry(place).or_default();
+    acc.alloc_bytes += weight;
+    if flags & alloc_flags::PYTHON != 0 {
+        acc.alloc_python_bytes += weight;
+    }
+    acc
 }

@@ -936,19 +936,24 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         );
     }
 
-    #[test]
-    fn wanted_symbols_resolve_as_the_full_table_does() {
-        let maps = own_maps();
+    /// `n` addresses spread over the file-backed text mappings of `maps`, `stride` apart.
+    fn spread_ips(maps: &[Mapping], n: u64, stride: u64) -> Vec<u64> {
         let texts: Vec<&Mapping> = maps
             .iter()
             .filter(|m| m.executable && m.path.starts_with('/'))
             .collect();
-        let ips: Vec<u64> = (0..20_000u64)
+        (0..n)
             .map(|i| {
                 let m = texts[(i as usize) % texts.len()];
-                m.start + (i.wrapping_mul(7919 * 13)) % (m.end - m.start)
+                m.start + i.wrapping_mul(stride) % (m.end - m.start)
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn wanted_symbols_resolve_as_the_full_table_does() {
+        let maps = own_maps();
+        let ips = spread_ips(&maps, 20_000, 7919 * 13);
         let mut full = Symbolizer::new();
         let mut wanting = Symbolizer::new();
         wanting.want(&maps, ips.iter().copied());
@@ -971,12 +976,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             .iter()
             .filter(|m| m.executable && m.path.starts_with('/'))
             .collect();
-        let ips: Vec<u64> = (0..10_000u64)
-            .map(|i| {
-                let m = texts[(i as usize) % texts.len()];
-                m.start + (i.wrapping_mul(7919 * 16)) % (m.end - m.start)
-            })
-            .collect();
+        let ips = spread_ips(&maps, 10_000, 7919 * 16);
         let mut symbolizer = Symbolizer::new();
         let t0 = Instant::now();
         for m in &texts {
