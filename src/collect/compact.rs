@@ -26,8 +26,11 @@ use mlprof_wire::sample_flags;
 use super::decode::Events;
 use super::recording::{AllocGroup, AllocSample};
 
-/// Events this much younger than the newest one are left as they are.
-pub const HORIZON_NS: u64 = 2_000_000_000;
+/// Events this much younger than the newest one are left as they are: recent data stays
+/// exact, and a peak mark delayed by its thread's scheduling (up to several CPU-quota
+/// throttling periods of 100 ms) still arrives before the frees that followed it are folded.
+/// Held events grow with the event rate times this: shorter is smaller.
+pub const HORIZON_NS: u64 = 500_000_000;
 /// Windows over a run, at most (the width doubles as the run grows past them).
 pub const WINDOWS: u64 = 1024;
 /// Narrowest window: 2^24 ns, about 17 ms (the collector ticks every 20 ms).
@@ -215,7 +218,7 @@ mod tests {
         compact(&mut all, 100_000 * MS, &mut |ip| ip & !0xfff);
         assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), total);
         let w = window_ns(100_000 * MS);
-        let cutoff = (100_000 - 2_000) * MS / w * w;
+        let cutoff = (100_000 * MS - HORIZON_NS) / w * w;
         let old: Vec<&CpuSample> = all.samples.iter().filter(|s| s.t_ns < cutoff).collect();
         assert!(old.iter().all(|s| s.t_ns % w == 0 && s.ip == 0x1000));
         assert_eq!(
