@@ -8,7 +8,7 @@
 //! work per drain is bounded by the ring's size, so a hostile writer cannot keep the collector
 //! busy.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -338,8 +338,7 @@ const TICK_NS: u64 = super::TICK.as_nanos() as u64;
 
 /// Whether `ip` falls in an executable mapping of `maps`.
 fn covers(maps: &[native::Mapping], ip: u64) -> bool {
-    maps.iter()
-        .any(|m| m.executable && m.start <= ip && ip < m.end)
+    native::find_mapping(maps, ip).is_some_and(|m| m.executable)
 }
 
 impl Channel {
@@ -347,11 +346,14 @@ impl Channel {
     /// pointers stand for their mapping.
     fn compact_if_due(&mut self) {
         let maps = &self.summary.maps;
+        let mut seen: HashMap<u64, u64> = HashMap::new();
         let mut canon = |ip: u64| {
-            maps.iter()
-                .find(|m| m.executable && m.start <= ip && ip < m.end)
-                .filter(|m| native::classify(&m.path) == native::CodeClass::Interpreter)
-                .map_or(ip, |m| m.start)
+            *seen.entry(ip).or_insert_with(|| {
+                native::find_mapping(maps, ip)
+                    .filter(|m| m.executable)
+                    .filter(|m| native::classify(&m.path) == native::CodeClass::Interpreter)
+                    .map_or(ip, |m| m.start)
+            })
         };
         self.decoder.out.compact_if_due(&mut canon);
     }

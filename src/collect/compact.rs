@@ -119,16 +119,21 @@ fn fold_allocs(all: &mut Events, width: u64, cutoff: u64) {
             continue;
         };
         let key = (a.tid, a.flags, a.frames);
-        let i = *index.entry(key.clone()).or_insert_with(|| {
-            all.alloc_groups.push(AllocGroup {
-                tid: key.0,
-                flags: key.1,
-                frames: key.2,
-                first_ns: a.t_ns,
-                ..AllocGroup::default()
-            });
-            all.alloc_groups.len() - 1
-        });
+        let i = match index.get(&key) {
+            Some(&i) => i,
+            None => {
+                // A new group: its frames are copied once, for the index.
+                all.alloc_groups.push(AllocGroup {
+                    tid: key.0,
+                    flags: key.1,
+                    frames: key.2.clone(),
+                    first_ns: a.t_ns,
+                    ..AllocGroup::default()
+                });
+                index.insert(key, all.alloc_groups.len() - 1);
+                all.alloc_groups.len() - 1
+            }
+        };
         let g = &mut all.alloc_groups[i];
         g.count += 1;
         g.weight = g.weight.saturating_add(a.weight);

@@ -324,7 +324,7 @@ impl Symbolizer {
 
 /// The mapping containing `ip`: binary search when `maps` is sorted (as the kernel prints
 /// it), linear scan otherwise.
-fn find_mapping(maps: &[Mapping], ip: u64) -> Option<&Mapping> {
+pub fn find_mapping(maps: &[Mapping], ip: u64) -> Option<&Mapping> {
     let contains = |m: &&Mapping| m.start <= ip && ip < m.end;
     let pos = maps.partition_point(|m| m.start <= ip);
     pos.checked_sub(1)

@@ -255,6 +255,16 @@ pub fn check_profile(text: &str) -> Profile {
     profile
 }
 
+/// The names of the entries of `dir`, sorted.
+pub fn dir_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// A fresh private temporary directory.
 pub fn tempdir() -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};

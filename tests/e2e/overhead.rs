@@ -47,13 +47,17 @@ fn vm_reads(py: &Path, iterations: u32) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn allocation_samples_read_their_stack_without_system_calls() {
-    if !Command::new("strace")
-        .arg("-V")
+/// Whether `tool FLAG` runs and succeeds.
+fn installed(tool: &str, flag: &str) -> bool {
+    Command::new(tool)
+        .arg(flag)
         .output()
         .is_ok_and(|o| o.status.success())
-    {
+}
+
+#[test]
+fn allocation_samples_read_their_stack_without_system_calls() {
+    if !installed("strace", "-V") {
         eprintln!("skipped: strace is not installed (.ci/run installs it)");
         return;
     }
@@ -204,11 +208,7 @@ fn instructions(py: &Python, work: &Workload, profiled: bool) -> u64 {
 /// (1.646-1.882, over the limit on 3.11 alone). The `strace` guard above is the one for that.
 #[test]
 fn profiled_python_executes_few_more_instructions() {
-    if !Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if !installed("valgrind", "--version") {
         eprintln!("skipped: valgrind is not installed (.ci/run installs it)");
         return;
     }

@@ -66,16 +66,6 @@ fn assert_final(p: &Profile) {
     assert!(p.processes.iter().all(|proc| !proc.still_running));
 }
 
-/// The names in `dir` (no temporary file may be left).
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn snapshots_every_second_are_whole_profiles_and_the_final_report_replaces_them() {
     let dir = fixture::tempdir();
@@ -126,7 +116,11 @@ fn snapshots_every_second_are_whole_profiles_and_the_final_report_replaces_them(
     assert_final(&report);
     assert!(report.wall_s > last_wall && report.memory.peak_heap_bytes >= last);
     assert!(report.memory.peak_heap_bytes >= 64 * 1024 * 1024);
-    assert_eq!(names(&dir), ["p.json"], "no temporary file left");
+    assert_eq!(
+        fixture::dir_entries(&dir),
+        ["p.json"],
+        "no temporary file left"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

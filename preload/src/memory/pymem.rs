@@ -13,6 +13,7 @@ use mlprof_wire::alloc_flags;
 
 use super::sampler;
 use crate::local;
+use crate::python::runtime;
 
 /// `PyMemAllocatorEx` (CPython 3.5+).
 #[repr(C)]
@@ -65,8 +66,6 @@ static SET_ARENA: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static GET: AtomicUsize = AtomicUsize::new(0);
 static SET: AtomicUsize = AtomicUsize::new(0);
-static GIL_CHECK: AtomicUsize = AtomicUsize::new(0);
-static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
 
 const DOMAIN_MEM: c_int = 1;
 const DOMAIN_OBJ: c_int = 2;
@@ -79,8 +78,6 @@ pub fn resolve() {
     };
     GET.store(sym(c"PyMem_GetAllocator"), Ordering::Relaxed);
     SET.store(sym(c"PyMem_SetAllocator"), Ordering::Relaxed);
-    GIL_CHECK.store(sym(c"PyGILState_Check"), Ordering::Relaxed);
-    IS_INITIALIZED.store(sym(c"Py_IsInitialized"), Ordering::Relaxed);
     GET_ARENA.store(sym(c"PyObject_GetArenaAllocator"), Ordering::Relaxed);
     SET_ARENA.store(sym(c"PyObject_SetArenaAllocator"), Ordering::Relaxed);
 }
@@ -144,24 +141,21 @@ pub fn install_if_ready() {
     if INSTALLED.load(Ordering::Acquire) || !sampler::alloc_sampling() {
         return;
     }
-    let [get, set, gil, init] =
-        [&GET, &SET, &GIL_CHECK, &IS_INITIALIZED].map(|a| a.load(Ordering::Relaxed));
-    if get == 0 || set == 0 || gil == 0 || init == 0 {
+    let [get, set] = [&GET, &SET].map(|a| a.load(Ordering::Relaxed));
+    if get == 0 || set == 0 {
         return;
     }
     // The host's errno, whatever the calls below do to it.
     let _errno = crate::errno::Saved::new();
     // SAFETY: the addresses are CPython's functions with these exact C signatures (C API since
     // 3.5), resolved at load time.
-    let (get, set, gil, init) = unsafe {
+    let (get, set) = unsafe {
         (
             core::mem::transmute::<usize, extern "C" fn(c_int, *mut Allocator)>(get),
             core::mem::transmute::<usize, extern "C" fn(c_int, *const Allocator)>(set),
-            core::mem::transmute::<usize, extern "C" fn() -> c_int>(gil),
-            core::mem::transmute::<usize, extern "C" fn() -> c_int>(init),
         )
     };
-    if init() == 0 || gil() == 0 || INSTALLED.swap(true, Ordering::AcqRel) {
+    if !runtime::initialized() || !runtime::holds_gil() || INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
     wrap_arenas();

@@ -50,16 +50,7 @@ pub fn alloc_due(local: &Local, size: usize) -> Option<u64> {
 /// asked (a sample is due, or this thread has not drawn yet), with nothing counted.
 #[inline(always)]
 pub fn alloc_countdown(local: &Local, size: usize) -> bool {
-    let mean = ALLOC_MEAN.load(Ordering::Relaxed);
-    if mean == 0 {
-        return true;
-    }
-    let remaining = local.alloc_left.get().wrapping_sub(size as i64);
-    if remaining > 0 {
-        local.alloc_left.set(remaining);
-        return true;
-    }
-    false
+    countdown(&local.alloc_left, &ALLOC_MEAN, size)
 }
 
 /// The same for copies.
@@ -68,19 +59,27 @@ pub fn copy_due(local: &Local, size: usize) -> Option<u64> {
     due(local, &local.copy_left, &COPY_MEAN, size)
 }
 
-#[inline]
-fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option<u64> {
-    let mean = mean.load(Ordering::Relaxed);
-    if mean == 0 {
-        return None;
+/// `true` if sampling is off or `size` bytes leave `left` above zero (then counted). `left`
+/// is 0 before the first draw on this thread: that is never counted here.
+#[inline(always)]
+fn countdown(left: &Cell<i64>, mean: &AtomicU64, size: usize) -> bool {
+    if mean.load(Ordering::Relaxed) == 0 {
+        return true;
     }
     let remaining = left.get().wrapping_sub(size as i64);
-    // `left` is 0 before the first draw on this thread: that goes the slow way too.
     if remaining > 0 {
         left.set(remaining);
+        return true;
+    }
+    false
+}
+
+#[inline]
+fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option<u64> {
+    if countdown(left, mean, size) {
         return None;
     }
-    due_slow(local, left, mean, size)
+    due_slow(local, left, mean.load(Ordering::Relaxed), size)
 }
 
 /// The rare part of [`due`], out of line so that the hooks' common path stays short (no
@@ -88,6 +87,9 @@ fn due(local: &Local, left: &Cell<i64>, mean: &AtomicU64, size: usize) -> Option
 #[cold]
 #[inline(never)]
 fn due_slow(local: &Local, left: &Cell<i64>, mean: u64, size: usize) -> Option<u64> {
+    if mean == 0 {
+        return None; // sampling was turned off (a fork child that is not followed)
+    }
     let mut remaining = left.get();
     if remaining == 0 {
         remaining = next_gap(local, mean); // first use on this thread

@@ -51,29 +51,33 @@ static RUNTIME: AtomicUsize = AtomicUsize::new(0);
 static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
 static GIL_CHECK: AtomicUsize = AtomicUsize::new(0);
 
+/// Call a C API function of type `int (void)` resolved into `slot`; `None` if it was not found.
+fn call_int(slot: &AtomicUsize) -> Option<libc::c_int> {
+    let f = slot.load(Ordering::Relaxed);
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: `init` stores into these slots only dlsym results for CPython functions of type
+    // `int (void)` that read interpreter or thread state and can be called with or without
+    // the GIL: `PyGILState_Check`, `Py_IsInitialized`, `Py_IsFinalizing` / `_Py_IsFinalizing`.
+    let f: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute::<usize, _>(f) };
+    Some(f())
+}
+
 /// Whether the calling thread holds the GIL (`PyGILState_Check`); false if unknown. Not for
 /// signal handlers: it reads thread-specific data with `pthread_getspecific`.
 pub fn holds_gil() -> bool {
-    let f = GIL_CHECK.load(Ordering::Relaxed);
-    if f == 0 {
-        return false;
-    }
-    // SAFETY: `PyGILState_Check` has this C signature in 3.9-3.13 and only reads the thread's
-    // own state; callable with or without the GIL.
-    let f: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute::<usize, _>(f) };
-    f() != 0
+    call_int(&GIL_CHECK).is_some_and(|r| r != 0)
+}
+
+/// Whether the interpreter is initialised (`Py_IsInitialized`); false if unknown.
+pub fn initialized() -> bool {
+    call_int(&IS_INITIALIZED).is_some_and(|r| r != 0)
 }
 
 /// Whether the interpreter is shutting down (`Py_IsFinalizing`); false if unknown.
 pub fn finalizing() -> bool {
-    let f = IS_FINALIZING.load(Ordering::Relaxed);
-    if f == 0 {
-        return false;
-    }
-    // SAFETY: `Py_IsFinalizing` (3.13) / `_Py_IsFinalizing` (3.9-3.12) has this C signature and
-    // only reads a runtime field.
-    let f: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute::<usize, _>(f) };
-    f() != 0
+    call_int(&IS_FINALIZING).is_some_and(|r| r != 0)
 }
 
 /// `(address of _PyRuntime, address of PyCode_Type)` when frames are walked, for the collector.
@@ -112,6 +116,9 @@ pub fn init(version: &[u8]) -> u32 {
     let Some((major, minor)) = parse_version(version) else {
         return python_status::NONE;
     };
+    // Used by the allocator wrapper whether or not frames can be walked.
+    GIL_CHECK.store(symbol(c"PyGILState_Check"), Ordering::Relaxed);
+    IS_INITIALIZED.store(symbol(c"Py_IsInitialized"), Ordering::Relaxed);
     if contains(version, b"free-threading") {
         return python_status::FREE_THREADED;
     }
@@ -141,9 +148,7 @@ pub fn init(version: &[u8]) -> u32 {
         f => f,
     };
     IS_FINALIZING.store(finalizing, Ordering::Relaxed);
-    GIL_CHECK.store(symbol(c"PyGILState_Check"), Ordering::Relaxed);
     GET_TSTATE.store(get_tstate, Ordering::Relaxed);
-    IS_INITIALIZED.store(is_initialized, Ordering::Relaxed);
     CODE_TYPE.store(code_type, Ordering::Relaxed);
     LAYOUT.store(index, Ordering::Release);
     python_status::WALKED

@@ -134,14 +134,7 @@ fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     let path = dir.join("p.json");
     let out = run_mlprof(&[os("-o"), path.as_os_str()], &exit_program("0", None));
     assert_eq!(out.status.code(), Some(0), "{}", program_stderr(&out));
-    let names = |dir: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let names = fixture::dir_entries;
     assert_eq!(names(&dir), ["p.json"]);
     fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
     let meta = std::fs::metadata(&path).unwrap();
