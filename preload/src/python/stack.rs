@@ -26,7 +26,7 @@ pub struct Stack {
 /// How the stack may be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reads {
-    /// Through the kernel ([`read::Direct`]): anywhere, the signal handler included.
+    /// Through the kernel ([`read::Windowed`]): anywhere, the signal handler included.
     Checked,
     /// Plain loads ([`read::Trusted`]): an allocation or copy point of a thread holding the
     /// GIL, outside finalization.
@@ -36,7 +36,7 @@ pub enum Reads {
 /// Send a `kind` record, filled by `fill`, followed by this thread's Python frames.
 pub fn send(kind: Kind, reads: Reads, fill: impl FnOnce(&mut Record, Stack)) {
     match reads {
-        Reads::Checked => send_with(&read::Direct, kind, fill),
+        Reads::Checked => send_with(&read::Windowed::new(), kind, fill),
         Reads::Trusted => send_with(&read::Trusted, kind, fill),
     }
 }
