@@ -10,9 +10,9 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, Result};
-use crate::render::sanitize::Clean;
 use crate::render::{self, Format};
-use crate::{collect, launch, model, symbolize};
+use crate::sanitize::Clean;
+use crate::{annotate, collect, launch, model, symbolize};
 
 /// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
 pub const DEFAULT_RATE_HZ: u32 = 100;
@@ -79,28 +79,28 @@ struct GateArgs {
     #[arg(long, value_name = "PROFILE")]
     baseline: Option<PathBuf>,
     /// Growth against the baseline allowed, in percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = crate::baseline::DEFAULT_PERCENT)]
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::gate::baseline::DEFAULT_PERCENT)]
     tolerance: f64,
     /// Fail if the process tree's peak heap exceeds SIZE (exact, repeatable).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
     max_peak: Option<u64>,
     /// Fail if the tree's peak RSS exceeds SIZE (noisier than the heap).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
     max_rss: Option<u64>,
     /// Fail if lines flagged as likely leaks hold more than SIZE at the end.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
     max_leak: Option<u64>,
     /// Fail if the tree's peak GPU memory (NVML) exceeds SIZE, or if the GPU cannot be read.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
     max_gpu_memory: Option<u64>,
 }
 
 /// The gate of a command, loaded once (a malformed budget file or baseline is an error before
 /// anything runs).
 struct Gate {
-    budgets: crate::budget::Budgets,
+    budgets: crate::gate::Budgets,
     baseline: Option<model::Profile>,
-    tolerance: crate::baseline::Tolerance,
+    tolerance: crate::gate::baseline::Tolerance,
 }
 
 impl GateArgs {
@@ -108,7 +108,7 @@ impl GateArgs {
         Ok(Gate {
             budgets: budgets(
                 self.budget.as_deref(),
-                &crate::budget::Budgets {
+                &crate::gate::Budgets {
                     max_peak_bytes: self.max_peak,
                     max_rss_bytes: self.max_rss,
                     max_leak_bytes: self.max_leak,
@@ -117,7 +117,7 @@ impl GateArgs {
                 },
             )?,
             baseline: self.baseline.as_deref().map(read_profile).transpose()?,
-            tolerance: crate::baseline::Tolerance {
+            tolerance: crate::gate::baseline::Tolerance {
                 percent: self.tolerance,
                 ..Default::default()
             },
@@ -133,9 +133,9 @@ impl Gate {
 
     /// Budget verdicts and regressions of `p`.
     fn verdicts(&self, p: &model::Profile) -> Vec<model::Violation> {
-        let mut out = crate::budget::verdicts(p, &self.budgets);
+        let mut out = crate::gate::verdicts(p, &self.budgets);
         if let Some(base) = &self.baseline {
-            out.extend(crate::baseline::regressions(p, base, &self.tolerance));
+            out.extend(crate::gate::baseline::regressions(p, base, &self.tolerance));
         }
         out
     }
@@ -211,10 +211,10 @@ struct RunArgs {
     #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
     rate: u32,
     /// Mean bytes allocated between two allocation samples (0: no per-line memory).
-    #[arg(long, value_name = "SIZE", default_value = DEFAULT_MEMORY_SAMPLE, value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_MEMORY_SAMPLE, value_parser = crate::units::size::parse)]
     memory_sample_bytes: u64,
     /// Mean bytes copied between two copy samples (0: no copy volume).
-    #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_COPY_SAMPLE, value_parser = crate::units::size::parse)]
     copy_sample_bytes: u64,
     #[command(flatten)]
     gate: GateArgs,
@@ -405,10 +405,10 @@ fn run_command(args: RunArgs) -> Result<i32> {
     recording.command = command;
     let natives = symbolize::native_names(&recording);
     let mut profile = model::attribute(&recording, &natives, &filter);
-    symbolize::sources::attach(&mut profile);
+    annotate::attach(&mut profile);
     profile.violations = gate.verdicts(&profile);
     let status = match (profile.exit.code, profile.exit.signal) {
-        (Some(0), _) if !profile.violations.is_empty() => crate::budget::EXIT_BUDGET,
+        (Some(0), _) if !profile.violations.is_empty() => crate::gate::EXIT_BUDGET,
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => crate::error::EXIT_ERROR,
@@ -531,14 +531,14 @@ impl SnapshotJob {
     /// unless the final report has `claimed` it.
     fn write(
         &self,
-        mut recording: collect::Recording,
+        mut recording: crate::recording::Recording,
         claimed: &std::sync::Mutex<bool>,
     ) -> Result<()> {
         recording.command = self.command.clone();
         recording.gpu = self.gpu.current();
         let natives = symbolize::native_names(&recording);
         let mut profile = model::attribute(&recording, &natives, &self.filter);
-        symbolize::sources::attach(&mut profile);
+        annotate::attach(&mut profile);
         profile.violations = self.gate.verdicts(&profile);
         let text = render::render_for(&profile, self.format, render::text::Style::default())?;
         let claimed = claimed.lock().unwrap_or_else(|p| p.into_inner());
@@ -658,7 +658,7 @@ fn check(args: CheckArgs) -> Result<i32> {
     Ok(if violations.is_empty() {
         0
     } else {
-        crate::budget::EXIT_BUDGET
+        crate::gate::EXIT_BUDGET
     })
 }
 
@@ -890,15 +890,15 @@ fn io_reason(e: &std::io::Error) -> String {
 
 /// The budgets of a command: from the budget file if one is named (a directory, `.` when
 /// `--budget` has no value: found from there upward), overridden by the flags.
-fn budgets(file: Option<&Path>, flags: &crate::budget::Budgets) -> Result<crate::budget::Budgets> {
+fn budgets(file: Option<&Path>, flags: &crate::gate::Budgets) -> Result<crate::gate::Budgets> {
     let from_file = match file {
-        None => crate::budget::Budgets::default(),
+        None => crate::gate::Budgets::default(),
         Some(dir) if dir.is_dir() => {
             let start =
                 std::path::absolute(dir).map_err(|e| Error::new(format!("--budget: {e}")))?;
-            crate::budget_file::load(&crate::budget_file::discover(&start)?)?
+            crate::gate::file::load(&crate::gate::file::discover(&start)?)?
         }
-        Some(path) => crate::budget_file::load(path)?,
+        Some(path) => crate::gate::file::load(path)?,
     };
     Ok(from_file.with_flags(flags))
 }
@@ -913,12 +913,12 @@ fn ci_outputs(
     budgets_set: bool,
 ) -> Result<()> {
     if let Some(path) = junit {
-        write_file(path, crate::budget_report::junit(p).as_bytes())?;
+        write_file(path, crate::gate::report::junit(p).as_bytes())?;
     }
     if !budgets_set || std::env::var("GITHUB_ACTIONS").as_deref() != Ok("true") {
         return Ok(());
     }
-    let annotations = crate::budget_report::github_annotations(&p.violations);
+    let annotations = crate::gate::report::github_annotations(&p.violations);
     // Written as `say` writes: a closed or full stream must not abort mlprof.
     let _ = if report_on_stdout {
         std::io::stderr().lock().write_all(annotations.as_bytes())
@@ -934,7 +934,7 @@ fn ci_outputs(
             .append(true)
             .open(&summary)
             .map_err(|e| Error::new(format!("cannot write the job summary: {}", io_reason(&e))))?;
-        let _ = file.write_all(crate::budget_report::markdown_summary(p).as_bytes());
+        let _ = file.write_all(crate::gate::report::markdown_summary(p).as_bytes());
     }
     Ok(())
 }

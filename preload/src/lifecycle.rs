@@ -5,7 +5,9 @@
 use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use libc::c_int;
-use mlprof_wire::{state, Header, Kind, Record, CMDLINE_BYTES, PYVERSION_BYTES};
+use mlprof_wire::{
+    state, Header, ProcessExit, ProcessStart, Record, CMDLINE_BYTES, PYVERSION_BYTES,
+};
 
 use crate::python::{codes, runtime};
 use crate::{channel, clock, heap, hooks, memory, real, sampler};
@@ -30,16 +32,16 @@ extern "C" fn on_load() {
     publish_addresses(header);
     memory::pymem::resolve();
     memory::sampler::configure(
-        env_u64(c"MLPROF_MEMORY_SAMPLE_BYTES"),
-        env_u64(c"MLPROF_COPY_SAMPLE_BYTES"),
+        env_u64(mlprof_wire::ENV_MEMORY_SAMPLE),
+        env_u64(mlprof_wire::ENV_COPY_SAMPLE),
     );
-    let interval = sampler::start(env_u64(c"MLPROF_RATE_HZ"));
+    let interval = sampler::start(env_u64(mlprof_wire::ENV_RATE));
     header
         .sample_interval_ns
         .store(interval as u32, Ordering::Relaxed);
     hooks::thread::announce();
     hooks::signal::init();
-    if env_u64(c"MLPROF_NO_FOLLOW") != 0 {
+    if env_u64(mlprof_wire::ENV_NO_FOLLOW) != 0 {
         NO_FOLLOW.store(true, Ordering::Relaxed);
         strip_from_ld_preload();
     }
@@ -121,18 +123,19 @@ fn publish_addresses(header: &Header) {
 /// Create this process's channel and move the heap counters into it.
 fn attach(forked: bool) -> Option<&'static Header> {
     let mut dir = [0u8; 400];
-    copy_env(c"MLPROF_DIR", &mut dir)?;
+    copy_env(mlprof_wire::ENV_DIR, &mut dir)?;
     let inherited = forked.then(|| HEAP_AT_FORK.load(Ordering::Relaxed));
     let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
         fill_identity(h, forked);
         h.inherited_heap = inherited.unwrap_or(0).max(0) as u64;
     })?;
     heap::publish(&header.heap, inherited);
-    let mut start = Record::new(Kind::ProcessStart, clock::tid(), header.start_ns);
-    start.a = header.pid as u64;
-    start.b = header.ppid as u64;
-    start.c = forked as u64;
-    channel::send(&start);
+    let start = ProcessStart {
+        pid: header.pid,
+        ppid: header.ppid,
+        forked,
+    };
+    channel::send(&Record::process_start(clock::tid(), header.start_ns, start));
     Some(header)
 }
 
@@ -168,16 +171,17 @@ pub fn record_exit(code: c_int, immediate: bool) {
     header.exit_code.store(code, Ordering::Relaxed);
     header.exit_ns.store(now, Ordering::Relaxed);
     header.state.store(state::EXITED, Ordering::Release);
-    let mut rec = Record::new(Kind::ProcessExit, clock::tid(), now);
-    rec.a = code as i64 as u64;
-    rec.b = immediate as u64;
-    ring.push(&rec);
+    let exit = ProcessExit {
+        code: code as i64,
+        immediate,
+    };
+    ring.push(&Record::process_exit(clock::tid(), now, exit));
 }
 
 /// Whether `MLPROF_DIR` names a directory that no longer exists (its run has ended).
 fn session_gone() -> bool {
     let mut dir = [0u8; 400];
-    if copy_env(c"MLPROF_DIR", &mut dir).is_none() {
+    if copy_env(mlprof_wire::ENV_DIR, &mut dir).is_none() {
         return false;
     }
     // SAFETY: `dir` is NUL-terminated by copy_env; access only checks the path.

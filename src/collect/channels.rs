@@ -13,13 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mlprof_wire::{python_status, state, Kind, WireError, FILE_SUFFIX};
+use mlprof_wire::{python_status, state, WireError, FILE_SUFFIX};
 
 use super::decode::{Decoder, Events, MAX_RECORD_BYTES};
 use super::mapping::{Mapping, OpenError};
-use super::recording::ChannelSummary;
+use super::procfs;
 use super::waits;
-use crate::symbolize::native;
+use crate::recording::maps::{self, MappedFile};
+use crate::recording::ChannelSummary;
 
 struct Channel {
     mapping: Mapping,
@@ -110,7 +111,7 @@ impl Channels {
             };
             self.unready.remove(&path);
             summary.inherited_heap = summary.inherited_heap.min(MAX_RECORD_BYTES);
-            summary.maps = native::read_maps(summary.pid).unwrap_or_default();
+            summary.maps = procfs::read_maps(summary.pid).unwrap_or_default();
             let name = file_name(&path);
             self.open.insert(
                 path,
@@ -337,8 +338,8 @@ fn file_name(path: &Path) -> String {
 const TICK_NS: u64 = super::TICK.as_nanos() as u64;
 
 /// Whether `ip` falls in an executable mapping of `maps`.
-fn covers(maps: &[native::Mapping], ip: u64) -> bool {
-    native::find_mapping(maps, ip).is_some_and(|m| m.executable)
+fn covers(maps: &[MappedFile], ip: u64) -> bool {
+    maps::find_mapping(maps, ip).is_some_and(|m| m.executable)
 }
 
 impl Channel {
@@ -349,9 +350,9 @@ impl Channel {
         let mut seen: HashMap<u64, u64> = HashMap::new();
         let mut canon = |ip: u64| {
             *seen.entry(ip).or_insert_with(|| {
-                native::find_mapping(maps, ip)
+                maps::find_mapping(maps, ip)
                     .filter(|m| m.executable)
-                    .filter(|m| native::classify(&m.path) == native::CodeClass::Interpreter)
+                    .filter(|m| maps::code_class(&m.path) == maps::CodeClass::Interpreter)
                     .map_or(ip, |m| m.start)
             })
         };
@@ -428,13 +429,11 @@ impl Channel {
             let Some(record) = ring.pop() else { break };
             *budget -= 1;
             s.records += 1;
-            match Kind::from_u16(record.kind) {
-                Some(Kind::ProcessExit) => {
-                    s.exit_code = Some(record.a as i64 as i32);
-                    s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns).min(now_ns));
-                }
-                Some(Kind::Sample) => unmapped_ip |= !covers(&s.maps, record.a),
-                _ => {}
+            if let Some(exit) = record.as_process_exit() {
+                s.exit_code = Some(exit.code as i32);
+                s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns).min(now_ns));
+            } else if let Some(sample) = record.as_sample() {
+                unmapped_ip |= !covers(&s.maps, sample.ip);
             }
             self.decoder.feed(&record, launch_ns);
         }
@@ -447,7 +446,7 @@ impl Channel {
         if unmapped_ip && s.exit_code.is_none() {
             // A library loaded since the last look (dlopen): read the map again while the
             // process is alive.
-            if let Ok(maps) = native::read_maps(s.pid) {
+            if let Ok(maps) = procfs::read_maps(s.pid) {
                 s.maps = maps;
             }
         }
@@ -533,11 +532,13 @@ pub(crate) mod tests {
         unsafe { std::slice::from_raw_parts(aligned, len) }.to_vec()
     }
 
-    fn sample(depth: u64) -> Record {
-        let mut r = Record::new(Kind::Sample, 1, 5);
-        r.b = 1000;
-        r.c = depth;
-        r
+    fn sample(depth: u32) -> Record {
+        let s = mlprof_wire::Sample {
+            weight_ns: 1000,
+            depth,
+            ..Default::default()
+        };
+        Record::sample(1, 5, s)
     }
 
     fn finish(channels: Channels) -> (Vec<ChannelSummary>, Vec<String>) {
@@ -610,8 +611,11 @@ pub(crate) mod tests {
     fn a_snapshot_leaves_the_channels_as_they_were() {
         let d = dir("snapshot");
         std::fs::write(d.join("21.1.ring"), image(64, 21, &[sample(0)], |_| ())).unwrap();
-        let mut exited = Record::new(Kind::ProcessExit, 22, 5);
-        exited.a = 3;
+        let code = mlprof_wire::ProcessExit {
+            code: 3,
+            immediate: false,
+        };
+        let exited = Record::process_exit(22, 5, code);
         let image22 = image(64, 22, &[sample(0), sample(0), exited], |_| ());
         std::fs::write(d.join("22.1.ring"), image22).unwrap();
         let mut channels = Channels::new(&d, 0);

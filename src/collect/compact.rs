@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use mlprof_wire::sample_flags;
 
 use super::decode::Events;
-use super::recording::{AllocGroup, AllocSample};
+use crate::recording::{AllocGroup, AllocSample};
 
 /// Events this much younger than the newest one are left as they are: recent data stays
 /// exact, and a peak mark delayed by its thread's scheduling (up to several CPU-quota
@@ -173,7 +173,7 @@ fn fold_allocs(all: &mut Events, width: u64, cutoff: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::recording::{CopySample, CpuSample};
+    use crate::recording::{CopySample, CpuSample};
 
     const MS: u64 = 1_000_000;
 

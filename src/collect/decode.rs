@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use mlprof_wire::{Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
+use mlprof_wire::{Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
 
-use super::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample};
+use crate::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample};
 
 /// Largest byte count one record may carry (an allocation's size or weight, a copy, a heap
 /// mark): 2^48, more than any address space. Larger is corruption.
@@ -269,14 +269,24 @@ impl Decoder {
                 match kind {
                     Some(Kind::Sample) => self.sample(r, launch_ns),
                     Some(Kind::Code) => self.code(r),
-                    Some(Kind::ThreadStart) => self.out.threads.push((r.a as u32, r.b)),
+                    Some(Kind::ThreadStart) => {
+                        if let Some(t) = r.as_thread_start() {
+                            self.out.threads.push((t.tid, t.pthread));
+                        }
+                    }
                     Some(Kind::Alloc) => self.alloc(r, t_ns),
                     Some(Kind::Copy) => self.copy(r, t_ns),
-                    Some(Kind::Free) => self.free(r.a, t_ns),
-                    Some(Kind::PeakMark) if r.a <= MAX_RECORD_BYTES => {
-                        self.out.peak_marks.push((t_ns, r.a))
+                    Some(Kind::Free) => {
+                        if let Some(addr) = r.as_free() {
+                            self.free(addr, t_ns);
+                        }
                     }
-                    Some(Kind::PeakMark) => self.out.malformed += 1,
+                    Some(Kind::PeakMark) => match r.as_peak_mark() {
+                        Some(heap) if heap <= MAX_RECORD_BYTES => {
+                            self.out.peak_marks.push((t_ns, heap))
+                        }
+                        _ => self.out.malformed += 1,
+                    },
                     _ => {}
                 }
             }
@@ -284,19 +294,20 @@ impl Decoder {
     }
 
     fn sample(&mut self, r: &Record, launch_ns: u64) {
-        let Some(depth) = self.depth(r.c & 0xffff_ffff) else {
+        let Some(s) = r.as_sample() else { return };
+        let Some(depth) = self.depth(s.depth) else {
             return;
         };
-        if r.b > MAX_SAMPLE_NS {
+        if s.weight_ns > MAX_SAMPLE_NS {
             self.out.malformed += 1;
             return;
         }
         let sample = CpuSample {
             t_ns: r.ts_ns.saturating_sub(launch_ns),
             tid: r.tid,
-            ip: r.a,
-            weight_ns: r.b,
-            flags: (r.c >> 32) as u32,
+            ip: s.ip,
+            weight_ns: s.weight_ns,
+            flags: s.flags,
             frames: Vec::with_capacity(depth),
         };
         self.pending = Pending::Sample {
@@ -309,20 +320,21 @@ impl Decoder {
     }
 
     fn alloc(&mut self, r: &Record, t_ns: u64) {
-        let Some(depth) = self.depth(r.d & 0xffff_ffff) else {
+        let Some(a) = r.as_alloc() else { return };
+        let Some(depth) = self.depth(a.depth) else {
             return;
         };
-        if r.b > MAX_RECORD_BYTES || r.c > MAX_RECORD_BYTES {
+        if a.size > MAX_RECORD_BYTES || a.weight > MAX_RECORD_BYTES {
             self.out.malformed += 1;
             return;
         }
         let alloc = AllocSample {
             t_ns,
             tid: r.tid,
-            addr: r.a,
-            size: r.b,
-            weight: r.c,
-            flags: (r.d >> 32) as u32,
+            addr: a.addr,
+            size: a.size,
+            weight: a.weight,
+            flags: a.flags,
             frames: Vec::with_capacity(depth),
             freed_ns: None,
         };
@@ -336,10 +348,11 @@ impl Decoder {
     }
 
     fn copy(&mut self, r: &Record, t_ns: u64) {
-        let Some(depth) = self.depth(r.c) else {
+        let Some(c) = r.as_copy() else { return };
+        let Some(depth) = self.depth(c.depth) else {
             return;
         };
-        if r.a > MAX_RECORD_BYTES || r.b > MAX_RECORD_BYTES {
+        if c.bytes > MAX_RECORD_BYTES || c.weight > MAX_RECORD_BYTES {
             self.out.malformed += 1;
             return;
         }
@@ -347,8 +360,8 @@ impl Decoder {
         let copy = CopySample {
             t_ns,
             tid: r.tid,
-            bytes: r.a,
-            weight: r.b,
+            bytes: c.bytes,
+            weight: c.weight,
             frames,
         };
         self.pending = Pending::Copy {
@@ -362,7 +375,7 @@ impl Decoder {
 
     /// A frame count from a head record, or `None` (counted as malformed) when it is more
     /// than the format allows.
-    fn depth(&mut self, declared: u64) -> Option<usize> {
+    fn depth(&mut self, declared: u32) -> Option<usize> {
         match usize::try_from(declared) {
             Ok(depth) if depth <= MAX_FRAMES => Some(depth),
             _ => {
@@ -391,12 +404,9 @@ impl Decoder {
                 return;
             }
         };
-        let words = [r.a, r.b, r.c, r.d, r.e];
-        for word in words
-            .into_iter()
-            .take((*frames_left).min(FRAMES_PER_RECORD))
-        {
-            frames.push(((word >> 32) as u32, word as u32 as i32));
+        let Some(sent) = r.as_frames() else { return };
+        for frame in sent.into_iter().take((*frames_left).min(FRAMES_PER_RECORD)) {
+            frames.push((frame.code_id, frame.lasti));
             *frames_left -= 1;
         }
         if *frames_left == 0 {
@@ -405,14 +415,19 @@ impl Decoder {
     }
 
     fn code(&mut self, r: &Record) {
+        let Some(c) = r.as_code() else { return };
         let info = CodeInfo {
-            address: r.e,
-            firstlineno: r.b as u32 as i32,
-            filename_kind: (r.b >> 32) as u8,
-            qualname_kind: (r.b >> 40) as u8,
+            address: c.address,
+            firstlineno: c.firstlineno,
+            filename_kind: c.filename_kind,
+            qualname_kind: c.qualname_kind,
             ..CodeInfo::default()
         };
-        let declared = [r.c & 0xffff_ffff, r.c >> 32, r.d];
+        let declared = [
+            c.filename_len as u64,
+            c.qualname_len as u64,
+            c.linetable_len,
+        ];
         if declared.iter().any(|&len| len > MAX_BLOB_BYTES as u64) {
             self.out.malformed += 1;
             return;
@@ -421,7 +436,7 @@ impl Decoder {
         let lens = declared.map(|len| len as usize);
         let total: usize = lens.iter().sum();
         self.pending = Pending::Code {
-            id: r.a as u32,
+            id: c.id,
             info,
             lens,
             bytes: Vec::with_capacity(total),
@@ -437,10 +452,8 @@ impl Decoder {
             return;
         };
         let total: usize = lens.iter().sum();
-        for word in [r.a, r.b, r.c, r.d, r.e] {
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
-        debug_assert_eq!(DATA_BYTES, 40);
+        let Some(data) = r.as_data() else { return };
+        bytes.extend_from_slice(&data);
         if bytes.len() >= total {
             bytes.truncate(total);
             self.finish_pending();
@@ -504,7 +517,7 @@ fn char_of(code: u32) -> char {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mlprof_wire::sample_flags;
+    use mlprof_wire::{sample_flags, Frame, DATA_BYTES};
 
     #[test]
     fn a_thread_asleep_for_hours_keeps_a_bounded_number_of_waiting_samples() {
@@ -639,26 +652,37 @@ mod tests {
     #[test]
     fn samples_and_codes_are_reassembled() {
         let mut d = Decoder::default();
-        let mut code = record(Kind::Code);
-        code.a = 3;
-        code.b = 12 | 1 << 32 | 1 << 40;
-        code.c = 5 | 1 << 32;
-        code.d = 2;
-        d.feed(&code, 0);
-        let mut data = record(Kind::Data);
-        data.a = u64::from_le_bytes(*b"a.pyfxy\0");
-        d.feed(&data, 0);
-        let mut s = record(Kind::Sample);
-        s.a = 0xdead;
-        s.b = 10_000;
-        s.c = 6;
-        d.feed(&s, 400);
-        let mut f = record(Kind::Frames);
-        (f.a, f.b, f.c, f.d, f.e) = (3 << 32 | 4, 3 << 32 | 0xffff_ffff, 1, 2, 3);
-        d.feed(&f, 0);
-        let mut f2 = record(Kind::Frames);
-        f2.a = 9 << 32 | 1;
-        d.feed(&f2, 0);
+        let code = mlprof_wire::Code {
+            id: 3,
+            firstlineno: 12,
+            filename_kind: 1,
+            qualname_kind: 1,
+            filename_len: 5,
+            qualname_len: 1,
+            linetable_len: 2,
+            address: 0,
+        };
+        d.feed(&Record::code(7, 1_000, code), 0);
+        let mut bytes = [0u8; DATA_BYTES];
+        bytes[..8].copy_from_slice(b"a.pyfxy\0");
+        d.feed(&Record::data(&bytes), 0);
+        let sample = mlprof_wire::Sample {
+            ip: 0xdead,
+            weight_ns: 10_000,
+            depth: 6,
+            ..Default::default()
+        };
+        d.feed(&Record::sample(7, 1_000, sample), 400);
+        let frame = |code_id, lasti| Frame { code_id, lasti };
+        let first = [
+            frame(3, 4),
+            frame(3, -1),
+            frame(0, 1),
+            frame(0, 2),
+            frame(0, 3),
+        ];
+        d.feed(&Record::frames(7, &first), 0);
+        d.feed(&Record::frames(7, &[frame(9, 1)]), 0);
         let c = &d.out.codes[&3];
         assert_eq!(
             (c.filename.as_str(), c.qualname.as_str(), c.firstlineno),
@@ -748,15 +772,15 @@ mod tests {
     fn shared_events_are_not_copied_and_frees_reach_them() {
         let mut d = Decoder::default();
         let alloc = |d: &mut Decoder, addr: u64, ts: u64| {
-            let mut r = Record::new(Kind::Alloc, 7, ts);
-            (r.a, r.b, r.c) = (addr, 64, 1000);
-            d.feed(&r, 0);
+            let a = mlprof_wire::Alloc {
+                addr,
+                size: 64,
+                weight: 1000,
+                ..Default::default()
+            };
+            d.feed(&Record::alloc(7, ts, a), 0);
         };
-        let free = |d: &mut Decoder, addr: u64, ts: u64| {
-            let mut r = Record::new(Kind::Free, 7, ts);
-            r.a = addr;
-            d.feed(&r, 0);
-        };
+        let free = |d: &mut Decoder, addr: u64, ts: u64| d.feed(&Record::free(7, ts, addr), 0);
         alloc(&mut d, 1, 1);
         alloc(&mut d, 2, 2);
         d.finish_pending();
@@ -784,9 +808,11 @@ mod tests {
         let at = Arc::as_ptr(&second);
         drop((first, second));
         free(&mut d, 3, 9);
-        let mut s = Record::new(Kind::Sample, 7, 10);
-        s.b = 1;
-        d.feed(&s, 0);
+        let s = mlprof_wire::Sample {
+            weight_ns: 1,
+            ..Default::default()
+        };
+        d.feed(&Record::sample(7, 10, s), 0);
         d.finish_pending();
         let third = d.out.share();
         assert_eq!(

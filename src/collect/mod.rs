@@ -2,15 +2,12 @@
 //! `/proc` at a fixed tick; when it ends (however it ends), drain once more. Produces a
 //! [`Recording`] of raw facts.
 
-mod channels;
+pub(crate) mod channels;
 mod compact;
-mod decode;
-#[cfg(test)]
-mod fuzz_tests;
+pub(crate) mod decode;
 pub mod gpu;
 mod mapping;
 pub mod procfs;
-pub mod recording;
 mod remote;
 mod sigbus;
 mod space;
@@ -21,11 +18,8 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::recording::{ChannelSummary, ProcSummary, Recording, Tick};
 pub use decode::Events;
-pub use recording::{
-    AllocGroup, AllocSample, ChannelSummary, CodeInfo, CopySample, CpuSample, ProcSummary,
-    Recording, Tick,
-};
 
 use crate::error::Result;
 use crate::launch::{ChildExit, Forwarding, Launched, Session};

@@ -1,6 +1,9 @@
-//! What `/proc` says about a process: resident set size, its high-water mark, CPU time.
+//! What `/proc` says about a process: resident set size, its high-water mark, CPU time, and
+//! the files it has mapped.
 
 use std::path::PathBuf;
+
+use crate::recording::maps::MappedFile;
 
 /// One reading of a process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -103,6 +106,53 @@ fn clock_ticks_per_s() -> f64 {
     } else {
         100.0
     }
+}
+
+/// Parses `/proc/PID/maps` text. Keeps file-backed mappings (path starting with `/`, which may
+/// contain spaces) and `[vdso]`; drops anonymous, `[heap]`, `[stack]` and garbage lines.
+pub fn parse_maps(text: &str) -> Vec<MappedFile> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+/// Reads and parses `/proc/PID/maps` (non-UTF-8 path bytes are replaced, not an error).
+pub fn read_maps(pid: u32) -> std::io::Result<Vec<MappedFile>> {
+    let bytes = std::fs::read(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&String::from_utf8_lossy(&bytes)))
+}
+
+fn parse_maps_line(line: &str) -> Option<MappedFile> {
+    let (range, rest) = split_field(line)?;
+    let (perms, rest) = split_field(rest)?;
+    let (offset, rest) = split_field(rest)?;
+    let (_dev, rest) = split_field(rest)?;
+    let (_inode, rest) = split_field(rest)?;
+    let path = rest.trim_start();
+    if !path.starts_with('/') && path != "[vdso]" {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    if end <= start {
+        return None;
+    }
+    Some(MappedFile {
+        start,
+        end,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: path.to_owned(),
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+    })
+}
+
+/// The next whitespace-delimited field and what follows it (untrimmed).
+fn split_field(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    Some(s.split_at(end))
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use mlprof_pyframes::{layouts, walk, Interpreter, Memory};
 use mlprof_wire::sample_flags;
 
 use super::decode::{decode_str, Decoded};
-use super::recording::{CodeInfo, CpuSample};
 use super::remote::Remote;
+use crate::recording::{CodeInfo, CpuSample};
 
 /// Deepest stack read for a waiting thread.
 const MAX_DEPTH: usize = 128;

@@ -6,7 +6,8 @@ mod session;
 mod signals;
 mod wait;
 
-use std::ffi::OsString;
+use std::ffi::{CStr, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 
@@ -52,18 +53,18 @@ pub fn spawn(
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("LD_PRELOAD", preload_value(session))
-        .env(mlprof_wire::ENV_DIR, session.dir())
-        .env(mlprof_wire::ENV_RATE, sampling.rate_hz.to_string())
+        .env(var(mlprof_wire::ENV_DIR), session.dir())
+        .env(var(mlprof_wire::ENV_RATE), sampling.rate_hz.to_string())
         .env(
-            mlprof_wire::ENV_MEMORY_SAMPLE,
+            var(mlprof_wire::ENV_MEMORY_SAMPLE),
             sampling.memory_sample_bytes.to_string(),
         )
         .env(
-            mlprof_wire::ENV_COPY_SAMPLE,
+            var(mlprof_wire::ENV_COPY_SAMPLE),
             sampling.copy_sample_bytes.to_string(),
         );
     if !sampling.follow {
-        cmd.env("MLPROF_NO_FOLLOW", "1");
+        cmd.env(var(mlprof_wire::ENV_NO_FOLLOW), "1");
     }
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
@@ -85,6 +86,11 @@ pub fn spawn(
 use std::os::fd::AsFd;
 
 /// `LD_PRELOAD` for the child: the user's own value first (kept as is), then ours.
+/// An environment variable name shared with the preload library (`mlprof_wire::ENV_*`).
+fn var(name: &CStr) -> &OsStr {
+    OsStr::from_bytes(name.to_bytes())
+}
+
 fn preload_value(session: &Session) -> OsString {
     let ours = session.preload_path().as_os_str().to_owned();
     match std::env::var_os("LD_PRELOAD") {

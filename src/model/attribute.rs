@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::cpu::NativeNames;
 use super::filter::Filter;
 use super::profile::*;
 use super::timeline;
-use crate::collect::{ChannelSummary, Recording};
+use crate::recording::{ChannelSummary, Recording};
+use crate::symbolize::NativeNames;
 
 const NS: f64 = 1e9;
 

@@ -10,11 +10,10 @@ use mlprof_wire::sample_flags;
 use super::filter::Filter;
 use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
 use super::profile::ThreadStats;
-use crate::collect::{CpuSample, Recording};
-use crate::symbolize::native::{CodeClass, Resolved};
-
-/// Native names of sampled instruction pointers, by (channel index, ip).
-pub type NativeNames = HashMap<(usize, u64), Resolved>;
+use crate::recording::maps::CodeClass;
+use crate::recording::{CpuSample, Recording};
+use crate::symbolize::native::Resolved;
+use crate::symbolize::NativeNames;
 
 /// Add every CPU sample of the recording to `places`; returns time per thread.
 pub fn add(
@@ -34,7 +33,7 @@ pub fn add(
             .collect();
         attribute_native_threads(&channel.samples, &mut placed);
         for (sample, place) in channel.samples.iter().zip(placed) {
-            let kind = classify(sample, natives.get(&(ci, sample.ip)));
+            let kind = time_kind(sample, natives.get(&(ci, sample.ip)));
             let thread = threads
                 .entry((channel.pid, sample.tid))
                 .or_insert_with(|| ThreadStats {
@@ -80,7 +79,7 @@ enum Time {
     Native(String, String),
 }
 
-fn classify(sample: &CpuSample, named: Option<&Resolved>) -> Time {
+fn time_kind(sample: &CpuSample, named: Option<&Resolved>) -> Time {
     if sample.flags & sample_flags::WAITING != 0 {
         return Time::Waiting;
     }

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::places::{Acc, Place};
 use super::profile::{Gpu, GpuDevice, GpuSample};
-use crate::collect::gpu::GpuRecording;
+use crate::recording::gpu::GpuRecording;
 
 /// How many polls away a growth without samples may look for the lines it goes to.
 const NEAREST_POLLS: usize = 20;

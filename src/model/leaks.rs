@@ -9,7 +9,7 @@
 //! frees for this purpose: the preload library does not report them. Pure.
 
 use super::profile::Leak;
-use crate::collect::AllocGroup;
+use crate::recording::AllocGroup;
 
 /// Likelihood above which a growing line is reported.
 pub const MIN_LIKELIHOOD: f64 = 0.9;

@@ -8,7 +8,7 @@ use mlprof_wire::alloc_flags;
 
 use super::filter::Filter;
 use super::places::{place_of, Acc, Lines, Place};
-use crate::collect::Recording;
+use crate::recording::Recording;
 
 /// Add every sampled allocation and copy of the recording to `places`.
 pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {

@@ -11,9 +11,10 @@ pub mod merge;
 pub mod places;
 pub mod profile;
 pub mod stacks;
+#[cfg(test)]
+mod tests;
 pub mod timeline;
 
 pub use attribute::attribute;
-pub use cpu::NativeNames;
 pub use filter::Filter;
 pub use profile::*;

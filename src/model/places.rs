@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::filter::Filter;
 use super::leaks::Lifetimes;
 use super::profile::{FunctionStats, LineStats, Measures, NativeFrame};
-use crate::collect::{ChannelSummary, CodeInfo, Recording};
+use crate::recording::{ChannelSummary, CodeInfo, Recording};
 use crate::symbolize::linetable::{LineIndex, LineTableFormat};
 
 /// Pseudo-file for samples of threads without Python (BLAS pools, native threads).

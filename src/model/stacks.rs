@@ -7,11 +7,11 @@ use std::collections::HashMap;
 
 use mlprof_wire::sample_flags;
 
-use super::cpu::NativeNames;
 use super::places::Lines;
 use super::profile::{StackFrame, StackStats, TimedSample};
-use crate::collect::Recording;
-use crate::symbolize::native::CodeClass;
+use crate::recording::maps::CodeClass;
+use crate::recording::Recording;
+use crate::symbolize::NativeNames;
 
 /// Most distinct stacks kept in a profile.
 pub const MAX_STACKS: usize = 20_000;

@@ -3,10 +3,10 @@
 
 use mlprof_wire::sample_flags;
 
-use super::cpu::NativeNames;
 use super::profile::{CpuSample, MemorySample};
-use crate::collect::{Recording, Tick};
-use crate::symbolize::native::CodeClass;
+use crate::recording::maps::CodeClass;
+use crate::recording::{Recording, Tick};
+use crate::symbolize::NativeNames;
 
 /// Most buckets in the CPU timeline.
 pub const CPU_BUCKETS: usize = 400;

@@ -39,7 +39,7 @@ fn name(f: &StackFrame) -> String {
     } else {
         format!("{} ({}:{})", f.function, f.file, f.line)
     };
-    super::sanitize::clean(&text).replace(';', " ")
+    crate::sanitize::clean(&text).replace(';', " ")
 }
 
 #[cfg(test)]

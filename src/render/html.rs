@@ -6,9 +6,9 @@
 
 use tera::{Context, Tera};
 
-use super::units::{bytes, seconds};
 use crate::error::{Error, Result};
 use crate::model::Profile;
+use crate::units::{bytes, seconds};
 
 const BASE: &str = include_str!("../../templates/base.html");
 const REPORT: &str = include_str!("../../templates/report.html");

@@ -6,10 +6,8 @@ pub mod folded;
 pub mod html;
 pub mod json;
 pub mod pprof;
-pub mod sanitize;
 pub mod speedscope;
 pub mod text;
-pub mod units;
 
 use crate::error::Result;
 use crate::model::Profile;

@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use super::sanitize::{clean, Clean};
-use super::units::{bytes, seconds};
 use crate::model::{Exit, Measures, Profile};
+use crate::sanitize::{clean, Clean};
+use crate::units::{bytes, seconds};
 
 /// How the report is shown: colour (a terminal, and `NO_COLOR` unset) and the width to fit
 /// (`None`: do not cut lines, e.g. when piped).

@@ -1,13 +1,16 @@
 //! Turning raw addresses from the profiled process into names: CPython code objects to file,
 //! function and line (`linetable`), native instruction pointers to library and symbol
-//! (`native`), and source text for the lines a profile reports (`sources`).
+//! (`native`). Reads the recording and the files on disk; produces names, never a profile.
 
 pub mod linetable;
 pub mod native;
-pub mod sources;
 
-use crate::collect::Recording;
-use crate::model::NativeNames;
+use std::collections::HashMap;
+
+use crate::recording::Recording;
+
+/// Native names of sampled instruction pointers, by (channel index, ip).
+pub type NativeNames = HashMap<(usize, u64), native::Resolved>;
 
 /// Name every sampled instruction pointer of the recording (reads the mapped ELF files).
 pub fn native_names(rec: &Recording) -> NativeNames {

@@ -1,11 +1,12 @@
 //! Maps native instruction pointers of a profiled process to library + symbol; reads ELF files
 //! from disk and caches each file's parsed symbol table; knows nothing about Python frames.
 //!
-//! The collector snapshots `/proc/PID/maps` ([`read_maps`]) while the target lives, then
+//! The collector snapshots `/proc/PID/maps` (`collect::procfs::read_maps`) while the target
+//! lives, then
 //! [`Symbolizer::resolve`] works from the files on disk, so it also works after the target
 //! exited. Per IP:
 //!
-//! 1. the mapping that contains it names the library and the [`CodeClass`] ([`classify`]);
+//! 1. the mapping that contains it names the library and the [`CodeClass`] ([`code_class`]);
 //! 2. `file_offset = ip - map.start + map.offset`; the `PT_LOAD` segment holding that offset
 //!    turns it into an ELF virtual address (`vaddr = file_offset - p_offset + p_vaddr`), which
 //!    is right for PIE executables, shared objects and fixed-address executables alike;
@@ -37,126 +38,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, 
 use object::read::{ReadCache, ReadRef, StringTable};
 use object::{Endianness, FileKind};
 
-/// One line of `/proc/PID/maps` that is backed by a file (or is `[vdso]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    /// First address of the mapping in the target.
-    pub start: u64,
-    /// One past the last address.
-    pub end: u64,
-    /// File offset that `start` maps.
-    pub offset: u64,
-    /// Path as the kernel prints it, including a ` (deleted)` suffix; or `[vdso]`.
-    pub path: String,
-    /// The mapping is executable (`x` in the permissions).
-    pub executable: bool,
-}
-
-/// Parses `/proc/PID/maps` text. Keeps file-backed mappings (path starting with `/`, which may
-/// contain spaces) and `[vdso]`; drops anonymous, `[heap]`, `[stack]` and garbage lines.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-/// Reads and parses `/proc/PID/maps` (non-UTF-8 path bytes are replaced, not an error).
-pub fn read_maps(pid: u32) -> std::io::Result<Vec<Mapping>> {
-    let bytes = std::fs::read(format!("/proc/{pid}/maps"))?;
-    Ok(parse_maps(&String::from_utf8_lossy(&bytes)))
-}
-
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let (range, rest) = split_field(line)?;
-    let (perms, rest) = split_field(rest)?;
-    let (offset, rest) = split_field(rest)?;
-    let (_dev, rest) = split_field(rest)?;
-    let (_inode, rest) = split_field(rest)?;
-    let path = rest.trim_start();
-    if !path.starts_with('/') && path != "[vdso]" {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    if end <= start {
-        return None;
-    }
-    Some(Mapping {
-        start,
-        end,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path: path.to_owned(),
-        executable: perms.as_bytes().get(2) == Some(&b'x'),
-    })
-}
-
-/// The next whitespace-delimited field and what follows it (untrimmed).
-fn split_field(s: &str) -> Option<(&str, &str)> {
-    let s = s.trim_start();
-    if s.is_empty() {
-        return None;
-    }
-    let end = s.find(char::is_whitespace).unwrap_or(s.len());
-    Some(s.split_at(end))
-}
-
-/// Whether time at an instruction pointer counts as the interpreter's or native code's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CodeClass {
-    /// The Python executable, libpython, and the runtime the interpreter itself calls
-    /// (ld.so, libc, libm, libpthread, libdl, libutil, `[vdso]`).
-    Interpreter,
-    /// Everything else: extension modules, BLAS, OpenMP, onnxruntime, torch, ...
-    Native,
-}
-
-/// File name of a mapping path, without a ` (deleted)` suffix.
-pub fn library_name(path: &str) -> &str {
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// Classifies a mapping path by its file name.
-///
-/// Interpreter: `python`, `python3`, `python3.X` (and suffixed names such as `python3.13t`,
-/// `python3.11-dbg`), `libpython*.so*`, `ld-*.so*` (ld-linux, ld-musl, old `ld-2.31.so`),
-/// `libc`, `libm`, `libpthread`, `libdl`, `libutil` (`libX.so*` or old `libX-2.NN.so`), and
-/// `[vdso]`. Everything else is Native, including CPython's own extension modules in
-/// `lib-dynload` (`_json.cpython-311-x86_64-linux-gnu.so`, `math.cpython-*.so`): they are C
-/// code doing the work of one call, like any third-party extension.
-pub fn classify(path: &str) -> CodeClass {
-    let name = library_name(path);
-    // mlprof's own hooks run on behalf of the line (its allocations and copies): counting them
-    // as native code would make pure-Python lines look native.
-    // In the run's directory, or in the lasting directory under a name with a content hash.
-    let ours = name.starts_with("libmlprof_preload") && name.ends_with(".so");
-    if ours || name == "[vdso]" || is_python_executable(name) || is_interpreter_library(name) {
-        CodeClass::Interpreter
-    } else {
-        CodeClass::Native
-    }
-}
-
-fn is_python_executable(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("python") else {
-        return false;
-    };
-    !name.contains(".so") && (rest.is_empty() || rest.starts_with(|c: char| c.is_ascii_digit()))
-}
-
-fn is_interpreter_library(name: &str) -> bool {
-    if (name.starts_with("libpython") || name.starts_with("ld-")) && name.contains(".so") {
-        return true;
-    }
-    ["c", "m", "pthread", "dl", "util"].iter().any(|stem| {
-        let Some(rest) = name.strip_prefix("lib").and_then(|r| r.strip_prefix(stem)) else {
-            return false;
-        };
-        let old_glibc = rest
-            .strip_prefix('-')
-            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()) && v.ends_with(".so"));
-        rest.starts_with(".so") || old_glibc
-    })
-}
+use crate::recording::maps::{code_class, find_mapping, library_name, CodeClass, MappedFile};
 
 /// What an instruction pointer resolved to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,14 +114,14 @@ impl Symbolizer {
     }
 
     /// Library, class and (when found) function for `ip`; `None` if no mapping contains it.
-    pub fn resolve(&mut self, maps: &[Mapping], ip: u64) -> Option<Resolved> {
+    pub fn resolve(&mut self, maps: &[MappedFile], ip: u64) -> Option<Resolved> {
         let map = find_mapping(maps, ip)?;
         let symbol = self.symbol_for(map, ip);
         Some(Resolved {
             library: library_name(&map.path).to_owned(),
             path: map.path.clone(),
             symbol,
-            class: classify(&map.path),
+            class: code_class(&map.path),
         })
     }
 
@@ -247,7 +129,7 @@ impl Symbolizer {
     /// files are then read for the symbols containing them only, instead of a table of all
     /// their functions (a large C++ library has hundreds of thousands, with tens of MB of
     /// names). Others still resolve, reading their files in full.
-    pub fn want(&mut self, maps: &[Mapping], ips: impl IntoIterator<Item = u64>) {
+    pub fn want(&mut self, maps: &[MappedFile], ips: impl IntoIterator<Item = u64>) {
         for ip in ips {
             let Some(map) = find_mapping(maps, ip) else {
                 continue;
@@ -271,7 +153,7 @@ impl Symbolizer {
         self.files[index].build_id.clone()
     }
 
-    fn symbol_for(&mut self, map: &Mapping, ip: u64) -> Option<String> {
+    fn symbol_for(&mut self, map: &MappedFile, ip: u64) -> Option<String> {
         if !map.path.starts_with('/') || map.path.ends_with(" (deleted)") {
             return None;
         }
@@ -320,17 +202,6 @@ impl Symbolizer {
         self.by_key.insert(key, index);
         Some(index)
     }
-}
-
-/// The mapping containing `ip`: binary search when `maps` is sorted (as the kernel prints
-/// it), linear scan otherwise.
-pub fn find_mapping(maps: &[Mapping], ip: u64) -> Option<&Mapping> {
-    let contains = |m: &&Mapping| m.start <= ip && ip < m.end;
-    let pos = maps.partition_point(|m| m.start <= ip);
-    pos.checked_sub(1)
-        .and_then(|i| maps.get(i))
-        .filter(contains)
-        .or_else(|| maps.iter().find(contains))
 }
 
 impl FileSymbols {
@@ -612,8 +483,8 @@ fn demangle(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader, Write};
-    use std::time::Instant;
+    use crate::collect::procfs::{parse_maps, read_maps};
+    use std::io::Write;
 
     const SAMPLE_MAPS: &str = "\
 55d0c8a00000-55d0c8a01000 r--p 00000000 08:01 1234                       /usr/bin/python3.11
@@ -649,7 +520,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         );
         assert_eq!(
             maps[1],
-            Mapping {
+            MappedFile {
                 start: 0x55d0c8a01000,
                 end: 0x55d0c8a02000,
                 offset: 0x1000,
@@ -665,56 +536,6 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     #[test]
-    fn classify_table() {
-        use CodeClass::{Interpreter as I, Native as N};
-        let table = [
-            ("/usr/bin/python", I),
-            ("/tmp/mlprof-abc123/libmlprof_preload.so", I),
-            (
-                "/run/user/1000/mlprof/libmlprof_preload-0123456789abcdef.so",
-                I,
-            ),
-            ("/usr/bin/python3", I),
-            ("/root/.pyenv/versions/3.11.7/bin/python3.11", I),
-            ("/usr/local/bin/python3.13t", I),
-            ("/usr/bin/python3.11-dbg", I),
-            ("/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0", I),
-            ("/usr/lib/libpython3.13t.so.1.0 (deleted)", I),
-            ("/lib64/ld-linux-x86-64.so.2", I),
-            ("/lib/ld-linux-aarch64.so.1", I),
-            ("/lib/x86_64-linux-gnu/libc.so.6", I),
-            ("/lib/x86_64-linux-gnu/libc-2.31.so", I),
-            ("/lib/x86_64-linux-gnu/libm.so.6", I),
-            ("/lib/x86_64-linux-gnu/libpthread.so.0", I),
-            ("/lib/x86_64-linux-gnu/libdl.so.2", I),
-            ("/lib/x86_64-linux-gnu/libutil.so.1", I),
-            ("[vdso]", I),
-            (
-                "/x/numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
-                N,
-            ),
-            ("/x/numpy.libs/libscipy_openblas64_-32a4b2a6.so", N),
-            ("/x/libopenblas64_p-r0-5e0b5b9a.3.23.dev.so", N),
-            ("/usr/lib/x86_64-linux-gnu/libgomp.so.1", N),
-            ("/x/onnxruntime/capi/libonnxruntime.so.1.17.0", N),
-            ("/x/torch/lib/libtorch_cpu.so", N),
-            ("/x/lib-dynload/zlib.cpython-311-x86_64-linux-gnu.so", N),
-            ("/x/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", N),
-            ("/x/lib-dynload/math.cpython-311-x86_64-linux-gnu.so", N),
-            ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", N),
-            ("/usr/lib/x86_64-linux-gnu/libc++.so.1", N),
-            ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", N),
-            ("/usr/lib/x86_64-linux-gnu/libmvec.so.1", N),
-            ("/x/python_helper.so", N),
-            ("/usr/bin/pythonista", N),
-            ("", N),
-        ];
-        for (path, want) in table {
-            assert_eq!(classify(path), want, "{path}");
-        }
-    }
-
-    #[test]
     fn demangles_rust_and_cpp_and_keeps_c() {
         assert_eq!(demangle("dgemm_kernel_HASWELL"), "dgemm_kernel_HASWELL");
         assert_eq!(demangle("_ZN2ns1fEi"), "ns::f(int)");
@@ -726,7 +547,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(demangle("_ZN2ns1fEi.cold"), demangle("_ZN2ns1fEi.cold"));
     }
 
-    fn own_maps() -> Vec<Mapping> {
+    fn own_maps() -> Vec<MappedFile> {
         read_maps(std::process::id()).expect("read own maps")
     }
 
@@ -836,7 +657,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     fn resolve_in_file(path: &str, ip_offset: u64) -> Option<Resolved> {
-        let map = Mapping {
+        let map = MappedFile {
             start: 0x7000_0000_0000,
             end: 0x7000_1000_0000,
             offset: 0,
@@ -937,8 +758,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     /// `n` addresses spread over the file-backed text mappings of `maps`, `stride` apart.
-    fn spread_ips(maps: &[Mapping], n: u64, stride: u64) -> Vec<u64> {
-        let texts: Vec<&Mapping> = maps
+    fn spread_ips(maps: &[MappedFile], n: u64, stride: u64) -> Vec<u64> {
+        let texts: Vec<&MappedFile> = maps
             .iter()
             .filter(|m| m.executable && m.path.starts_with('/'))
             .collect();
@@ -970,43 +791,27 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     #[test]
-    fn timing_10k_ips() {
+    fn ten_thousand_ips_resolve_the_same_from_the_cache() {
         let maps = own_maps();
-        let texts: Vec<&Mapping> = maps
-            .iter()
-            .filter(|m| m.executable && m.path.starts_with('/'))
-            .collect();
         let ips = spread_ips(&maps, 10_000, 7919 * 16);
         let mut symbolizer = Symbolizer::new();
-        let t0 = Instant::now();
-        for m in &texts {
-            symbolizer.resolve(&maps, m.start);
-        }
-        let load = t0.elapsed();
-        let t1 = Instant::now();
-        let hits = ips
+        let first: Vec<Option<Resolved>> = ips
             .iter()
-            .filter(|&&ip| {
-                symbolizer
-                    .resolve(&maps, ip)
-                    .and_then(|r| r.symbol)
-                    .is_some()
-            })
+            .map(|&ip| symbolizer.resolve(&maps, ip))
+            .collect();
+        let files = symbolizer.files.len();
+        let again: Vec<Option<Resolved>> = ips
+            .iter()
+            .map(|&ip| symbolizer.resolve(&maps, ip))
+            .collect();
+        assert_eq!(first, again);
+        assert_eq!(symbolizer.files.len(), files, "no file parsed twice");
+        let named = first
+            .iter()
+            .flatten()
+            .filter(|r| r.symbol.is_some())
             .count();
-        let warm = t1.elapsed();
-        let t2 = Instant::now();
-        for &ip in &ips {
-            std::hint::black_box(symbolizer.resolve(&maps, ip));
-        }
-        let cached = t2.elapsed();
-        eprintln!(
-            "native symbolizer: {} text mappings loaded in {load:?}; 10k IPs: first pass {:.0} ns/ip \
-             ({hits} with a symbol), second pass {:.0} ns/ip",
-            texts.len(),
-            warm.as_nanos() as f64 / 1e4,
-            cached.as_nanos() as f64 / 1e4,
-        );
-        assert!(hits > 0);
+        assert!(named > 0, "none of 10,000 addresses in our own code named");
     }
 
     /// A ~150 MB Rust + C++ library, if a rustup toolchain is installed.
@@ -1025,101 +830,37 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn large_library_loads_once() {
-        let mut candidates = vec![
-            "/usr/lib/llvm-14/lib/libclang-cpp.so.14".to_owned(),
-            "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0".to_owned(),
-        ];
-        candidates.extend(rustc_driver_library());
-        for path in candidates
-            .iter()
-            .filter(|p| std::path::Path::new(p).exists())
-        {
-            let mut symbolizer = Symbolizer::new();
-            let map = Mapping {
-                start: 0x1000_0000,
-                end: 0x9000_0000,
-                offset: 0,
-                path: path.to_string(),
-                executable: true,
-            };
-            let t0 = Instant::now();
-            symbolizer.resolve(std::slice::from_ref(&map), 0x1000_0000);
-            let load = t0.elapsed();
-            let file = &symbolizer.files[0];
-            let bytes = file.syms.len() * std::mem::size_of::<Sym>() + file.names.len();
-            let nsyms = file.syms.len();
-            let text = file
-                .segments
-                .iter()
-                .find(|s| s.executable)
-                .copied()
-                .unwrap();
-            let t1 = Instant::now();
-            let mut named = 0;
-            for i in 0..10_000u64 {
-                let ip = map.start + text.offset + (i * 4099) % text.filesz;
-                named += usize::from(
-                    symbolizer
-                        .resolve(std::slice::from_ref(&map), ip)
-                        .unwrap()
-                        .symbol
-                        .is_some(),
-                );
-            }
-            let per = t1.elapsed().as_nanos() as f64 / 1e4;
-            eprintln!(
-                "{path}: load {load:?}, {} function symbols, {:.1} MiB kept; 10k lookups {per:.0} ns/ip, {named} named",
-                nsyms,
-                bytes as f64 / 1048576.0
-            );
-            assert_eq!(symbolizer.files.len(), 1);
-        }
-    }
-
-    #[test]
-    fn numpy_process_classification() {
-        let python = "/work/main/target/test-venvs/py3.11/bin/python";
-        if !std::path::Path::new("/root/.pyenv/versions/3.11.7").exists()
-            || !std::path::Path::new(python).exists()
-        {
-            eprintln!("skipped: no pyenv 3.11.7 or no numpy venv at {python}");
+        // The toolchain that builds these tests has one (~150 MB of Rust and C++); another
+        // machine may not.
+        let Some(path) = rustc_driver_library() else {
+            eprintln!("skipped: no librustc_driver in a rustup toolchain");
             return;
-        }
-        let script = "import numpy, sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n";
-        let mut child = std::process::Command::new(python)
-            .args(["-c", script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start python");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let maps = read_maps(child.id());
-        let _ = child.kill();
-        let _ = child.wait();
-        let maps = maps.expect("maps of the python child");
-        assert_eq!(line.trim(), "ready");
-        let find = |needle: &str| {
-            maps.iter()
-                .find(|m| m.executable && library_name(&m.path).contains(needle))
-                .unwrap_or_else(|| panic!("no executable mapping for {needle}"))
         };
-        let libpython = find("libpython3.11");
-        let umath = find("_multiarray_umath");
-        let blas = find("openblas");
-        assert_eq!(classify(&libpython.path), CodeClass::Interpreter);
-        assert_eq!(classify(&find("python3.11").path), CodeClass::Interpreter);
-        assert_eq!(classify(&umath.path), CodeClass::Native);
-        assert_eq!(classify(&blas.path), CodeClass::Native);
         let mut symbolizer = Symbolizer::new();
-        for (m, frac) in [(blas, 0), (blas, 3), (umath, 2), (libpython, 2)] {
-            let ip = m.start + (m.end - m.start) * frac / 7;
-            let r = symbolizer.resolve(&maps, ip).expect("mapped");
-            eprintln!("{ip:#x} -> {} {:?} {:?}", r.library, r.symbol, r.class);
-            assert_eq!(r.library, library_name(&m.path));
-        }
-        let mid = libpython.start + (libpython.end - libpython.start) / 2;
-        assert!(symbolizer.resolve(&maps, mid).unwrap().symbol.is_some());
+        let map = MappedFile {
+            start: 0x1000_0000,
+            end: 0x9000_0000,
+            offset: 0,
+            path,
+            executable: true,
+        };
+        let maps = std::slice::from_ref(&map);
+        symbolizer.resolve(maps, 0x1000_0000);
+        let text = symbolizer.files[0]
+            .segments
+            .iter()
+            .find(|s| s.executable)
+            .copied()
+            .unwrap();
+        let named = (0..10_000u64)
+            .filter(|i| {
+                let ip = map.start + text.offset + (i * 4099) % text.filesz;
+                symbolizer
+                    .resolve(maps, ip)
+                    .is_some_and(|r| r.symbol.is_some())
+            })
+            .count();
+        assert!(named > 0, "none of 10,000 addresses in its text named");
+        assert_eq!(symbolizer.files.len(), 1);
     }
 }

@@ -34,6 +34,18 @@ fn export(profile: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// speedscope's published file-format schema, as `scripts/test.sh` fetches it; `None` when it
+/// is missing, which fails the test where test data is required (`MLPROF_REQUIRE_TEST_DATA=1`,
+/// set by CI).
+fn speedscope_schema() -> Option<serde_json::Value> {
+    let path = fixture::root().join("target/test-data/speedscope-file-format-schema.json");
+    let text = std::fs::read_to_string(&path).ok();
+    if text.is_none() && std::env::var_os("MLPROF_REQUIRE_TEST_DATA").is_some_and(|v| v == "1") {
+        panic!("{} is missing (scripts/test.sh fetches it)", path.display());
+    }
+    Some(serde_json::from_str(&text?).expect("speedscope's schema is JSON"))
+}
+
 #[test]
 fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
     let dir = fixture::tempdir();
@@ -68,6 +80,22 @@ fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
         doc["$schema"],
         "https://www.speedscope.app/file-format-schema.json"
     );
+    match speedscope_schema() {
+        Some(schema) => {
+            let validator = jsonschema::validator_for(&schema).expect("speedscope's schema");
+            let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "not a speedscope file: {errors:?}");
+            let mut broken = doc.clone();
+            broken["profiles"][0]["type"] = serde_json::json!("flamegraph");
+            assert!(
+                !validator.is_valid(&broken),
+                "the schema checks profile types"
+            );
+        }
+        None => eprintln!(
+            "skipped: speedscope's schema is not in target/test-data (scripts/test.sh fetches it)"
+        ),
+    }
     let frames = doc["shared"]["frames"].as_array().unwrap();
     assert!(frames.iter().all(|f| f["name"].is_string()));
     let profiles = doc["profiles"].as_array().unwrap();

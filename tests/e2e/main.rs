@@ -15,3 +15,4 @@ mod html;
 mod memory;
 mod overhead;
 mod snapshot;
+mod symbolize;

@@ -7,11 +7,14 @@
 //! hooks and signal handlers of the target.
 #![no_std]
 
+use core::ffi::CStr;
+
 pub mod record;
 pub mod ring;
 
 pub use record::{
-    alloc_flags, sample_flags, Kind, Record, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE,
+    alloc_flags, sample_flags, Alloc, Code, Frame, Kind, MemCopy, ProcessExit, ProcessStart,
+    Record, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE,
 };
 pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 
@@ -26,13 +29,16 @@ pub const PYVERSION_BYTES: usize = 32;
 /// Default number of ring slots (64 bytes each: 1 MiB per process).
 pub const DEFAULT_SLOTS: u64 = 16384;
 /// Environment variable naming the private directory where channel files are created.
-pub const ENV_DIR: &str = "MLPROF_DIR";
+pub const ENV_DIR: &CStr = c"MLPROF_DIR";
 /// Environment variable with the mean bytes between allocation samples (0: no sampling).
-pub const ENV_MEMORY_SAMPLE: &str = "MLPROF_MEMORY_SAMPLE_BYTES";
+pub const ENV_MEMORY_SAMPLE: &CStr = c"MLPROF_MEMORY_SAMPLE_BYTES";
 /// Environment variable with the mean bytes between copy samples (0: no copy sampling).
-pub const ENV_COPY_SAMPLE: &str = "MLPROF_COPY_SAMPLE_BYTES";
+pub const ENV_COPY_SAMPLE: &CStr = c"MLPROF_COPY_SAMPLE_BYTES";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
-pub const ENV_RATE: &str = "MLPROF_RATE_HZ";
+pub const ENV_RATE: &CStr = c"MLPROF_RATE_HZ";
+/// Environment variable that, when non-zero, keeps child processes unprofiled (`--no-follow`):
+/// the preload library removes itself from `LD_PRELOAD` before anything can be spawned.
+pub const ENV_NO_FOLLOW: &CStr = c"MLPROF_NO_FOLLOW";
 /// Signals that mlprof passes on to the command it launched (Linux numbers: SIGHUP, SIGINT,
 /// SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM). The preload library notes when the program's handlers
 /// receive them ([`Header::signal_ns`]).

@@ -1,5 +1,9 @@
 //! Fixed-size event records: what a profiled process tells the collector, as raw facts
-//! (pointers, offsets, sizes, timestamps). Decoding is the collector's job.
+//! (pointers, offsets, sizes, timestamps). Each kind has a payload struct, a constructor
+//! (`Record::sample(..)`) used by the preload library and an accessor (`r.as_sample()`) used
+//! by the collector, so the packing of the words `a`..`e` is written once, here. Accessors
+//! only unpack: checking the values against the format's limits is the collector's job
+//! (everything read from a channel is untrusted).
 
 /// What a [`Record`] means. The payload words `a`..`e` are interpreted per kind.
 #[repr(u16)]
@@ -46,8 +50,6 @@ pub enum Kind {
 pub mod alloc_flags {
     /// Allocated through Python's object / memory allocator (`PyObject_Malloc`, `PyMem_Malloc`).
     pub const PYTHON: u32 = 1;
-    /// An anonymous memory mapping (`mmap`).
-    pub const MMAP: u32 = 2;
 }
 
 /// Frames packed in one [`Kind::Frames`] record.
@@ -131,3 +133,485 @@ impl Record {
 }
 
 const _: () = assert!(core::mem::size_of::<Record>() == 56);
+
+/// [`Kind::ProcessStart`]: the process attached to its channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessStart {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// A fork child (its heap was inherited).
+    pub forked: bool,
+}
+
+/// [`Kind::ProcessExit`]: the process is exiting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessExit {
+    /// The exit code as passed to `exit` / `_exit`.
+    pub code: i64,
+    /// Through `_exit` (no interpreter shutdown).
+    pub immediate: bool,
+}
+
+/// [`Kind::Sample`]: a CPU-time sample of the writing thread; `depth` [`Kind::Frames`] words
+/// follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// The interrupted instruction pointer.
+    pub ip: u64,
+    /// CPU nanoseconds this sample stands for.
+    pub weight_ns: u64,
+    /// Python frames that follow (innermost first).
+    pub depth: u32,
+    /// [`sample_flags`].
+    pub flags: u32,
+    /// The thread's `PyThreadState` address (0 if none).
+    pub tstate: u64,
+}
+
+/// [`Kind::Code`]: a code object's description; its strings and line table follow in
+/// [`Kind::Data`] records (filename, qualname, line table, concatenated).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Code {
+    /// The id frames use for it.
+    pub id: u32,
+    /// `co_firstlineno`.
+    pub firstlineno: i32,
+    /// Bytes per character of the file name (0 none, 1 latin-1, 2 UCS-2, 4 UCS-4).
+    pub filename_kind: u8,
+    /// Bytes per character of the qualified name.
+    pub qualname_kind: u8,
+    /// Bytes of file name that follow.
+    pub filename_len: u32,
+    /// Bytes of qualified name that follow.
+    pub qualname_len: u32,
+    /// Bytes of line table that follow.
+    pub linetable_len: u64,
+    /// The code object's address.
+    pub address: u64,
+}
+
+/// [`Kind::ThreadStart`]: a thread started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadStart {
+    /// Its kernel thread id.
+    pub tid: u32,
+    /// Its `pthread_self()`.
+    pub pthread: u64,
+}
+
+/// [`Kind::Alloc`]: a sampled allocation; `depth` [`Kind::Frames`] words follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Alloc {
+    /// The block's address.
+    pub addr: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Bytes it stands for (Poisson weight).
+    pub weight: u64,
+    /// Python frames that follow.
+    pub depth: u32,
+    /// [`alloc_flags`].
+    pub flags: u32,
+}
+
+/// [`Kind::Copy`]: a sampled copy (`memcpy` family); `depth` [`Kind::Frames`] words follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemCopy {
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Bytes it stands for.
+    pub weight: u64,
+    /// Python frames that follow.
+    pub depth: u32,
+}
+
+/// One Python frame of a [`Kind::Frames`] record: `code_id << 32 | lasti`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// The code object's id (see [`Kind::Code`]; [`UNKNOWN_CODE`] if none).
+    pub code_id: u32,
+    /// Instruction offset in 2-byte code units (-1: not started).
+    pub lasti: i32,
+}
+
+impl Frame {
+    /// The frame as one payload word.
+    pub const fn word(self) -> u64 {
+        (self.code_id as u64) << 32 | self.lasti as u32 as u64
+    }
+
+    /// The frame packed in `word`.
+    pub const fn from_word(word: u64) -> Frame {
+        Frame {
+            code_id: (word >> 32) as u32,
+            lasti: word as u32 as i32,
+        }
+    }
+}
+
+impl Record {
+    fn with(kind: Kind, tid: u32, ts_ns: u64, words: [u64; 5]) -> Record {
+        let [a, b, c, d, e] = words;
+        Record {
+            a,
+            b,
+            c,
+            d,
+            e,
+            ..Record::new(kind, tid, ts_ns)
+        }
+    }
+
+    /// The payload words, when the record is of `kind`.
+    fn words_of(&self, kind: Kind) -> Option<[u64; 5]> {
+        (self.kind == kind as u16).then_some([self.a, self.b, self.c, self.d, self.e])
+    }
+
+    /// A [`Kind::ProcessStart`] record.
+    pub fn process_start(tid: u32, ts_ns: u64, p: ProcessStart) -> Record {
+        let words = [p.pid as u64, p.ppid as u64, p.forked as u64, 0, 0];
+        Record::with(Kind::ProcessStart, tid, ts_ns, words)
+    }
+
+    /// The payload of a [`Kind::ProcessStart`] record.
+    pub fn as_process_start(&self) -> Option<ProcessStart> {
+        let [a, b, c, ..] = self.words_of(Kind::ProcessStart)?;
+        Some(ProcessStart {
+            pid: a as u32,
+            ppid: b as u32,
+            forked: c != 0,
+        })
+    }
+
+    /// A [`Kind::ProcessExit`] record.
+    pub fn process_exit(tid: u32, ts_ns: u64, p: ProcessExit) -> Record {
+        let words = [p.code as u64, p.immediate as u64, 0, 0, 0];
+        Record::with(Kind::ProcessExit, tid, ts_ns, words)
+    }
+
+    /// The payload of a [`Kind::ProcessExit`] record.
+    pub fn as_process_exit(&self) -> Option<ProcessExit> {
+        let [a, b, ..] = self.words_of(Kind::ProcessExit)?;
+        Some(ProcessExit {
+            code: a as i64,
+            immediate: b != 0,
+        })
+    }
+
+    /// A [`Kind::Sample`] record.
+    pub fn sample(tid: u32, ts_ns: u64, s: Sample) -> Record {
+        let c = s.depth as u64 | (s.flags as u64) << 32;
+        Record::with(
+            Kind::Sample,
+            tid,
+            ts_ns,
+            [s.ip, s.weight_ns, c, s.tstate, 0],
+        )
+    }
+
+    /// The payload of a [`Kind::Sample`] record.
+    pub fn as_sample(&self) -> Option<Sample> {
+        let [a, b, c, d, _] = self.words_of(Kind::Sample)?;
+        Some(Sample {
+            ip: a,
+            weight_ns: b,
+            depth: c as u32,
+            flags: (c >> 32) as u32,
+            tstate: d,
+        })
+    }
+
+    /// A [`Kind::Code`] record.
+    pub fn code(tid: u32, ts_ns: u64, c: Code) -> Record {
+        let b = c.firstlineno as u32 as u64
+            | (c.filename_kind as u64) << 32
+            | (c.qualname_kind as u64) << 40;
+        let lens = c.filename_len as u64 | (c.qualname_len as u64) << 32;
+        let words = [c.id as u64, b, lens, c.linetable_len, c.address];
+        Record::with(Kind::Code, tid, ts_ns, words)
+    }
+
+    /// The payload of a [`Kind::Code`] record.
+    pub fn as_code(&self) -> Option<Code> {
+        let [a, b, c, d, e] = self.words_of(Kind::Code)?;
+        Some(Code {
+            id: a as u32,
+            firstlineno: b as u32 as i32,
+            filename_kind: (b >> 32) as u8,
+            qualname_kind: (b >> 40) as u8,
+            filename_len: c as u32,
+            qualname_len: (c >> 32) as u32,
+            linetable_len: d,
+            address: e,
+        })
+    }
+
+    /// A [`Kind::Data`] record carrying `bytes` (little-endian words).
+    pub fn data(bytes: &[u8; DATA_BYTES]) -> Record {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        Record::with(
+            Kind::Data,
+            0,
+            0,
+            [word(0), word(1), word(2), word(3), word(4)],
+        )
+    }
+
+    /// The bytes of a [`Kind::Data`] record.
+    pub fn as_data(&self) -> Option<[u8; DATA_BYTES]> {
+        let words = self.words_of(Kind::Data)?;
+        let mut out = [0u8; DATA_BYTES];
+        for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        Some(out)
+    }
+
+    /// A [`Kind::Frames`] record of up to [`FRAMES_PER_RECORD`] frames (more are ignored;
+    /// unused words are zero).
+    pub fn frames(tid: u32, frames: &[Frame]) -> Record {
+        let mut words = [0u64; FRAMES_PER_RECORD];
+        for (word, frame) in words.iter_mut().zip(frames) {
+            *word = frame.word();
+        }
+        Record::with(Kind::Frames, tid, 0, words)
+    }
+
+    /// The [`FRAMES_PER_RECORD`] frame slots of a [`Kind::Frames`] record (how many are used
+    /// is told by the head record).
+    pub fn as_frames(&self) -> Option<[Frame; FRAMES_PER_RECORD]> {
+        Some(self.words_of(Kind::Frames)?.map(Frame::from_word))
+    }
+
+    /// A [`Kind::ThreadStart`] record.
+    pub fn thread_start(tid: u32, ts_ns: u64, t: ThreadStart) -> Record {
+        Record::with(
+            Kind::ThreadStart,
+            tid,
+            ts_ns,
+            [t.tid as u64, t.pthread, 0, 0, 0],
+        )
+    }
+
+    /// The payload of a [`Kind::ThreadStart`] record.
+    pub fn as_thread_start(&self) -> Option<ThreadStart> {
+        let [a, b, ..] = self.words_of(Kind::ThreadStart)?;
+        Some(ThreadStart {
+            tid: a as u32,
+            pthread: b,
+        })
+    }
+
+    /// A [`Kind::Alloc`] record.
+    pub fn alloc(tid: u32, ts_ns: u64, a: Alloc) -> Record {
+        let d = a.depth as u64 | (a.flags as u64) << 32;
+        Record::with(Kind::Alloc, tid, ts_ns, [a.addr, a.size, a.weight, d, 0])
+    }
+
+    /// The payload of a [`Kind::Alloc`] record.
+    pub fn as_alloc(&self) -> Option<Alloc> {
+        let [a, b, c, d, _] = self.words_of(Kind::Alloc)?;
+        Some(Alloc {
+            addr: a,
+            size: b,
+            weight: c,
+            depth: d as u32,
+            flags: (d >> 32) as u32,
+        })
+    }
+
+    /// A [`Kind::Free`] record of the sampled block at `addr`.
+    pub fn free(tid: u32, ts_ns: u64, addr: u64) -> Record {
+        Record::with(Kind::Free, tid, ts_ns, [addr, 0, 0, 0, 0])
+    }
+
+    /// The address of a [`Kind::Free`] record.
+    pub fn as_free(&self) -> Option<u64> {
+        Some(self.words_of(Kind::Free)?[0])
+    }
+
+    /// A [`Kind::PeakMark`] record: the heap reached `heap_bytes`.
+    pub fn peak_mark(tid: u32, ts_ns: u64, heap_bytes: u64) -> Record {
+        Record::with(Kind::PeakMark, tid, ts_ns, [heap_bytes, 0, 0, 0, 0])
+    }
+
+    /// The heap bytes of a [`Kind::PeakMark`] record.
+    pub fn as_peak_mark(&self) -> Option<u64> {
+        Some(self.words_of(Kind::PeakMark)?[0])
+    }
+
+    /// A [`Kind::Copy`] record.
+    pub fn copy(tid: u32, ts_ns: u64, c: MemCopy) -> Record {
+        Record::with(
+            Kind::Copy,
+            tid,
+            ts_ns,
+            [c.bytes, c.weight, c.depth as u64, 0, 0],
+        )
+    }
+
+    /// The payload of a [`Kind::Copy`] record.
+    pub fn as_copy(&self) -> Option<MemCopy> {
+        let [a, b, c, ..] = self.words_of(Kind::Copy)?;
+        Some(MemCopy {
+            bytes: a,
+            weight: b,
+            depth: c as u32,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Extreme values in every field: each round-trips, and only through its own kind.
+    #[test]
+    fn every_kind_round_trips_through_its_record() {
+        let (tid, ts) = (u32::MAX - 1, u64::MAX - 2);
+        let start = ProcessStart {
+            pid: u32::MAX,
+            ppid: 1,
+            forked: true,
+        };
+        let r = Record::process_start(tid, ts, start);
+        assert_eq!(
+            (r.kind, r.tid, r.ts_ns),
+            (Kind::ProcessStart as u16, tid, ts)
+        );
+        assert_eq!(r.as_process_start(), Some(start));
+        assert_eq!(r.as_sample(), None, "another kind's accessor refuses it");
+        for code in [i32::MIN as i64, -1, 0, 255, i32::MAX as i64] {
+            let exit = ProcessExit {
+                code,
+                immediate: code < 0,
+            };
+            assert_eq!(
+                Record::process_exit(tid, ts, exit).as_process_exit(),
+                Some(exit)
+            );
+        }
+        let sample = Sample {
+            ip: u64::MAX,
+            weight_ns: 1 << 40,
+            depth: u32::MAX,
+            flags: sample_flags::TRUNCATED | sample_flags::NO_PYTHON,
+            tstate: 0x7fff_0000_1000,
+        };
+        assert_eq!(Record::sample(tid, ts, sample).as_sample(), Some(sample));
+        let code = Code {
+            id: UNKNOWN_CODE - 1,
+            firstlineno: -5,
+            filename_kind: 4,
+            qualname_kind: 2,
+            filename_len: u32::MAX,
+            qualname_len: 7,
+            linetable_len: u64::MAX,
+            address: 0xdead_beef,
+        };
+        assert_eq!(Record::code(tid, ts, code).as_code(), Some(code));
+        let bytes: [u8; DATA_BYTES] = core::array::from_fn(|i| (i * 7) as u8);
+        let data = Record::data(&bytes);
+        assert_eq!(data.as_data(), Some(bytes));
+        assert_eq!(data.a, u64::from_le_bytes([0, 7, 14, 21, 28, 35, 42, 49]));
+        let frames = [
+            Frame {
+                code_id: 3,
+                lasti: -1,
+            },
+            Frame {
+                code_id: UNKNOWN_CODE,
+                lasti: i32::MAX,
+            },
+        ];
+        let packed = Record::frames(tid, &frames).as_frames().unwrap();
+        assert_eq!(packed[..2], frames);
+        assert_eq!(packed[2..], [Frame::from_word(0); 3]);
+        let thread = ThreadStart {
+            tid: 9,
+            pthread: u64::MAX,
+        };
+        assert_eq!(
+            Record::thread_start(tid, ts, thread).as_thread_start(),
+            Some(thread)
+        );
+        let alloc = Alloc {
+            addr: 0x1000,
+            size: u64::MAX,
+            weight: 1,
+            depth: 7,
+            flags: alloc_flags::PYTHON,
+        };
+        assert_eq!(Record::alloc(tid, ts, alloc).as_alloc(), Some(alloc));
+        assert_eq!(Record::free(tid, ts, 0x1000).as_free(), Some(0x1000));
+        assert_eq!(
+            Record::peak_mark(tid, ts, 1 << 50).as_peak_mark(),
+            Some(1 << 50)
+        );
+        let copy = MemCopy {
+            bytes: 1 << 30,
+            weight: 1 << 31,
+            depth: 128,
+        };
+        assert_eq!(Record::copy(tid, ts, copy).as_copy(), Some(copy));
+    }
+
+    /// The layout the format documents on [`Kind`], word by word (what a channel written by
+    /// another build of the preload library holds).
+    #[test]
+    fn words_are_where_the_format_says() {
+        let r = Record::sample(
+            1,
+            2,
+            Sample {
+                ip: 10,
+                weight_ns: 20,
+                depth: 3,
+                flags: 4,
+                tstate: 50,
+            },
+        );
+        assert_eq!([r.a, r.b, r.c, r.d, r.e], [10, 20, 3 | 4 << 32, 50, 0]);
+        let r = Record::alloc(
+            1,
+            2,
+            Alloc {
+                addr: 10,
+                size: 20,
+                weight: 30,
+                depth: 4,
+                flags: 1,
+            },
+        );
+        assert_eq!([r.a, r.b, r.c, r.d], [10, 20, 30, 4 | 1 << 32]);
+        let r = Record::code(
+            1,
+            2,
+            Code {
+                id: 3,
+                firstlineno: 12,
+                filename_kind: 1,
+                qualname_kind: 1,
+                filename_len: 5,
+                qualname_len: 1,
+                linetable_len: 2,
+                address: 9,
+            },
+        );
+        assert_eq!(
+            [r.a, r.b, r.c, r.d, r.e],
+            [3, 12 | 1 << 32 | 1 << 40, 5 | 1 << 32, 2, 9]
+        );
+        let f = Frame {
+            code_id: 2,
+            lasti: 6,
+        };
+        assert_eq!(f.word(), 2 << 32 | 6);
+    }
+}

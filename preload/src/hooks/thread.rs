@@ -79,13 +79,13 @@ extern "C" fn end(_: *mut c_void) {
 
 /// Send a thread-start record for the calling thread.
 pub fn announce() {
-    let mut rec = mlprof_wire::Record::new(
-        mlprof_wire::Kind::ThreadStart,
-        clock::tid(),
-        clock::monotonic_ns(),
-    );
-    rec.a = clock::tid() as u64;
     // SAFETY: pthread_self has no preconditions.
-    rec.b = unsafe { libc::pthread_self() } as u64;
-    channel::send(&rec);
+    let pthread = unsafe { libc::pthread_self() } as u64;
+    let tid = clock::tid();
+    let started = mlprof_wire::ThreadStart { tid, pthread };
+    channel::send(&mlprof_wire::Record::thread_start(
+        tid,
+        clock::monotonic_ns(),
+        started,
+    ));
 }

@@ -9,7 +9,7 @@ pub mod sampler;
 
 use core::sync::atomic::{AtomicI64, Ordering};
 
-use mlprof_wire::{Kind, Record};
+use mlprof_wire::Record;
 
 use crate::local;
 use crate::{channel, clock};
@@ -40,9 +40,8 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     {
-        let mut r = Record::new(Kind::PeakMark, clock::tid(), clock::monotonic_ns());
-        r.a = now as u64;
-        channel::send(&r);
+        let mark = Record::peak_mark(clock::tid(), clock::monotonic_ns(), now as u64);
+        channel::send(&mark);
     }
 }
 

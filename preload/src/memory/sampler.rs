@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::local::Local;
 
-use mlprof_wire::{Kind, Record};
+use mlprof_wire::{Alloc, MemCopy, Record};
 
 use super::live;
 use crate::python::stack;
@@ -144,11 +144,15 @@ pub fn record_alloc(addr: usize, size: usize, weight: u64, flags: u32, reads: st
     if !live::insert(addr) {
         return; // table full: a sample we could not follow to its free is worse than none
     }
-    stack::send(Kind::Alloc, reads, |r, stack| {
-        r.a = addr as u64;
-        r.b = size as u64;
-        r.c = weight;
-        r.d = stack.depth as u64 | (flags as u64) << 32;
+    stack::send(reads, |tid, ts_ns, stack| {
+        let alloc = Alloc {
+            addr: addr as u64,
+            size: size as u64,
+            weight,
+            depth: stack.depth as u32,
+            flags,
+        };
+        Record::alloc(tid, ts_ns, alloc)
     });
 }
 
@@ -166,19 +170,21 @@ pub fn record_free(addr: usize) {
 #[inline(never)]
 fn record_free_slow(addr: usize) {
     if live::remove(addr) && !crate::python::runtime::finalizing() {
-        let mut r = Record::new(Kind::Free, clock::tid(), clock::monotonic_ns());
-        r.a = addr as u64;
-        channel::send(&r);
+        let freed = Record::free(clock::tid(), clock::monotonic_ns(), addr as u64);
+        channel::send(&freed);
     }
 }
 
 /// Record a sampled copy of `size` bytes.
 pub fn record_copy(size: usize, weight: u64, reads: stack::Reads) {
     let _errno = crate::errno::Saved::new(); // reading the stack makes system calls
-    stack::send(Kind::Copy, reads, |r, stack| {
-        r.a = size as u64;
-        r.b = weight;
-        r.c = stack.depth as u64;
+    stack::send(reads, |tid, ts_ns, stack| {
+        let copy = MemCopy {
+            bytes: size as u64,
+            weight,
+            depth: stack.depth as u32,
+        };
+        Record::copy(tid, ts_ns, copy)
     });
 }
 

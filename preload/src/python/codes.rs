@@ -1,5 +1,5 @@
 //! Code objects → small ids. The first time a code object is seen in this channel, its file
-//! name, qualified name, first line and line table are sent once ([`Kind::Code`] + data
+//! name, qualified name, first line and line table are sent once ([`mlprof_wire::Kind::Code`] + data
 //! records); later samples carry only the id. A lock-free open-addressing table, keyed by the
 //! code object's address and checked against its fingerprint (first line, file-name and name
 //! pointers) so that an address reused by a new code object gets a new id.
@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
-use mlprof_wire::{Kind, Record, Ring, DATA_BYTES, UNKNOWN_CODE};
+use mlprof_wire::{Record, Ring, DATA_BYTES, UNKNOWN_CODE};
 
 use mlprof_pyframes::code::{self, Blob};
 use mlprof_pyframes::Memory;
@@ -144,14 +144,17 @@ fn send(
     let Some(group) = ring.reserve(1 + data_records) else {
         return false;
     };
-    let mut head = Record::new(Kind::Code, clock::tid(), clock::monotonic_ns());
-    head.a = id as u64;
-    head.b =
-        firstlineno as u32 as u64 | (filename.kind as u64) << 32 | (qualname.kind as u64) << 40;
-    head.c = filename.len as u64 | (qualname.len as u64) << 32;
-    head.d = table.len as u64;
-    head.e = code as u64;
-    group.set(0, &head);
+    let head = mlprof_wire::Code {
+        id,
+        firstlineno,
+        filename_kind: filename.kind,
+        qualname_kind: qualname.kind,
+        filename_len: filename.len as u32,
+        qualname_len: qualname.len as u32,
+        linetable_len: table.len as u64,
+        address: code as u64,
+    };
+    group.set(0, &Record::code(clock::tid(), clock::monotonic_ns(), head));
     let mut chunk = Chunker {
         mem,
         group: &group,
@@ -199,14 +202,7 @@ impl<M: Memory> Chunker<'_, '_, M> {
         if self.used == 0 {
             return;
         }
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&self.buf[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(w)
-        };
-        let mut rec = Record::new(Kind::Data, 0, 0);
-        (rec.a, rec.b, rec.c, rec.d, rec.e) = (word(0), word(1), word(2), word(3), word(4));
-        self.group.set(self.next, &rec);
+        self.group.set(self.next, &Record::data(&self.buf));
         self.next += 1;
         self.buf = [0; DATA_BYTES];
         self.used = 0;

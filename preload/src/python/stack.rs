@@ -1,10 +1,10 @@
-//! Recording "an event and the calling thread's Python stack": one head record filled by the
-//! caller, then the frames as `(code id, lasti)` words in [`Kind::Frames`] records, reserved as
-//! one group so no other writer's records interleave. Shared by the CPU sampler (signal
+//! Recording "an event and the calling thread's Python stack": one head record made by the
+//! caller, then the frames in [`mlprof_wire::Kind::Frames`] records, reserved as one group so
+//! no other writer's records interleave. Shared by the CPU sampler (signal
 //! handler) and the memory sampler (allocation hooks): no allocation, no locks.
 
 use mlprof_pyframes::{walk, Memory};
-use mlprof_wire::{sample_flags, Kind, Record, FRAMES_PER_RECORD, UNKNOWN_CODE};
+use mlprof_wire::{sample_flags, Frame, Record, FRAMES_PER_RECORD, UNKNOWN_CODE};
 
 use super::{codes, read, runtime};
 use crate::{channel, clock};
@@ -33,15 +33,16 @@ pub enum Reads {
     Trusted,
 }
 
-/// Send a `kind` record, filled by `fill`, followed by this thread's Python frames.
-pub fn send(kind: Kind, reads: Reads, fill: impl FnOnce(&mut Record, Stack)) {
+/// Send the head record `head(tid, ts_ns, stack)` makes, followed by this thread's Python
+/// frames.
+pub fn send(reads: Reads, head: impl FnOnce(u32, u64, Stack) -> Record) {
     match reads {
-        Reads::Checked => send_with(&read::Windowed::new(), kind, fill),
-        Reads::Trusted => send_with(&read::Trusted, kind, fill),
+        Reads::Checked => send_with(&read::Windowed::new(), head),
+        Reads::Trusted => send_with(&read::Trusted, head),
     }
 }
 
-fn send_with<M: Memory>(mem: &M, kind: Kind, fill: impl FnOnce(&mut Record, Stack)) {
+fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     let Some(ring) = channel::ring() else { return };
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
     let rt = runtime::get();
@@ -66,25 +67,21 @@ fn send_with<M: Memory>(mem: &M, kind: Kind, fill: impl FnOnce(&mut Record, Stac
         }
         _ => stack.flags |= sample_flags::NO_PYTHON,
     }
-    let mut words = [0u64; MAX_DEPTH];
-    for (word, frame) in words.iter_mut().zip(&frames[..stack.depth]) {
-        let id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(mem, &rt, &ring, frame.code));
-        *word = (id as u64) << 32 | frame.lasti as u32 as u64;
+    let mut sent = [Frame::default(); MAX_DEPTH];
+    for (out, frame) in sent.iter_mut().zip(&frames[..stack.depth]) {
+        let code_id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(mem, &rt, &ring, frame.code));
+        *out = Frame {
+            code_id,
+            lasti: frame.lasti,
+        };
     }
     let frame_records = stack.depth.div_ceil(FRAMES_PER_RECORD);
     let Some(group) = ring.reserve(1 + frame_records as u64) else {
         return;
     };
     let tid = clock::tid();
-    let mut head = Record::new(kind, tid, clock::monotonic_ns());
-    fill(&mut head, stack);
-    group.set(0, &head);
-    for (i, chunk) in words[..stack.depth].chunks(FRAMES_PER_RECORD).enumerate() {
-        let mut rec = Record::new(Kind::Frames, tid, 0);
-        let mut packed = [0u64; FRAMES_PER_RECORD];
-        packed[..chunk.len()].copy_from_slice(chunk);
-        (rec.a, rec.b, rec.c, rec.d, rec.e) =
-            (packed[0], packed[1], packed[2], packed[3], packed[4]);
-        group.set(1 + i as u64, &rec);
+    group.set(0, &head(tid, clock::monotonic_ns(), stack));
+    for (i, chunk) in sent[..stack.depth].chunks(FRAMES_PER_RECORD).enumerate() {
+        group.set(1 + i as u64, &Record::frames(tid, chunk));
     }
 }

@@ -6,7 +6,7 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use mlprof_wire::Kind;
+use mlprof_wire::{Record, Sample};
 
 use super::timer;
 use crate::python::stack;
@@ -64,11 +64,15 @@ fn collector_gone() -> bool {
 
 /// Record one sample of the calling thread.
 fn sample(ip: usize, weight_ns: u64) {
-    stack::send(Kind::Sample, stack::Reads::Checked, |head, stack| {
-        head.a = ip as u64;
-        head.b = weight_ns;
-        head.c = stack.depth as u64 | (stack.flags as u64) << 32;
-        head.d = stack.tstate as u64;
+    stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
+        let sample = Sample {
+            ip: ip as u64,
+            weight_ns,
+            depth: stack.depth as u32,
+            flags: stack.flags,
+            tstate: stack.tstate as u64,
+        };
+        Record::sample(tid, ts_ns, sample)
     });
 }
 

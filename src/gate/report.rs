@@ -2,7 +2,7 @@
 //! (`::error file=…,line=…::…`), a Markdown job summary, and JUnit XML.
 
 use crate::model::{Profile, Violation};
-use crate::render::units::bytes;
+use crate::units::bytes;
 
 /// GitHub Actions `::error` commands, one per violation (located when it has a place).
 pub fn github_annotations(violations: &[Violation]) -> String {

@@ -1,4 +1,7 @@
-//! Human-readable quantities shared by the human-facing renderers.
+//! Quantities as people read and write them: sizes and durations printed (`312.4 MiB`,
+//! `45 ms`) and sizes parsed ([`size::parse`]). A leaf: every stage may use it.
+
+pub mod size;
 
 /// Bytes with a binary unit: `312.4 MiB`.
 pub fn bytes(n: u64) -> String {

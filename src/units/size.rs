@@ -4,7 +4,7 @@
 /// `KB`/`MB`/`GB`/`TB`. Case-insensitive; a trailing `B` or `iB` is optional.
 pub fn parse(text: &str) -> Result<u64, String> {
     // Quoted in errors: never a control character on the user's terminal.
-    let quoted = crate::render::sanitize::clean(text);
+    let quoted = crate::sanitize::clean(text);
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -26,7 +26,7 @@ pub fn parse(text: &str) -> Result<u64, String> {
         other => {
             return Err(format!(
                 "'{quoted}': unknown size unit '{}' (try KiB, MiB, GiB, MB, GB)",
-                crate::render::sanitize::clean(other)
+                crate::sanitize::clean(other)
             ))
         }
     };

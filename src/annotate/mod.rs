@@ -1,5 +1,6 @@
-//! Source text of reported lines, read from the files when the profile is made, so that a
-//! saved profile renders the same anywhere.
+//! The annotate stage: source text of the reported lines, read from the files when the profile
+//! is made (after `model`, before the gate and the renderers), so that a saved profile renders
+//! the same anywhere.
 //!
 //! File names come from code objects, which the profiled program controls (`compile(src,
 //! "/dev/zero", "exec")` is legal Python): only regular files are read, opened without

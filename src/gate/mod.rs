@@ -2,10 +2,14 @@
 //! repeated runs give the same verdict), peak RSS (noisier: documented as such) and bytes held
 //! by lines flagged as likely leaks. Each violation says what, by how much, and where.
 
+pub mod baseline;
+pub mod file;
+pub mod report;
+
 use std::collections::BTreeMap;
 
 use crate::model::{Profile, Violation};
-use crate::render::units::bytes;
+use crate::units::bytes;
 
 /// Exit code of `mlprof run` / `mlprof check` when a budget is exceeded (and the program itself
 /// succeeded: its own failure keeps its own code).

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use mlprof_wire::{Header, Kind, Record, Ring, DATA_BYTES, FRAMES_PER_RECORD, MAX_FRAMES};
 
-use super::channels::Channels;
-use super::decode::Decoder;
-use super::recording::Recording;
+use crate::collect::channels::Channels;
+use crate::collect::decode::Decoder;
 use crate::model::{self, Profile};
+use crate::recording::Recording;
 use crate::render;
 use crate::symbolize::linetable::{LineIndex, LineTableFormat};
 use crate::test_rng::Rng;

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::budget::Budgets;
 use crate::error::{Error, Result};
+use crate::gate::Budgets;
 
 /// Find the budget file for `--budget` without a path: `mlprof.toml`, or a `pyproject.toml`
 /// with a `[tool.mlprof]` table, in `start` or a parent directory.
@@ -74,7 +74,7 @@ pub fn parse_text(text: &str, origin: &str, pyproject: bool) -> Result<Budgets> 
 
 fn located(origin: &str, text: &str, e: &toml::de::Error) -> Error {
     let what = e.message().lines().next().unwrap_or("malformed TOML");
-    let what = crate::render::sanitize::clean(what);
+    let what = crate::sanitize::clean(what);
     match e.span() {
         Some(span) => {
             let mut start = span.start.min(text.len());
@@ -192,7 +192,7 @@ impl<'de> Deserialize<'de> for Key {
                     other => {
                         return Err(E::custom(format!(
                             "unknown key '{}' ({KEYS})",
-                            crate::render::sanitize::clean(other)
+                            crate::sanitize::clean(other)
                         )))
                     }
                 })
@@ -245,7 +245,7 @@ impl Place {
         Err(format!(
             "[{}] key '{}' is not {like}",
             self.table(),
-            crate::render::sanitize::clean(key)
+            crate::sanitize::clean(key)
         ))
     }
 }
@@ -280,11 +280,7 @@ impl<'de> Visitor<'de> for Places {
     ) -> std::result::Result<Self::Value, A::Error> {
         let mut out = BTreeMap::new();
         while let Some(key) = map.next_key_seed(PlaceKey(self.0))? {
-            let what = format!(
-                "{}.\"{}\"",
-                self.0.table(),
-                crate::render::sanitize::clean(&key)
-            );
+            let what = format!("{}.\"{}\"", self.0.table(), crate::sanitize::clean(&key));
             let bytes = map.next_value_seed(Size { what })?;
             out.insert(key, bytes);
         }
@@ -326,13 +322,8 @@ impl Visitor<'_> for Size {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<u64, E> {
-        crate::size::parse(v).map_err(|e| {
-            E::custom(format!(
-                "{}: {}",
-                self.what,
-                crate::render::sanitize::clean(&e)
-            ))
-        })
+        crate::units::size::parse(v)
+            .map_err(|e| E::custom(format!("{}: {}", self.what, crate::sanitize::clean(&e))))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<u64, E> {

@@ -1,14 +1,20 @@
-//! What the collector observed during a run, as raw facts. `model::attribute` turns it into a
-//! profile; nothing here interprets.
+//! What the collector observed during a run, as raw facts: the stage between `collect`, which
+//! fills a [`Recording`], and the stages that read it (`symbolize`, `model`). Data only:
+//! nothing here reads the system or interprets.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use mlprof_wire::Header;
 
-use crate::symbolize::native::Mapping;
-
 use crate::launch::ChildExit;
+
+#[cfg(test)]
+pub mod build;
+pub mod gpu;
+pub mod maps;
+
+use maps::MappedFile;
 
 /// Everything observed during one run.
 #[derive(Clone, Debug, Default)]
@@ -32,7 +38,7 @@ pub struct Recording {
     /// Host name and rank variables of the run.
     pub labels: BTreeMap<String, String>,
     /// What the NVML poller saw.
-    pub gpu: super::gpu::GpuRecording,
+    pub gpu: gpu::GpuRecording,
 }
 
 /// One collector tick: the tree's footprint.
@@ -117,7 +123,7 @@ pub struct ChannelSummary {
     /// Threads seen: (tid, pthread_self).
     pub threads: Vec<(u32, u64)>,
     /// The image's memory map, last read while it ran (for native symbols).
-    pub maps: Vec<Mapping>,
+    pub maps: Vec<MappedFile>,
     /// Address of `_PyRuntime` (0: Python frames not walked).
     pub py_runtime: u64,
     /// Address of `PyCode_Type`.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::model::{Profile, Violation};
-use crate::render::units::bytes;
+use crate::units::bytes;
 
 /// Growth allowed before a regression, in percent.
 pub const DEFAULT_PERCENT: f64 = 20.0;
