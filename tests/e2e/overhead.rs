@@ -99,7 +99,7 @@ fn cpu_samples_read_a_deep_stack_with_few_system_calls() {
         // 3.10 63, 3.11 42, 3.12 24, 3.13 26 windowed.
         let (calls, samples) = vm_reads(
             &py.exe,
-            300_000,
+            1_000_000,
             &["--rate", "1000", "--memory-sample-bytes", "0"],
         );
         assert!(samples >= 50, "{}: only {samples} CPU samples", py.minor);
