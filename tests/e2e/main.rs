@@ -12,6 +12,7 @@ mod fixture;
 mod foundation;
 mod gpu;
 mod html;
+mod linetables;
 mod memory;
 mod overhead;
 mod snapshot;
