@@ -253,6 +253,11 @@ struct RunArgs {
     /// Attribute time only to files whose path contains one of these (comma-separated).
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     profile_only: Vec<String>,
+    /// Count every thread's waiting on its lines. By default waiting counts for each
+    /// process's main thread, and for other threads only while the main thread waits too
+    /// (helpers idle while it computes are listed per thread only).
+    #[arg(long)]
+    idle: bool,
     /// The command to profile, after `--`.
     #[arg(
         required = true,
@@ -365,6 +370,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let filter = model::Filter {
         all: args.profile_all,
         only: args.profile_only.clone(),
+        idle: args.idle,
     };
     let snapshotter = match (&destination, snapshot_flag) {
         (Destination::File(path), Some(_)) => Some(Snapshotter::start(SnapshotJob {

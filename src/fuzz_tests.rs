@@ -258,7 +258,7 @@ fn collect(dir: &Path, between: impl FnOnce()) -> (Recording, Profile) {
     let natives = crate::symbolize::native_names(&rec);
     let filter = model::Filter {
         all: true,
-        only: Vec::new(),
+        ..model::Filter::default()
     };
     let profile = model::attribute(&rec, &natives, &filter);
     let text = render::json::render(&profile).unwrap();

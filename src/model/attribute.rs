@@ -21,7 +21,8 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let mut places = std::collections::HashMap::new();
     let tree: std::collections::BTreeSet<u32> = processes.iter().map(|p| p.pid).collect();
     let mut gpu_join = super::gpu::Joiner::new(&rec.gpu, &tree);
-    let threads = super::cpu::add(rec, natives, filter, &mut places, &mut gpu_join);
+    let counted = super::idle::counted(rec, filter.idle);
+    let threads = super::cpu::add(rec, natives, filter, &counted, &mut places, &mut gpu_join);
     gpu_join.finish(&mut places);
     let (gpu, gpu_peaks) = super::gpu::summary(&rec.gpu, &tree);
     let mut processes = processes;
@@ -30,7 +31,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     }
     super::memory::add(rec, filter, &mut places);
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
-    let (stack_frames, stacks, samples) = super::stacks::build(rec, natives);
+    let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)
@@ -54,7 +55,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         memory: memory(rec, &processes),
         processes,
         gpu,
-        cpu_timeline: timeline::cpu(rec, natives),
+        cpu_timeline: timeline::cpu(rec, natives, &counted),
         lines,
         functions,
         samples,
@@ -80,6 +81,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
                 .map(|c| c.merged_cpu_samples)
                 .sum::<u64>(),
         event_window_s: rec.channels.iter().map(|c| c.window_ns).max().unwrap_or(0) as f64 / NS,
+        idle: if filter.idle { "all" } else { "main" }.to_string(),
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         labels: rec.labels.clone(),
         violations: Vec::new(),

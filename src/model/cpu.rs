@@ -15,11 +15,14 @@ use crate::recording::{CpuSample, Recording};
 use crate::symbolize::native::Resolved;
 use crate::symbolize::NativeNames;
 
-/// Add every CPU sample of the recording to `places`; returns time per thread.
+/// Add every CPU sample of the recording to `places`, each with the weight `counted` says
+/// (`idle::counted`: waiting that holds nothing up counts 0 on lines); returns time per
+/// thread, every sample's whole weight.
 pub fn add(
     rec: &Recording,
     natives: &NativeNames,
     filter: &Filter,
+    counted: &[Vec<u64>],
     places: &mut HashMap<Place, Acc>,
     gpu: &mut super::gpu::Joiner,
 ) -> Vec<ThreadStats> {
@@ -32,7 +35,7 @@ pub fn add(
             .map(|s| place_of(&s.frames, s.tid, channel.pid, &mut lines, filter))
             .collect();
         attribute_native_threads(&channel.samples, &mut placed);
-        for (sample, place) in channel.samples.iter().zip(placed) {
+        for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
             let kind = time_kind(sample, natives.get(&(ci, sample.ip)));
             let thread = threads
                 .entry((channel.pid, sample.tid))
@@ -42,19 +45,17 @@ pub fn add(
                     ..ThreadStats::default()
                 });
             thread.python |= !sample.frames.is_empty();
+            if weight == 0 && matches!(kind, Time::Waiting) {
+                // Waiting of a helper while its process computed: the thread's, not a line's.
+                thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
+                continue;
+            }
             let acc = places.entry(place.clone()).or_default();
             let python_thread = !sample.frames.is_empty();
-            gpu.observe(
-                channel.pid,
-                sample.t_ns,
-                sample.weight_ns,
-                &place,
-                python_thread,
-                acc,
-            );
+            gpu.observe(channel.pid, sample.t_ns, weight, &place, python_thread, acc);
             match kind {
                 Time::Waiting => {
-                    acc.system_ns += sample.weight_ns;
+                    acc.system_ns += weight;
                     thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
                 }
                 Time::Python => {

@@ -1,13 +1,17 @@
-//! Which source files are "profiled": the user's code by default (not the standard library,
-//! not installed packages); `--profile-all` takes everything, `--profile-only` given patterns.
+//! What lines are charged with: which source files are "profiled" (the user's code by default,
+//! not the standard library, not installed packages; `--profile-all` takes everything,
+//! `--profile-only` given patterns), and whose waiting counts (`--idle`, see `idle.rs`).
 
-/// The file filter of a run.
+/// The attribution filter of a run.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
     /// Attribute to any file.
     pub all: bool,
     /// If not empty: only files whose path contains one of these.
     pub only: Vec<String>,
+    /// Count every thread's waiting on lines (`--idle`), not only the main thread's and that
+    /// of threads it waits for.
+    pub idle: bool,
 }
 
 impl Filter {

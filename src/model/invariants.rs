@@ -70,6 +70,34 @@ pub fn violations(p: &Profile) -> Vec<String> {
             .all(|s| (s.stack as usize) < p.stacks.len()),
         "a timeline sample refers to a stack that does not exist".to_string(),
     );
+    // Lines and threads see the same samples; waiting only as far as `idle` counts it. (A
+    // profile without threads has no samples of its own: one made by hand, or merged.)
+    let sum = |f: &dyn Fn(&super::profile::Measures) -> f64| -> f64 {
+        p.lines.iter().map(|l| f(&l.measures)).sum()
+    };
+    let cpu_lines = sum(&|m| m.cpu_python_s + m.cpu_native_s);
+    let cpu_threads: f64 = p
+        .threads
+        .iter()
+        .map(|t| t.cpu_python_s + t.cpu_native_s)
+        .sum();
+    let waiting_lines = sum(&|m| m.cpu_system_s);
+    let waiting_threads: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0);
+    let sampled = !p.threads.is_empty();
+    check(
+        !sampled || near(cpu_lines, cpu_threads),
+        format!("CPU on lines {cpu_lines} s differs from CPU of threads {cpu_threads} s"),
+    );
+    check(
+        !sampled
+            || waiting_lines <= waiting_threads + 1e-6 * waiting_threads.max(1.0)
+                && (p.idle != "all" || near(waiting_lines, waiting_threads)),
+        format!(
+            "waiting on lines {waiting_lines} s against {waiting_threads} s of threads (idle {:?})",
+            p.idle
+        ),
+    );
     for line in &p.lines {
         let c = &line.measures;
         check(

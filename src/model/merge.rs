@@ -96,6 +96,9 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.dropped_events += p.dropped_events;
         out.cpu_samples += p.cpu_samples;
         out.event_window_s = out.event_window_s.max(p.event_window_s);
+        if out.idle.is_empty() || p.idle == "all" {
+            out.idle = p.idle.clone();
+        }
         if out.sample_interval_s == 0.0 {
             out.sample_interval_s = p.sample_interval_s;
         }

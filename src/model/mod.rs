@@ -4,6 +4,7 @@ pub mod attribute;
 pub mod cpu;
 pub mod filter;
 pub mod gpu;
+pub mod idle;
 pub mod invariants;
 pub mod leaks;
 pub mod memory;

@@ -61,6 +61,11 @@ pub struct Profile {
     /// each at its window's start (0: none were merged; see `docs/design/bounded-collector.md`).
     #[serde(default)]
     pub event_window_s: f64,
+    /// Whose waiting counts on lines, functions, stacks and the CPU timeline: `"main"` (each
+    /// process's main thread, and other threads while it waits too; the default) or `"all"`
+    /// (`--idle`). `threads` always carry every thread's waiting.
+    #[serde(default)]
+    pub idle: String,
     /// Where and as what the run happened: `host`, and `RANK`, `LOCAL_RANK`, `WORLD_SIZE` when
     /// set (distributed jobs), for merging and for continuous-profiling backends.
     #[serde(default)]

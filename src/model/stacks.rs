@@ -1,6 +1,6 @@
 //! Whole stacks, for flame graphs and exports: every CPU, waiting and allocation sample's
-//! Python frames (outermost first, all files, not only profiled ones), with the native function
-//! it was in as the leaf for native CPU time. Aggregated per distinct stack; the heaviest
+//! Python frames (outermost first, all files, not only profiled ones, the import machinery
+//! folded away), with the native function it was in as the leaf for native CPU time. Aggregated per distinct stack; the heaviest
 //! [`MAX_STACKS`] are kept. Pure.
 
 use std::collections::HashMap;
@@ -51,6 +51,9 @@ impl Table {
         let mut ids: Vec<u32> = Vec::with_capacity(frames.len() + 1);
         for &(code, lasti) in frames.iter().rev() {
             if let Some((info, line)) = lines.line(code, lasti) {
+                if is_import_machinery(&info.filename) {
+                    continue;
+                }
                 let f = StackFrame {
                     file: info.filename.clone(),
                     function: info.qualname.clone(),
@@ -67,21 +70,32 @@ impl Table {
     }
 }
 
+/// Frames of CPython's import system (`<frozen importlib._bootstrap>` and
+/// `_bootstrap_external`), left out of stacks as tracebacks leave them out: an `import` line
+/// then calls the imported module's code directly, instead of through 10-30 frames no user
+/// wrote. Their time stays where it was (on the importing line).
+fn is_import_machinery(file: &str) -> bool {
+    file.starts_with("<frozen importlib._bootstrap")
+}
+
 /// The stacks of a recording: (frame table, stacks referring to it, CPU samples on the
 /// timeline referring to the stacks).
 pub fn build(
     rec: &Recording,
     natives: &NativeNames,
+    counted: &[Vec<u64>],
 ) -> (Vec<StackFrame>, Vec<StackStats>, Vec<TimedSample>) {
     let mut t = Table::default();
     let mut timed: Vec<Timed> = Vec::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         t.pid = channel.pid;
-        for s in &channel.samples {
-            let secs = s.weight_ns as f64 / 1e9;
+        for (s, &weight) in channel.samples.iter().zip(&counted[ci]) {
+            let secs = weight as f64 / 1e9;
             if s.flags & sample_flags::WAITING != 0 {
-                t.stack(&mut lines, &s.frames, None).cpu_system_s += secs;
+                if weight > 0 {
+                    t.stack(&mut lines, &s.frames, None).cpu_system_s += secs;
+                }
                 continue;
             }
             match natives.get(&(ci, s.ip)) {

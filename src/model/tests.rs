@@ -252,3 +252,80 @@ fn stacks_keep_the_whole_call_path_with_the_native_leaf() {
     assert_eq!((held.alloc_bytes, held.peak_bytes), (4 * MB, 4 * MB));
     assert!(p.stacks.iter().all(|s| s.pid == PID));
 }
+
+#[test]
+fn import_machinery_is_folded_out_of_stacks_and_the_time_stays_on_the_import_line() {
+    let boot = "<frozen importlib._bootstrap>";
+    let rec = RecordingBuilder::new(100)
+        .code(1, "/w/train.py", "<module>", 1, &[1, 2])
+        .code(2, boot, "_find_and_load", 1000, &[1000])
+        .code(
+            3,
+            "<frozen importlib._bootstrap_external>",
+            "exec_module",
+            900,
+            &[900],
+        )
+        .code(4, "/w/heavy.py", "<module>", 1, &[1, 2, 3])
+        .cpu(
+            10,
+            PID,
+            IN_PYTHON,
+            50,
+            &[(4, 2), (3, 0), (2, 0), (2, 0), (1, 1)],
+        )
+        .build();
+    let p = profile(&rec);
+    let stack = &p.stacks[0];
+    let names: Vec<(&str, u32)> = stack
+        .frames
+        .iter()
+        .map(|&i| {
+            let f = &p.stack_frames[i as usize];
+            (f.file.as_str(), f.line)
+        })
+        .collect();
+    assert_eq!(names, [("/w/train.py", 2), ("/w/heavy.py", 3)]);
+    assert!(p.stack_frames.iter().all(|f| !f.file.contains("importlib")));
+    // Lines: the innermost user frame (the imported module's own line) keeps the time.
+    assert!(close(
+        line(&p, "/w/heavy.py", 3).measures.cpu_python_s,
+        0.05
+    ));
+}
+
+#[test]
+fn helper_threads_idle_while_the_main_thread_computes_stay_off_the_lines_unless_idle() {
+    // Main computes at line 2 for 1 s; six helpers wait in `queue.get()` (line 5) all along.
+    let mut b = RecordingBuilder::new(1_000).code(1, "/w/pool.py", "main", 1, &[1, 2, 3, 4, 5]);
+    for i in 0..100 {
+        b = b.cpu(10 * i, PID, IN_PYTHON, 10, &[(1, 1)]);
+    }
+    for helper in 1..=6 {
+        for i in 0..50 {
+            b = b.waiting(20 * i, PID + helper, 20, &[(1, 4)]);
+        }
+    }
+    let rec = b.build();
+    let p = profile(&rec);
+    assert_eq!(p.idle, "main");
+    assert!(close(line(&p, "/w/pool.py", 2).measures.cpu_python_s, 1.0));
+    assert!(p.lines.iter().all(|l| l.measures.cpu_system_s == 0.0));
+    let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+    assert!(close(waited, 6.0), "threads keep their waiting: {waited}");
+    assert!(super::invariants::violations(&p).is_empty());
+    let all = attribute(
+        &rec,
+        &names(),
+        &Filter {
+            idle: true,
+            ..Filter::default()
+        },
+    );
+    assert_eq!(all.idle, "all");
+    assert!(close(
+        line(&all, "/w/pool.py", 5).measures.cpu_system_s,
+        6.0
+    ));
+    assert!(super::invariants::violations(&all).is_empty());
+}

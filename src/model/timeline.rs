@@ -14,7 +14,7 @@ pub const CPU_BUCKETS: usize = 400;
 /// CPU time per bucket of at least 20 ms, at most [`CPU_BUCKETS`] buckets over the run. When
 /// the collector merged old samples into windows, a bucket is a whole number of windows (else
 /// buckets would get one window or two in turn).
-pub fn cpu(rec: &Recording, natives: &NativeNames) -> Vec<CpuSample> {
+pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<CpuSample> {
     let mut span_ns = (rec.wall_ns / CPU_BUCKETS as u64).max(20_000_000);
     if let Some(window) = rec
         .channels
@@ -34,11 +34,11 @@ pub fn cpu(rec: &Recording, natives: &NativeNames) -> Vec<CpuSample> {
         })
         .collect();
     for (ci, channel) in rec.channels.iter().enumerate() {
-        for s in &channel.samples {
+        for (s, &weight) in channel.samples.iter().zip(&counted[ci]) {
             let Some(b) = out.get_mut((s.t_ns / span_ns) as usize) else {
                 continue;
             };
-            let secs = s.weight_ns as f64 / 1e9;
+            let secs = weight as f64 / 1e9;
             if s.flags & sample_flags::WAITING != 0 {
                 b.system_s += secs;
             } else if natives

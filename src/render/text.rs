@@ -439,6 +439,21 @@ fn threads(out: &mut String, p: &Profile) {
             seconds(t.cpu_system_s)
         );
     }
+    let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+    let on_lines: f64 = p.lines.iter().map(|l| l.measures.cpu_system_s).sum();
+    if p.idle == "all" {
+        let _ = writeln!(
+            out,
+            "  every thread's waiting is counted on its lines (--idle)"
+        );
+    } else if p.idle == "main" && waited - on_lines >= 0.01 {
+        let _ = writeln!(
+            out,
+            "  {} of waiting by threads idle while their main thread ran is listed here only \
+             (--idle counts it on lines)",
+            seconds(waited - on_lines)
+        );
+    }
 }
 
 /// A merged profile's inputs, then their sum.

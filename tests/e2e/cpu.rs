@@ -349,3 +349,40 @@ fn libraries_with_thread_locals_loaded_while_sampling_neither_hang_nor_crash() {
         fixture::check_profile(&std::fs::read_to_string(&out).unwrap());
     }
 }
+
+#[test]
+fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle() {
+    let m = markers("idle_helpers.py");
+    let script = fixture::script("idle_helpers.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let args = [os(&py.exe), os(&script)];
+        let p = fixture::profile_args(&[], &args, &[]).profile;
+        assert_eq!(p.idle, "main");
+        let all_lines: f64 = p.lines.iter().map(total).sum();
+        let compute = total(line(&p, "idle_helpers.py", m["compute"]));
+        assert!(
+            compute >= 0.8 * all_lines,
+            "{v}: the compute line has {compute:.2} s of {all_lines:.2} s on lines"
+        );
+        let get = p
+            .lines
+            .iter()
+            .find(|l| l.file.ends_with("idle_helpers.py") && l.line == m["get"])
+            .map_or(0.0, total);
+        assert!(get <= 0.1 * all_lines, "{v}: idle helpers add {get:.2} s");
+        let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+        assert!(
+            waited >= 3.0,
+            "{v}: threads keep their waiting ({waited:.2} s)"
+        );
+
+        let p = fixture::profile_args(&["--idle"], &args, &[]).profile;
+        assert_eq!(p.idle, "all");
+        let get = total(line(&p, "idle_helpers.py", m["get"]));
+        assert!(
+            get >= 3.0,
+            "{v}: with --idle the helpers' waiting is on `get`: {get:.2} s"
+        );
+    }
+}

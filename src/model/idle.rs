@@ -1,0 +1,158 @@
+//! Which waiting time counts on lines, functions, stacks and the timeline. Pure.
+//!
+//! By default (the convention of the profilers users know: py-spy and Scalene leave idle
+//! threads out), waiting counts for each process's main thread, and for another thread only
+//! while the main thread is waiting too: then the program as a whole is held up, and a helper
+//! that waits (on I/O, a lock, a queue another thread fills) is part of what it waits for.
+//! Helpers idle while the main thread computes (queue feeders, pool managers, a `get()` with
+//! nothing to do) hold nothing up: their waiting stays in the per-thread table only.
+//! `--idle` counts every thread's waiting.
+//!
+//! "While the main thread waits" is measured per bucket of time: the share of the bucket the
+//! main thread spent waiting, from its waiting samples, spread over the span each covers. A
+//! helper's waiting sample counts that share of its weight (averaged over its own span).
+
+use mlprof_wire::sample_flags;
+
+use crate::recording::{ChannelSummary, CpuSample, Recording};
+
+/// Shortest bucket: five collector ticks.
+const MIN_BUCKET_NS: u64 = 100_000_000;
+
+/// How much of each sample's weight counts on lines: `[channel][sample]`, in nanoseconds. CPU
+/// samples count in full; waiting samples by the convention above (`all`: in full).
+pub fn counted(rec: &Recording, all: bool) -> Vec<Vec<u64>> {
+    let bucket = rec
+        .channels
+        .iter()
+        .map(|c| c.window_ns)
+        .chain([MIN_BUCKET_NS, (rec.wall_ns / 1000).next_power_of_two()])
+        .max()
+        .unwrap_or(MIN_BUCKET_NS)
+        .max(1);
+    rec.channels
+        .iter()
+        .map(|c| counted_in(c, all, bucket))
+        .collect()
+}
+
+fn waiting(s: &CpuSample) -> bool {
+    s.flags & sample_flags::WAITING != 0
+}
+
+fn counted_in(channel: &ChannelSummary, all: bool, bucket: u64) -> Vec<u64> {
+    let main = channel.pid;
+    let helper_waits = |s: &CpuSample| waiting(s) && s.tid != main;
+    if all || !channel.samples.iter().any(helper_waits) {
+        return channel.samples.iter().map(|s| s.weight_ns).collect();
+    }
+    // Nanoseconds the main thread waited in each bucket.
+    let end = channel
+        .samples
+        .iter()
+        .map(|s| s.t_ns.saturating_add(s.weight_ns))
+        .max()
+        .unwrap_or(0);
+    let buckets = usize::try_from(end / bucket + 1)
+        .unwrap_or(usize::MAX)
+        .min(1 << 20);
+    let mut main_waits = vec![0u64; buckets];
+    for s in channel
+        .samples
+        .iter()
+        .filter(|s| waiting(s) && s.tid == main)
+    {
+        spread(s.t_ns, s.weight_ns, bucket, |b, ns| {
+            if let Some(w) = main_waits.get_mut(b) {
+                *w += ns;
+            }
+        });
+    }
+    channel
+        .samples
+        .iter()
+        .map(|s| {
+            if !helper_waits(s) {
+                return s.weight_ns;
+            }
+            let mut held = 0.0;
+            spread(s.t_ns, s.weight_ns, bucket, |b, ns| {
+                let share = main_waits.get(b).map_or(0.0, |&w| w as f64 / bucket as f64);
+                held += ns as f64 * share.min(1.0);
+            });
+            held.round() as u64
+        })
+        .collect()
+}
+
+/// Split `[t, t + len)` over the buckets it covers: `f(bucket, nanoseconds in it)`.
+fn spread(t: u64, len: u64, bucket: u64, mut f: impl FnMut(usize, u64)) {
+    let end = t.saturating_add(len);
+    let mut at = t;
+    while at < end {
+        let b = at / bucket;
+        let next = (b + 1).saturating_mul(bucket).min(end);
+        f(usize::try_from(b).unwrap_or(usize::MAX), next - at);
+        at = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t_ms: u64, tid: u32, weight_ms: u64, waiting: bool) -> CpuSample {
+        CpuSample {
+            t_ns: t_ms * 1_000_000,
+            tid,
+            weight_ns: weight_ms * 1_000_000,
+            flags: if waiting { sample_flags::WAITING } else { 0 },
+            ..CpuSample::default()
+        }
+    }
+
+    #[test]
+    fn helpers_wait_on_lines_only_while_the_main_thread_waits() {
+        let mut samples = Vec::new();
+        // 0-1 s: the main thread computes; 1-2 s: it waits (a join). A helper waits all along.
+        for i in 0..100 {
+            samples.push(sample(10 * i, 7, 10, false));
+            samples.push(sample(1000 + 10 * i, 7, 10, true));
+        }
+        for i in 0..100 {
+            samples.push(sample(20 * i, 8, 20, true));
+        }
+        let rec = Recording {
+            wall_ns: 2_000_000_000,
+            channels: vec![ChannelSummary {
+                pid: 7,
+                samples,
+                ..ChannelSummary::default()
+            }],
+            ..Recording::default()
+        };
+        let counted = counted(&rec, false);
+        let helper: u64 = rec.channels[0]
+            .samples
+            .iter()
+            .zip(&counted[0])
+            .filter(|(s, _)| s.tid == 8)
+            .map(|(_, &c)| c)
+            .sum();
+        assert_eq!(helper, 1_000_000_000, "the second half only");
+        let main: u64 = counted[0][..200].iter().sum();
+        assert_eq!(main, 2_000_000_000, "the main thread's time all counts");
+        let all = super::counted(&rec, true);
+        assert_eq!(all[0].iter().sum::<u64>(), 4_000_000_000);
+    }
+
+    #[test]
+    fn spans_are_split_at_bucket_edges() {
+        let mut parts = Vec::new();
+        spread(90, 30, 100, |b, ns| parts.push((b, ns)));
+        assert_eq!(parts, [(0, 10), (1, 20)]);
+        parts.clear();
+        spread(u64::MAX - 5, 100, 100, |b, ns| parts.push((b, ns)));
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 5);
+    }
+}
