@@ -90,6 +90,8 @@ extern "C" fn on_fork_child() {
         sampler::timer::forget_this_thread();
         return;
     }
+    // Read before `attach` replaces the inherited channel with this child's own.
+    let parent = channel::previous_python_status();
     let Some(header) = attach(true) else {
         // No channel of its own (no space, too many files): the child must not write into its
         // parent's. It runs unprofiled, and the collector notes a child without a channel.
@@ -101,7 +103,6 @@ extern "C" fn on_fork_child() {
     crate::python::read::init(); // a new pid to read ourselves with
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
-    let parent = channel::previous_python_status();
     header.python_status.store(parent, Ordering::Relaxed);
     publish_addresses(header);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork

@@ -221,13 +221,19 @@ impl Channels {
         pids
     }
 
-    /// Current heap of each live process (the newest image of each pid that has not exited).
+    /// What each live process (the newest image of each pid that has not exited) adds to the
+    /// tree's heap now: its heap, less what a fork child inherited. Summed per tick.
     pub fn live_heaps(&self) -> BTreeMap<u32, i64> {
         let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();
         for channel in self.open.values() {
             let s = &channel.summary;
             let heap = if s.exit_code.is_some() {
                 0
+            } else if s.forked {
+                // What a fork child adds to the tree: its heap beyond what it inherited (the
+                // inherited blocks are its parent's, counted there).
+                s.heap_current
+                    .saturating_sub(i64::try_from(s.inherited_heap).unwrap_or(i64::MAX))
             } else {
                 s.heap_current
             };

@@ -35,28 +35,33 @@ pub struct Target<'a> {
     pub code_type: usize,
 }
 
-/// Kernel tids of `pid`'s threads that are sleeping or in uninterruptible wait.
-pub fn waiting_threads(pid: u32) -> Vec<u32> {
+/// Every thread of `pid`: (kernel tid, state letter of `/proc/PID/task/TID/stat`).
+fn tasks(pid: u32) -> Vec<(u32, char)> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
     tasks
         .flatten()
         .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|tid| {
+        .filter_map(|tid| {
             let stat =
                 std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
             let state = stat
                 .rfind(')')
-                .and_then(|i| stat[i + 1..].trim_start().chars().next());
-            matches!(state, Some('S' | 'D'))
+                .and_then(|i| stat[i + 1..].trim_start().chars().next())?;
+            Some((tid, state))
         })
         .collect()
 }
 
 /// Add one waiting sample (of `weight_ns`) per waiting Python thread of `target` to `out`.
 pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) {
-    let waiting = waiting_threads(target.pid);
+    let all = tasks(target.pid);
+    let waiting: Vec<u32> = all
+        .iter()
+        .filter(|&&(_, state)| matches!(state, 'S' | 'D'))
+        .map(|&(tid, _)| tid)
+        .collect();
     if waiting.is_empty() {
         return;
     }
@@ -77,7 +82,10 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         .collect();
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
     for &(tstate, pthread, native_tid) in &states[..n] {
-        let Some(tid) = native_tid.or_else(|| by_pthread.get(&(pthread as u64)).copied()) else {
+        // The thread's own announcement first: after a fork, CPython (3.11 at least) keeps
+        // the parent's `native_thread_id` in the surviving thread state.
+        let own = native_tid.filter(|t| all.iter().any(|&(tid, _)| tid == *t));
+        let Some(tid) = by_pthread.get(&(pthread as u64)).copied().or(own) else {
             continue;
         };
         if !waiting.contains(&tid) {

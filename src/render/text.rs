@@ -527,7 +527,15 @@ fn processes(out: &mut String, p: &Profile) {
             } else {
                 exit(&proc.exit)
             },
-            Clean(&proc.command.join(" "))
+            if proc.forked && proc.inherited_heap_bytes > 0 {
+                format!(
+                    "(fork: {} of the peak heap inherited) {}",
+                    bytes(proc.inherited_heap_bytes),
+                    Clean(&proc.command.join(" "))
+                )
+            } else {
+                Clean(&proc.command.join(" ")).to_string()
+            }
         );
     }
 }

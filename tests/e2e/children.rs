@@ -456,3 +456,70 @@ fn a_signal_to_mlprof_while_it_waits_for_orphans_ends_the_wait() {
     );
     assert!(!out.join("done").exists(), "the orphan was left running");
 }
+
+#[test]
+fn fork_and_spawn_children_waiting_is_measured_like_the_parents() {
+    let script = fixture::script("sleeping_children.py");
+    let m = crate::cpu::markers("sleeping_children.py");
+    for py in fixture::pythons() {
+        for method in ["fork", "spawn"] {
+            let v = format!("{} {method}", py.minor);
+            let run = fixture::profile(&[os(&py.exe), os(&script), os(method)]);
+            assert!(run.output.status.success(), "{v}");
+            let p = &run.profile;
+            // Per process: waiting in stacks whose innermost frame is the sleep line.
+            let mut by_pid: std::collections::BTreeMap<u32, f64> = Default::default();
+            for stack in &p.stacks {
+                let leaf = stack.frames.last().map(|&f| &p.stack_frames[f as usize]);
+                if leaf.is_some_and(|f| {
+                    f.file.ends_with("sleeping_children.py") && f.line == m["child-sleep"]
+                }) {
+                    *by_pid.entry(stack.pid).or_default() += stack.cpu_system_s;
+                }
+            }
+            assert!(
+                by_pid.len() == 2 && by_pid.values().all(|&s| s >= 1.0),
+                "{v}: waiting on the sleep line per child: {by_pid:?}"
+            );
+            let sleep = crate::cpu::line(p, "sleeping_children.py", m["child-sleep"]);
+            assert!(
+                sleep.measures.cpu_system_s >= 2.0,
+                "{v}: the children's sleep line has {:?}",
+                sleep.measures
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fork_tree_counts_each_workers_own_memory_once() {
+    const MIB: f64 = 1048576.0;
+    let script = fixture::script("fork_tree.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let run = fixture::profile(&[os(&py.exe), os(&script)]);
+        assert!(run.output.status.success(), "{v}");
+        let p = &run.profile;
+        let tree = p.memory.peak_heap_bytes as f64 / MIB;
+        assert!(
+            (425.0..=575.0).contains(&tree),
+            "{v}: tree peak {tree:.0} MiB, truth about 500"
+        );
+        let workers: Vec<_> = p.processes.iter().filter(|w| w.forked).collect();
+        assert!(workers.len() >= 4, "{v}: {} fork workers", workers.len());
+        for w in workers {
+            let inherited = w.inherited_heap_bytes as f64 / MIB;
+            let own = (w.peak_heap_bytes - w.inherited_heap_bytes) as f64 / MIB;
+            assert!(
+                inherited >= 300.0,
+                "{v}: worker {} inherited {inherited:.0} MiB",
+                w.pid
+            );
+            assert!(
+                (0.0..=60.0).contains(&own),
+                "{v}: worker {} added {own:.0} MiB of its own",
+                w.pid
+            );
+        }
+    }
+}
