@@ -386,3 +386,63 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
         );
     }
 }
+
+#[test]
+fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
+    let dir = fixture::tempdir();
+    let lib = dir.join("libomp_work.so");
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-fopenmp", "-o"])
+        .arg(&lib)
+        .arg(fixture::root().join("tests/native/omp_work.c"))
+        .arg("-lm")
+        .status()
+        .expect("cc is needed to build the test library");
+    assert!(cc.success(), "cc -fopenmp failed (is libgomp installed?)");
+    let m = markers("omp_lines.py");
+    let script = fixture::script("omp_lines.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let args = [os(&py.exe), os(&script), os(&lib)];
+        // More threads than cores: pool threads queue for the CPU as in a loaded job.
+        let p = fixture::profile_args(&[], &args, &[("OMP_NUM_THREADS", "4")]).profile;
+        let cpu = |l: &LineStats| l.measures.cpu_python_s + l.measures.cpu_native_s;
+        let threads: f64 = p
+            .threads
+            .iter()
+            .map(|t| t.cpu_python_s + t.cpu_native_s)
+            .sum();
+        let python = line(&p, "omp_lines.py", m["python"]);
+        let omp = line(&p, "omp_lines.py", m["omp"]);
+        // What the team did: every thread's CPU but the Python loop's.
+        let team = threads - python.measures.cpu_python_s;
+        assert!(
+            cpu(omp) >= 0.8 * team,
+            "{v}: the OpenMP line has {:.2} s of the team's {team:.2} s",
+            cpu(omp)
+        );
+        let native_thread: f64 = p
+            .lines
+            .iter()
+            .filter(|l| l.file == "<native thread>")
+            .map(cpu)
+            .sum();
+        assert!(
+            native_thread <= 0.05 * threads,
+            "{v}: {native_thread:.2} s of {threads:.2} s left on <native thread>"
+        );
+        assert!(
+            omp.measures
+                .native
+                .first()
+                .is_some_and(|n| n.symbol.starts_with("omp_work")),
+            "{v}: the team's function is named: {:?}",
+            omp.measures.native
+        );
+        assert!(
+            python.measures.cpu_native_s <= 0.1 * cpu(python),
+            "{v}: the Python line took the team's spinning: {:?}",
+            python.measures
+        );
+    }
+}
