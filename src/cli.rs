@@ -254,8 +254,9 @@ struct RunArgs {
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     profile_only: Vec<String>,
     /// Count every thread's waiting on its lines. By default waiting counts for each
-    /// process's main thread, and for other threads only while the main thread waits too
-    /// (helpers idle while it computes are listed per thread only).
+    /// process's main thread, and for other threads only while the main thread waits too;
+    /// helpers idle while it computes, and waiting with no frame of your code (pool workers
+    /// waiting for work), are listed per thread only.
     #[arg(long)]
     idle: bool,
     /// The command to profile, after `--`.

@@ -104,10 +104,11 @@ const JOIN_WINDOW_NS: u64 = 25_000_000;
 const BRACKET_WINDOW_NS: u64 = 150_000_000;
 
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
-/// Python threads were on at that moment: the line of the Python samples just before and just
-/// after it when they agree (within [`BRACKET_WINDOW_NS`]) and every Python sample within
-/// [`JOIN_WINDOW_NS`] agrees too; that line is waiting for the pool. Otherwise they stay on
-/// [`NATIVE_THREAD`].
+/// Python threads were on at that moment: the line of the Python samples within
+/// [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time when they do not (the
+/// Python thread moved from line to line, each starting parallel regions); with none that
+/// close, the line of the Python samples just before and just after it when they agree
+/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`].
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     let mut python: Vec<(u64, usize)> = samples
         .iter()
@@ -127,12 +128,26 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
             .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS);
         let mut unique: Option<&Place> = None;
         let mut agreed = true;
-        for &(_, j) in near {
+        let mut nearest: Option<(u64, usize)> = None;
+        for &(pt, j) in near {
             match unique {
                 None => unique = Some(&placed[j]),
                 Some(p) if *p == placed[j] => {}
                 Some(_) => agreed = false,
             }
+            let gap = pt.abs_diff(t);
+            if nearest.is_none_or(|(g, _)| gap < g) {
+                nearest = Some((gap, j));
+            }
+        }
+        if !agreed {
+            // The Python thread moved between lines within the window (a training step's
+            // forward, backward and optimizer lines, each starting parallel regions): the
+            // pool worked for the line nearest in time.
+            if let Some((_, j)) = nearest {
+                placed[i] = placed[j].clone();
+            }
+            continue;
         }
         if unique.is_none() {
             // No Python sample close by: the ones before and after, if they agree.
@@ -203,6 +218,23 @@ mod tests {
             place(NATIVE_THREAD),
             "the Python thread moved: unknown"
         );
+
+        // A training step: the Python thread on three lines within the window; the pool's
+        // sample goes to the nearest.
+        let step = [
+            sample(0, true),
+            sample(8, true),
+            sample(11, false),
+            sample(16, true),
+        ];
+        let mut placed = vec![
+            place("fwd.py"),
+            place("bwd.py"),
+            place(NATIVE_THREAD),
+            place("opt.py"),
+        ];
+        attribute_native_threads(&step, &mut placed);
+        assert_eq!(placed[2], place("bwd.py"));
 
         let far = [sample(0, true), sample(200, false), sample(400, true)];
         let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];

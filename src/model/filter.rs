@@ -10,7 +10,7 @@ pub struct Filter {
     /// If not empty: only files whose path contains one of these.
     pub only: Vec<String>,
     /// Count every thread's waiting on lines (`--idle`), not only the main thread's and that
-    /// of threads it waits for.
+    /// of threads it waits for (see `idle.rs`).
     pub idle: bool,
 }
 

@@ -5,7 +5,9 @@
 //! while the main thread is waiting too: then the program as a whole is held up, and a helper
 //! that waits (on I/O, a lock, a queue another thread fills) is part of what it waits for.
 //! Helpers idle while the main thread computes (queue feeders, pool managers, a `get()` with
-//! nothing to do) hold nothing up: their waiting stays in the per-thread table only.
+//! nothing to do) hold nothing up: their waiting stays in the per-thread table only. So does
+//! waiting outside profiled code (no frame of the user's code on the stack: a DataLoader or
+//! pool worker's loop waiting for work), except the launched program's own main thread's.
 //! `--idle` counts every thread's waiting.
 //!
 //! "While the main thread waits" is measured per bucket of time: the share of the bucket the
@@ -14,14 +16,16 @@
 
 use mlprof_wire::sample_flags;
 
+use super::filter::Filter;
+use super::places::{place_of, Lines, INTERPRETER, NATIVE_THREAD, OUTSIDE};
 use crate::recording::{ChannelSummary, CpuSample, Recording};
 
 /// Shortest bucket: five collector ticks.
 const MIN_BUCKET_NS: u64 = 100_000_000;
 
 /// How much of each sample's weight counts on lines: `[channel][sample]`, in nanoseconds. CPU
-/// samples count in full; waiting samples by the convention above (`all`: in full).
-pub fn counted(rec: &Recording, all: bool) -> Vec<Vec<u64>> {
+/// samples count in full; waiting samples by the convention above (`filter.idle`: in full).
+pub fn counted(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
     let bucket = rec
         .channels
         .iter()
@@ -32,8 +36,30 @@ pub fn counted(rec: &Recording, all: bool) -> Vec<Vec<u64>> {
         .max(1);
     rec.channels
         .iter()
-        .map(|c| counted_in(c, all, bucket))
+        .enumerate()
+        .map(|(ci, c)| {
+            let mut weights = counted_in(c, filter.idle, bucket);
+            if !filter.idle {
+                outside_profiled_code(rec, ci, filter, &mut weights);
+            }
+            weights
+        })
         .collect()
+}
+
+/// Waiting with no profiled frame counts only for the launched program's main thread.
+fn outside_profiled_code(rec: &Recording, ci: usize, filter: &Filter, weights: &mut [u64]) {
+    let channel = &rec.channels[ci];
+    let mut lines = Lines::new(rec, ci);
+    for (s, w) in channel.samples.iter().zip(weights) {
+        if !waiting(s) || *w == 0 || (channel.pid == rec.child_pid && s.tid == channel.pid) {
+            continue;
+        }
+        let place = place_of(&s.frames, s.tid, channel.pid, &mut lines, filter);
+        if [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str()) {
+            *w = 0;
+        }
+    }
 }
 
 fn waiting(s: &CpuSample) -> bool {
@@ -101,13 +127,36 @@ fn spread(t: u64, len: u64, bucket: u64, mut f: impl FnMut(usize, u64)) {
 mod tests {
     use super::*;
 
+    /// A sample at a line of the user's code (code object 1).
     fn sample(t_ms: u64, tid: u32, weight_ms: u64, waiting: bool) -> CpuSample {
         CpuSample {
             t_ns: t_ms * 1_000_000,
             tid,
             weight_ns: weight_ms * 1_000_000,
             flags: if waiting { sample_flags::WAITING } else { 0 },
+            frames: vec![(1, 0)],
             ..CpuSample::default()
+        }
+    }
+
+    fn recording(samples: Vec<CpuSample>) -> Recording {
+        let code = crate::recording::CodeInfo {
+            firstlineno: 3,
+            filename: "/w/t.py".into(),
+            qualname: "f".into(),
+            ..Default::default()
+        };
+        Recording {
+            wall_ns: 2_000_000_000,
+            child_pid: 7,
+            channels: vec![ChannelSummary {
+                pid: 7,
+                python: Some("3.10.0".into()),
+                codes: [(1, code)].into(),
+                samples,
+                ..ChannelSummary::default()
+            }],
+            ..Recording::default()
         }
     }
 
@@ -122,16 +171,8 @@ mod tests {
         for i in 0..100 {
             samples.push(sample(20 * i, 8, 20, true));
         }
-        let rec = Recording {
-            wall_ns: 2_000_000_000,
-            channels: vec![ChannelSummary {
-                pid: 7,
-                samples,
-                ..ChannelSummary::default()
-            }],
-            ..Recording::default()
-        };
-        let counted = counted(&rec, false);
+        let rec = recording(samples);
+        let counted = counted(&rec, &Filter::default());
         let helper: u64 = rec.channels[0]
             .samples
             .iter()
@@ -142,7 +183,13 @@ mod tests {
         assert_eq!(helper, 1_000_000_000, "the second half only");
         let main: u64 = counted[0][..200].iter().sum();
         assert_eq!(main, 2_000_000_000, "the main thread's time all counts");
-        let all = super::counted(&rec, true);
+        let all = super::counted(
+            &rec,
+            &Filter {
+                idle: true,
+                ..Filter::default()
+            },
+        );
         assert_eq!(all[0].iter().sum::<u64>(), 4_000_000_000);
     }
 
@@ -154,5 +201,25 @@ mod tests {
         parts.clear();
         spread(u64::MAX - 5, 100, 100, |b, ns| parts.push((b, ns)));
         assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 5);
+    }
+
+    #[test]
+    fn waiting_outside_profiled_code_counts_only_for_the_launched_programs_main_thread() {
+        let mut root_main = sample(0, 7, 20, true);
+        root_main.frames.clear();
+        let mut helper = sample(0, 8, 20, true);
+        helper.frames.clear();
+        let mut rec = recording(vec![root_main.clone(), helper.clone()]);
+        // A pool worker: its main thread waits for work in library code only.
+        let mut worker = rec.channels[0].clone();
+        worker.pid = 9;
+        worker.samples = vec![CpuSample {
+            tid: 9,
+            ..root_main
+        }];
+        rec.channels.push(worker);
+        let counted = counted(&rec, &Filter::default());
+        assert_eq!(counted[0], [20_000_000, 0]);
+        assert_eq!(counted[1], [0]);
     }
 }

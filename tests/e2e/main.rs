@@ -17,3 +17,4 @@ mod memory;
 mod overhead;
 mod snapshot;
 mod symbolize;
+mod torch;
