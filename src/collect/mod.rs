@@ -199,6 +199,7 @@ pub fn record(
     let mut c = Collector {
         channels: Channels::new(session.dir(), launch_ns),
         procs: BTreeMap::new(),
+        shares: BTreeMap::new(),
         ticks: Ticks::default(),
         space: space::SpaceWatch::new(session.dir()),
         child: launched.pid,
@@ -257,6 +258,8 @@ pub fn record(
 struct Collector {
     channels: Channels,
     procs: BTreeMap<u32, ProcSummary>,
+    /// Per pid, PSS / RSS at its last PSS reading: what share of its resident pages is its own.
+    shares: BTreeMap<u32, f64>,
     ticks: Ticks,
     space: space::SpaceWatch,
     /// The launched command's pid.
@@ -273,7 +276,13 @@ impl Collector {
         self.channels.drain(now);
         self.channels.sample_waits(now);
         let with_hwm = self.ticks.count.is_multiple_of(HWM_EVERY);
-        let tick = poll(&self.channels, self.child, &mut self.procs, now, with_hwm);
+        let tick = poll(
+            &self.channels,
+            self.child,
+            (&mut self.procs, &mut self.shares),
+            now,
+            with_hwm,
+        );
         self.ticks.push(tick);
     }
 
@@ -426,10 +435,13 @@ fn outlived_note(running: &[u32], summaries: &[ChannelSummary], waited: Duration
 }
 
 /// One tick: read `/proc` for the child and every process with a channel; sum the footprint.
+/// With two processes or more, each one's RSS counts at its share of own pages (PSS / RSS
+/// at its last PSS reading, every [`HWM_EVERY`] ticks), so pages a fork child shares with its
+/// parent count once in the tree's sum, not once per process.
 fn poll(
     channels: &Channels,
     child: u32,
-    procs: &mut BTreeMap<u32, ProcSummary>,
+    (procs, shares): (&mut BTreeMap<u32, ProcSummary>, &mut BTreeMap<u32, f64>),
     now: u64,
     with_hwm: bool,
 ) -> Tick {
@@ -438,13 +450,22 @@ fn poll(
     if !heaps.contains_key(&child) {
         pids.push(child);
     }
+    let tree = pids.len() > 1;
     let mut rss_bytes = 0;
     for pid in pids {
         let first = !procs.contains_key(&pid);
         let Some(reading) = procfs::read(pid, with_hwm || first) else {
             continue;
         };
-        rss_bytes += reading.rss_bytes;
+        if let Some(pss) = reading.pss_bytes {
+            shares.insert(pid, (pss as f64 / reading.rss_bytes as f64).min(1.0));
+        }
+        let share = if tree {
+            shares.get(&pid).copied().unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        rss_bytes += (reading.rss_bytes as f64 * share) as u64;
         let entry = procs.entry(pid).or_insert(ProcSummary {
             pid,
             ..ProcSummary::default()

@@ -14,6 +14,9 @@ pub struct ProcReading {
     pub hwm_bytes: u64,
     /// User + kernel CPU seconds so far.
     pub cpu_s: f64,
+    /// Proportional set size (`Pss` of `smaps_rollup`: each shared page divided among the
+    /// processes that map it), read only `with_hwm`, and only where the kernel has the file.
+    pub pss_bytes: Option<u64>,
 }
 
 /// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory). The kernel's
@@ -34,11 +37,17 @@ pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
             .map_or(rss_bytes, |kib| (kib * 1024).max(rss_bytes)),
         false => rss_bytes,
     };
+    let pss_bytes = with_hwm
+        .then(|| std::fs::read_to_string(base.join("smaps_rollup")).ok())
+        .flatten()
+        .and_then(|s| status_field_kib(&s, "Pss:"))
+        .map(|kib| kib * 1024);
     let stat = std::fs::read_to_string(base.join("stat")).ok()?;
     Some(ProcReading {
         rss_bytes,
         hwm_bytes,
         cpu_s: stat_cpu_s(&stat).unwrap_or(0.0),
+        pss_bytes,
     })
 }
 

@@ -505,6 +505,14 @@ fn a_fork_tree_counts_each_workers_own_memory_once() {
             (425.0..=575.0).contains(&tree),
             "{v}: tree peak {tree:.0} MiB, truth about 500"
         );
+        // Resident memory too: fork copies the page tables, so each worker's RSS holds the
+        // 300 MiB it shares with the parent (the sum of RSS was about 1.7 GiB); each process
+        // counts at its share of own pages (PSS).
+        let rss = p.memory.peak_rss_bytes as f64 / MIB;
+        assert!(
+            (450.0..=800.0).contains(&rss),
+            "{v}: tree peak RSS {rss:.0} MiB, truth about 500 plus the interpreters"
+        );
         let workers: Vec<_> = p.processes.iter().filter(|w| w.forked).collect();
         assert!(workers.len() >= 4, "{v}: {} fork workers", workers.len());
         for w in workers {

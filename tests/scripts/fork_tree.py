@@ -1,20 +1,24 @@
-"""A parent holding 300 MiB forks 4 workers (multiprocessing, fork), each allocating 50 MiB
-of its own and holding it 1 s. Known truth: the tree holds at most 300 + 4 x 50 = 500 MiB of
-heap at once; each worker inherited the parent's 300 MiB and added 50 MiB."""
+"""A parent holding 300 MiB (touched) forks 4 workers (multiprocessing, fork); each reads all
+of the inherited 300 MiB and allocates (and touches) 50 MiB of its own, holding it 1 s.
+Known truth: the tree holds at most 300 + 4 x 50 = 500 MiB of heap at once, and about as much
+resident memory (the inherited pages are shared, not copied); each worker inherited the
+parent's 300 MiB and added 50 MiB."""
 import multiprocessing
 import time
 
 MIB = 1 << 20
+held = b""
 
 
 def work(_):
-    own = bytearray(50 * MIB)  # @worker-alloc
+    seen = sum(held[::4096])  # every inherited page, read
+    own = bytearray(b"\x01") * (50 * MIB)  # @worker-alloc
     time.sleep(1.0)
-    return len(own)
+    return len(own) + 0 * seen
 
 
 if __name__ == "__main__":
-    held = bytearray(300 * MIB)  # @parent-alloc
+    held = b"\x01" * (300 * MIB)  # @parent-alloc
     with multiprocessing.get_context("fork").Pool(4) as pool:
         print(sum(pool.map(work, range(4))) // MIB, "MiB in workers")
     print(len(held) // MIB, "MiB in the parent")
