@@ -454,7 +454,8 @@ fn poll(
     let mut rss_bytes = 0;
     for pid in pids {
         let first = !procs.contains_key(&pid);
-        let Some(reading) = procfs::read(pid, with_hwm || first) else {
+        let pss = tree && (with_hwm || first || !shares.contains_key(&pid));
+        let Some(reading) = procfs::read(pid, with_hwm || first, pss) else {
             continue;
         };
         if let Some(pss) = reading.pss_bytes {

@@ -15,14 +15,15 @@ pub struct ProcReading {
     /// User + kernel CPU seconds so far.
     pub cpu_s: f64,
     /// Proportional set size (`Pss` of `smaps_rollup`: each shared page divided among the
-    /// processes that map it), read only `with_hwm`, and only where the kernel has the file.
+    /// processes that map it), read only `with_pss`, and only where the kernel has the file.
     pub pss_bytes: Option<u64>,
 }
 
 /// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory). The kernel's
 /// RSS high-water mark (`VmHWM`, from the costlier `status` file) only `with_hwm`; otherwise
-/// `hwm_bytes` is the current RSS.
-pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
+/// `hwm_bytes` is the current RSS. PSS (the costlier still `smaps_rollup`, which walks the
+/// process's pages) only `with_pss`.
+pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
     let base = PathBuf::from(format!("/proc/{pid}"));
     let statm = std::fs::read_to_string(base.join("statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
@@ -37,7 +38,7 @@ pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
             .map_or(rss_bytes, |kib| (kib * 1024).max(rss_bytes)),
         false => rss_bytes,
     };
-    let pss_bytes = with_hwm
+    let pss_bytes = with_pss
         .then(|| std::fs::read_to_string(base.join("smaps_rollup")).ok())
         .flatten()
         .and_then(|s| status_field_kib(&s, "Pss:"))
@@ -186,7 +187,10 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
-        let me = read(std::process::id(), true).unwrap();
+        let me = read(std::process::id(), true, true).unwrap();
         assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
+        let pss = me.pss_bytes.expect("smaps_rollup (Linux 4.14+)");
+        assert!(pss > 0 && pss <= me.hwm_bytes, "PSS {pss} within RSS {}", me.rss_bytes);
+        assert_eq!(read(std::process::id(), false, false).unwrap().pss_bytes, None);
     }
 }
