@@ -190,7 +190,14 @@ mod tests {
         let me = read(std::process::id(), true, true).unwrap();
         assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
         let pss = me.pss_bytes.expect("smaps_rollup (Linux 4.14+)");
-        assert!(pss > 0 && pss <= me.hwm_bytes, "PSS {pss} within RSS {}", me.rss_bytes);
-        assert_eq!(read(std::process::id(), false, false).unwrap().pss_bytes, None);
+        assert!(
+            pss > 0 && pss <= me.hwm_bytes,
+            "PSS {pss} within RSS {}",
+            me.rss_bytes
+        );
+        assert_eq!(
+            read(std::process::id(), false, false).unwrap().pss_bytes,
+            None
+        );
     }
 }

@@ -86,12 +86,7 @@ fn time_kind(sample: &CpuSample, named: Option<&Resolved>) -> Time {
     }
     match named {
         Some(r) if r.class == CodeClass::Interpreter => Time::Python,
-        Some(r) => Time::Native(
-            r.symbol
-                .clone()
-                .unwrap_or_else(|| format!("{:#x}", sample.ip)),
-            r.library.clone(),
-        ),
+        Some(r) => Time::Native(r.name(), r.library.clone()),
         None => Time::Native("?".to_string(), "?".to_string()),
     }
 }

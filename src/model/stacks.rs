@@ -105,9 +105,7 @@ pub fn build(
                 named => {
                     let leaf = StackFrame {
                         file: named.map_or_else(|| "?".into(), |r| r.library.clone()),
-                        function: named
-                            .and_then(|r| r.symbol.clone())
-                            .unwrap_or_else(|| format!("{:#x}", s.ip)),
+                        function: named.map_or_else(|| format!("{:#x}", s.ip), |r| r.name()),
                         line: 0,
                     };
                     t.stack(&mut lines, &s.frames, Some(leaf)).cpu_native_s += secs;

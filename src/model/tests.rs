@@ -20,6 +20,7 @@ fn names() -> NativeNames {
         path: format!("/lib/{library}"),
         symbol: Some(symbol.into()),
         class,
+        file_offset: 0,
     };
     NativeNames::from([
         (

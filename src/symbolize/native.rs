@@ -51,6 +51,20 @@ pub struct Resolved {
     pub symbol: Option<String>,
     /// Interpreter or native time.
     pub class: CodeClass,
+    /// Offset of the address in the library's file (stable from run to run, unlike the
+    /// address; what `addr2line -e LIBRARY` takes).
+    pub file_offset: u64,
+}
+
+impl Resolved {
+    /// The function's name, or `library+0xOFFSET` when the file names none there (a stripped
+    /// library's internal function).
+    pub fn name(&self) -> String {
+        match &self.symbol {
+            Some(symbol) => symbol.clone(),
+            None => format!("{}+{:#x}", self.library, self.file_offset),
+        }
+    }
 }
 
 /// One function symbol: `[start, start + len)` in ELF virtual addresses; its name starts at
@@ -122,6 +136,7 @@ impl Symbolizer {
             path: map.path.clone(),
             symbol,
             class: code_class(&map.path),
+            file_offset: ip - map.start + map.offset,
         })
     }
 
@@ -632,6 +647,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         );
         let spaced = symbolizer.resolve(&maps, 0x7f1c10000010).unwrap(); // missing file
         assert_eq!(spaced.library, "lib with space.so");
+        // 0x10 into a mapping of the file from offset 0x10000.
+        assert_eq!(spaced.name(), "lib with space.so+0x10010");
         assert_eq!((spaced.symbol, spaced.class), (None, CodeClass::Native));
         // Unsorted maps still resolve.
         let mut reversed = maps.clone();

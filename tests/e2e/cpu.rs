@@ -440,6 +440,14 @@ fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
             omp.measures.native
         );
         assert!(
+            omp.measures
+                .native
+                .iter()
+                .all(|n| !n.symbol.starts_with("0x")),
+            "{v}: a native function without a symbol is named by library and file offset: {:?}",
+            omp.measures.native
+        );
+        assert!(
             python.measures.cpu_native_s <= 0.1 * cpu(python),
             "{v}: the Python line took the team's spinning: {:?}",
             python.measures
