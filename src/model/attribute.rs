@@ -21,8 +21,16 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let mut places = std::collections::HashMap::new();
     let tree: std::collections::BTreeSet<u32> = processes.iter().map(|p| p.pid).collect();
     let mut gpu_join = super::gpu::Joiner::new(&rec.gpu, &tree);
-    let counted = super::idle::counted(rec, filter);
-    let threads = super::cpu::add(rec, natives, filter, &counted, &mut places, &mut gpu_join);
+    let sample_places = super::cpu::places(rec, filter);
+    let counted = super::idle::counted(rec, filter.idle, &sample_places);
+    let threads = super::cpu::add(
+        rec,
+        natives,
+        &sample_places,
+        &counted,
+        &mut places,
+        &mut gpu_join,
+    );
     gpu_join.finish(&mut places);
     let (gpu, gpu_peaks) = super::gpu::summary(&rec.gpu, &tree);
     let mut processes = processes;

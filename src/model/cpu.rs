@@ -15,25 +15,38 @@ use crate::recording::{CpuSample, Recording};
 use crate::symbolize::native::Resolved;
 use crate::symbolize::NativeNames;
 
-/// Add every CPU sample of the recording to `places`, each with the weight `counted` says
-/// (`idle::counted`: waiting that holds nothing up counts 0 on lines); returns time per
-/// thread, every sample's whole weight.
+/// Where each CPU and waiting sample goes by its own frames, `[channel][sample]` (before pool
+/// threads are joined to Python lines): computed once, read by `idle` and [`add`].
+pub fn places(rec: &Recording, filter: &Filter) -> Vec<Vec<Place>> {
+    rec.channels
+        .iter()
+        .enumerate()
+        .map(|(ci, channel)| {
+            let mut lines = Lines::new(rec, ci);
+            channel
+                .samples
+                .iter()
+                .map(|s| place_of(&s.frames, s.tid, channel.pid, &mut lines, filter))
+                .collect()
+        })
+        .collect()
+}
+
+/// Add every CPU sample of the recording to `places`, at the place [`places`] gave it (pool
+/// threads joined to Python lines) and with the weight `counted` says (`idle::counted`:
+/// waiting that holds nothing up counts 0 on lines); returns time per thread, every sample's
+/// whole weight.
 pub fn add(
     rec: &Recording,
     natives: &NativeNames,
-    filter: &Filter,
+    sample_places: &[Vec<Place>],
     counted: &[Vec<u64>],
     places: &mut HashMap<Place, Acc>,
     gpu: &mut super::gpu::Joiner,
 ) -> Vec<ThreadStats> {
     let mut threads: BTreeMap<(u32, u32), ThreadStats> = BTreeMap::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
-        let mut lines = Lines::new(rec, ci);
-        let mut placed: Vec<Place> = channel
-            .samples
-            .iter()
-            .map(|s| place_of(&s.frames, s.tid, channel.pid, &mut lines, filter))
-            .collect();
+        let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
         for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
             let kind = time_kind(sample, natives.get(&(ci, sample.ip)));

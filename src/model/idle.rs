@@ -16,16 +16,16 @@
 
 use mlprof_wire::sample_flags;
 
-use super::filter::Filter;
-use super::places::{place_of, Lines, INTERPRETER, NATIVE_THREAD, OUTSIDE};
+use super::places::{Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
 use crate::recording::{ChannelSummary, CpuSample, Recording};
 
 /// Shortest bucket: five collector ticks.
 const MIN_BUCKET_NS: u64 = 100_000_000;
 
 /// How much of each sample's weight counts on lines: `[channel][sample]`, in nanoseconds. CPU
-/// samples count in full; waiting samples by the convention above (`filter.idle`: in full).
-pub fn counted(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
+/// samples count in full; waiting samples by the convention above (`all`: in full). `places`
+/// is where each sample goes by its own frames (`cpu::places`).
+pub fn counted(rec: &Recording, all: bool, places: &[Vec<Place>]) -> Vec<Vec<u64>> {
     let bucket = rec
         .channels
         .iter()
@@ -38,9 +38,9 @@ pub fn counted(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
         .iter()
         .enumerate()
         .map(|(ci, c)| {
-            let mut weights = counted_in(c, filter.idle, bucket);
-            if !filter.idle {
-                outside_profiled_code(rec, ci, filter, &mut weights);
+            let mut weights = counted_in(c, all, bucket);
+            if !all {
+                outside_profiled_code(rec, ci, &places[ci], &mut weights);
             }
             weights
         })
@@ -48,15 +48,14 @@ pub fn counted(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
 }
 
 /// Waiting with no profiled frame counts only for the launched program's main thread.
-fn outside_profiled_code(rec: &Recording, ci: usize, filter: &Filter, weights: &mut [u64]) {
+fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: &mut [u64]) {
     let channel = &rec.channels[ci];
-    let mut lines = Lines::new(rec, ci);
-    for (s, w) in channel.samples.iter().zip(weights) {
-        if !waiting(s) || *w == 0 || (channel.pid == rec.child_pid && s.tid == channel.pid) {
-            continue;
-        }
-        let place = place_of(&s.frames, s.tid, channel.pid, &mut lines, filter);
-        if [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str()) {
+    for ((s, place), w) in channel.samples.iter().zip(places).zip(weights) {
+        let root_main = channel.pid == rec.child_pid && s.tid == channel.pid;
+        if waiting(s)
+            && !root_main
+            && [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str())
+        {
             *w = 0;
         }
     }
@@ -126,6 +125,11 @@ fn spread(t: u64, len: u64, bucket: u64, mut f: impl FnMut(usize, u64)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Filter;
+
+    fn counted_with(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
+        super::counted(rec, filter.idle, &crate::model::cpu::places(rec, filter))
+    }
 
     /// A sample at a line of the user's code (code object 1).
     fn sample(t_ms: u64, tid: u32, weight_ms: u64, waiting: bool) -> CpuSample {
@@ -172,7 +176,7 @@ mod tests {
             samples.push(sample(20 * i, 8, 20, true));
         }
         let rec = recording(samples);
-        let counted = counted(&rec, &Filter::default());
+        let counted = counted_with(&rec, &Filter::default());
         let helper: u64 = rec.channels[0]
             .samples
             .iter()
@@ -183,7 +187,7 @@ mod tests {
         assert_eq!(helper, 1_000_000_000, "the second half only");
         let main: u64 = counted[0][..200].iter().sum();
         assert_eq!(main, 2_000_000_000, "the main thread's time all counts");
-        let all = super::counted(
+        let all = counted_with(
             &rec,
             &Filter {
                 idle: true,
@@ -218,7 +222,7 @@ mod tests {
             ..root_main
         }];
         rec.channels.push(worker);
-        let counted = counted(&rec, &Filter::default());
+        let counted = counted_with(&rec, &Filter::default());
         assert_eq!(counted[0], [20_000_000, 0]);
         assert_eq!(counted[1], [0]);
     }
