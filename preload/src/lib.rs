@@ -16,6 +16,7 @@ mod heap;
 mod hooks;
 mod lifecycle;
 mod local;
+mod marks;
 mod memory;
 mod python;
 mod real;

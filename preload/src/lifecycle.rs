@@ -103,6 +103,7 @@ extern "C" fn on_fork_child() {
     crate::python::read::init(); // a new pid to read ourselves with
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
+    crate::marks::forget_in_child();
     header.python_status.store(parent, Ordering::Relaxed);
     publish_addresses(header);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork

@@ -161,6 +161,22 @@ impl Channels {
         }
     }
 
+    /// Regions that ended asking for a report since the last call: (pid, channel start in ns
+    /// from launch, region id).
+    pub fn take_report_requests(&mut self) -> Vec<super::RegionRequest> {
+        let mut out = Vec::new();
+        for channel in self.open.values_mut() {
+            for id in channel.decoder.out.take_report_requests() {
+                out.push(super::RegionRequest {
+                    pid: channel.summary.pid,
+                    start_ns: channel.summary.start_ns,
+                    id,
+                });
+            }
+        }
+        out
+    }
+
     /// Off-CPU samples of every live Python process (see `waits`).
     pub fn sample_waits(&mut self, now_ns: u64) {
         let newest = self.newest_live();
@@ -285,6 +301,7 @@ impl Channels {
                 peak_marks: events.peak_marks,
                 codes: decoded.codes,
                 threads: decoded.threads,
+                regions: decoded.regions,
                 ..channel.summary.clone()
             });
         }
@@ -321,6 +338,7 @@ impl Channels {
                 let summary = ChannelSummary {
                     codes: d.codes.clone(),
                     threads: d.threads.clone(),
+                    regions: d.regions.clone(),
                     still_running: live.contains(path),
                     ..channel.summary.clone()
                 };

@@ -11,9 +11,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use mlprof_wire::{Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES};
+use mlprof_wire::{
+    region_phase, Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES, MAX_REGION_NAME,
+};
 
-use crate::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample};
+use crate::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample, RegionSpan};
+
+/// How many of the newest regions an end or peak record is matched against (regions nest at
+/// most 32 deep in the writer, and other threads' regions may interleave).
+const MAX_DEPTH_SEARCHED: usize = 256;
 
 /// Largest byte count one record may carry (an allocation's size or weight, a copy, a heap
 /// mark): 2^48, more than any address space. Larger is corruption.
@@ -65,6 +71,11 @@ pub struct Decoded {
     pub copies: Vec<CopySample>,
     /// Heap peak marks: (ns from launch, heap bytes), rising.
     pub peak_marks: Vec<(u64, u64)>,
+    /// Regions the program marked (few: never compacted, copied into each snapshot).
+    pub regions: Vec<RegionSpan>,
+    /// Ids of regions that ended with a report asked for and not yet handed out
+    /// ([`Decoded::take_report_requests`]).
+    report_requests: Vec<u64>,
     /// Index of each sampled block still live, by address: counted from the first allocation
     /// (in `shared`, then in `allocs`).
     live: HashMap<u64, usize>,
@@ -165,6 +176,11 @@ impl Decoded {
         all.peak_marks.append(&mut self.peak_marks);
     }
 
+    /// Ids of the regions that ended asking for a report since the last call.
+    pub fn take_report_requests(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.report_requests)
+    }
+
     /// Events held (shared and recent).
     fn held(&self) -> usize {
         let s = &self.shared;
@@ -238,7 +254,16 @@ enum Pending {
         lens: [usize; 3],
         bytes: Vec<u8>,
     },
+    Region {
+        span: RegionSpan,
+        len: usize,
+        bytes: Vec<u8>,
+    },
 }
+
+/// Most regions one process image may declare; more are dropped as malformed (a program that
+/// marks a million regions gets the first ones).
+pub const MAX_REGIONS: usize = 100_000;
 
 /// The decoder state of one channel.
 pub struct Decoder {
@@ -287,6 +312,7 @@ impl Decoder {
                         }
                         _ => self.out.malformed += 1,
                     },
+                    Some(Kind::Region) => self.region(r, t_ns),
                     _ => {}
                 }
             }
@@ -446,7 +472,75 @@ impl Decoder {
         }
     }
 
+    fn region(&mut self, r: &Record, t_ns: u64) {
+        let Some(region) = r.as_region() else { return };
+        let sane = |bytes: i64| bytes.unsigned_abs() <= MAX_RECORD_BYTES;
+        if !sane(region.heap) || !sane(region.peak) || region.id == 0 {
+            self.out.malformed += 1;
+            return;
+        }
+        let regions = &mut self.out.regions;
+        match region.phase {
+            region_phase::BEGIN => {
+                let len = region.name_len as usize;
+                if len > MAX_REGION_NAME || regions.len() >= MAX_REGIONS {
+                    self.out.malformed += 1;
+                    return;
+                }
+                let span = RegionSpan {
+                    id: region.id,
+                    tid: r.tid,
+                    begin_ns: t_ns,
+                    heap_begin: region.heap,
+                    peak: region.heap,
+                    ..RegionSpan::default()
+                };
+                self.pending = Pending::Region {
+                    span,
+                    len,
+                    bytes: Vec::with_capacity(len),
+                };
+                if len == 0 {
+                    self.finish_pending();
+                }
+            }
+            region_phase::END | region_phase::PEAK => {
+                // The region is open and recent: look from the newest.
+                let Some(span) = regions
+                    .iter_mut()
+                    .rev()
+                    .take(MAX_DEPTH_SEARCHED)
+                    .find(|s| s.id == region.id && s.end_ns.is_none())
+                else {
+                    self.out.malformed += 1;
+                    return;
+                };
+                span.peak = span.peak.max(region.peak);
+                if region.phase == region_phase::PEAK {
+                    span.peak_marks.push((t_ns, region.heap));
+                } else {
+                    span.end_ns = Some(t_ns.max(span.begin_ns));
+                    span.heap_end = Some(region.heap);
+                    span.report = region.report;
+                    if region.report {
+                        self.out.report_requests.push(region.id);
+                    }
+                }
+            }
+            _ => self.out.malformed += 1,
+        }
+    }
+
     fn data(&mut self, r: &Record) {
+        if let Pending::Region { len, bytes, .. } = &mut self.pending {
+            let Some(data) = r.as_data() else { return };
+            bytes.extend_from_slice(&data);
+            if bytes.len() >= *len {
+                bytes.truncate(*len);
+                self.finish_pending();
+            }
+            return;
+        }
         let Pending::Code { lens, bytes, .. } = &mut self.pending else {
             self.out.malformed += 1;
             return;
@@ -488,6 +582,12 @@ impl Decoder {
                 info.linetable = table.to_vec();
                 self.out.by_address.insert(info.address, id);
                 self.out.codes.insert(id, info);
+            }
+            Pending::Region {
+                mut span, bytes, ..
+            } => {
+                span.name = String::from_utf8_lossy(&bytes).into_owned();
+                self.out.regions.push(span);
             }
         }
     }

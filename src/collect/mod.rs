@@ -52,6 +52,26 @@ pub struct Snapshots<'a> {
     pub every: Option<Duration>,
     /// Where they go; `None`: no snapshots, whatever is asked.
     pub sink: Option<&'a dyn SnapshotSink>,
+    /// Who answers regions that end asking for a report (`mlprof_region_end` with `report`):
+    /// after the tick that decoded such an end, it gets a snapshot and the regions asked for.
+    pub regions: Option<&'a dyn RegionSink>,
+}
+
+/// A region whose report the program waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionRequest {
+    /// Its process.
+    pub pid: u32,
+    /// Its channel's start (ns from launch): which image of the pid.
+    pub start_ns: u64,
+    /// The region's id.
+    pub id: u64,
+}
+
+/// What answers region report requests (see [`Snapshots::regions`]).
+pub trait RegionSink {
+    /// Report these regions from this snapshot; returns at once (the work is done elsewhere).
+    fn report(&self, snapshot: Snapshot, requests: Vec<RegionRequest>);
 }
 
 /// What takes the collector's snapshots.
@@ -376,6 +396,12 @@ impl<'a> Schedule<'a> {
         dir: &std::path::Path,
         reaped: Option<(&ChildExit, u64)>,
     ) {
+        if let Some(regions) = self.plan.regions {
+            let requests = c.channels.take_report_requests();
+            if !requests.is_empty() {
+                regions.report(c.snapshot(dir, reaped), requests);
+            }
+        }
         let Some(sink) = self.plan.sink else {
             return;
         };

@@ -95,6 +95,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         violations: Vec::new(),
         warnings,
         ranks: Vec::new(),
+        regions: super::regions::summarize(rec, natives, filter),
     }
 }
 

@@ -81,6 +81,10 @@ pub struct Profile {
     /// the order given; empty for a single run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<Rank>,
+    /// Regions the program marked itself (`mlprof.mark(...)`, one per test under the pytest
+    /// plugin), in begin order; empty (and absent from the JSON) if none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<super::regions::Region>,
 }
 
 /// One merged profile's totals (see `mlprof merge`).

@@ -132,6 +132,76 @@ pub struct ChannelSummary {
     pub last_wait_ns: u64,
     /// Still running when collection stopped (it outlived the command and the wait).
     pub still_running: bool,
+    /// Regions the program marked itself (`mlprof.mark`, pytest tests), in begin order.
+    pub regions: Vec<RegionSpan>,
+}
+
+impl ChannelSummary {
+    /// A copy without the sampled events and regions (everything else: identity, counters,
+    /// code objects, threads, maps), for a view that keeps only some events.
+    pub fn without_events(&self) -> ChannelSummary {
+        ChannelSummary {
+            pid: self.pid,
+            ppid: self.ppid,
+            start_ns: self.start_ns,
+            command: self.command.clone(),
+            python: self.python.clone(),
+            forked: self.forked,
+            inherited_heap: self.inherited_heap,
+            exit_code: self.exit_code,
+            exit_ns: self.exit_ns,
+            heap_peak: self.heap_peak,
+            heap_peak_seen_ns: self.heap_peak_seen_ns,
+            heap_current: self.heap_current,
+            alloc_bytes: self.alloc_bytes,
+            alloc_count: self.alloc_count,
+            records: self.records,
+            dropped: self.dropped,
+            python_status: self.python_status,
+            sample_interval_ns: self.sample_interval_ns,
+            samples: Vec::new(),
+            allocs: Vec::new(),
+            alloc_groups: Vec::new(),
+            copies: Vec::new(),
+            window_ns: self.window_ns,
+            merged_cpu_samples: 0,
+            peak_marks: Vec::new(),
+            codes: self.codes.clone(),
+            threads: self.threads.clone(),
+            maps: self.maps.clone(),
+            py_runtime: self.py_runtime,
+            py_code_type: self.py_code_type,
+            last_wait_ns: self.last_wait_ns,
+            still_running: self.still_running,
+            regions: Vec::new(),
+        }
+    }
+}
+
+/// A region the program marked itself: its exact heap figures come from the preload library's
+/// counters at its begin and end.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RegionSpan {
+    /// Id, unique in the process image.
+    pub id: u64,
+    /// The name the program gave it.
+    pub name: String,
+    /// Thread that opened it.
+    pub tid: u32,
+    /// Nanoseconds from launch of the begin.
+    pub begin_ns: u64,
+    /// Of the end (`None`: still open, or the process died inside it).
+    pub end_ns: Option<u64>,
+    /// Exact heap at the begin.
+    pub heap_begin: i64,
+    /// Exact heap at the end.
+    pub heap_end: Option<i64>,
+    /// Exact highest heap between begin and end (as of the last record).
+    pub peak: i64,
+    /// New highs inside the region: (ns from launch, heap bytes), rising.
+    pub peak_marks: Vec<(u64, i64)>,
+    /// The program asked for the collector's report at the end.
+    pub report: bool,
 }
 
 /// One CPU sample: a thread burned `weight_ns` of CPU ending at `t_ns`.

@@ -13,15 +13,16 @@ pub mod record;
 pub mod ring;
 
 pub use record::{
-    alloc_flags, sample_flags, Alloc, Code, Frame, Kind, MemCopy, ProcessExit, ProcessStart,
-    Record, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD, UNKNOWN_CODE,
+    alloc_flags, region_phase, sample_flags, Alloc, Code, Frame, Kind, MemCopy, ProcessExit,
+    ProcessStart, Record, Region, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD,
+    MAX_REGION_NAME, UNKNOWN_CODE,
 };
 pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
 pub const CMDLINE_BYTES: usize = 4096;
 /// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.

@@ -44,6 +44,24 @@ pub enum Kind {
     /// A sampled copy (`memcpy` family). `a` = bytes copied, `b` = bytes it stands for,
     /// `c` = number of Python frames that follow.
     Copy = 11,
+    /// A region the program marked itself (`mlprof.mark`, one pytest test): see [`Region`].
+    /// `a` = region id (per process), `b` = phase | report wanted << 8 | name bytes << 32,
+    /// `c` = heap bytes now, `d` = highest heap since the region began (end and peak phases).
+    /// A begin's name (UTF-8) follows in [`Kind::Data`] records.
+    Region = 12,
+}
+
+/// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
+pub const MAX_REGION_NAME: usize = 1024;
+
+/// Phases of a [`Kind::Region`] record.
+pub mod region_phase {
+    /// The region began.
+    pub const BEGIN: u8 = 0;
+    /// The region ended.
+    pub const END: u8 = 1;
+    /// The heap reached a new high inside the region (at least 1% and 1 MiB above the last).
+    pub const PEAK: u8 = 2;
 }
 
 /// Flags of a [`Kind::Alloc`] (bits of `d >> 32`).
@@ -86,6 +104,7 @@ impl Kind {
             9 => Some(Kind::Free),
             10 => Some(Kind::PeakMark),
             11 => Some(Kind::Copy),
+            12 => Some(Kind::Region),
             _ => None,
         }
     }
@@ -225,6 +244,24 @@ pub struct MemCopy {
     pub weight: u64,
     /// Python frames that follow.
     pub depth: u32,
+}
+
+/// [`Kind::Region`]: a region of the program's own marking began, ended, or reached a new
+/// heap high.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Region {
+    /// Its id, unique in the process.
+    pub id: u64,
+    /// One of [`region_phase`].
+    pub phase: u8,
+    /// The program waits for the collector's report of the region (end phase).
+    pub report: bool,
+    /// Bytes of name that follow (begin phase).
+    pub name_len: u32,
+    /// The exact heap at this moment.
+    pub heap: i64,
+    /// The exact highest heap since the region began (end and peak phases).
+    pub peak: i64,
 }
 
 /// One Python frame of a [`Kind::Frames`] record: `code_id << 32 | lasti`.
@@ -456,6 +493,26 @@ impl Record {
         )
     }
 
+    /// A [`Kind::Region`] record.
+    pub fn region(tid: u32, ts_ns: u64, r: Region) -> Record {
+        let b = r.phase as u64 | (r.report as u64) << 8 | (r.name_len as u64) << 32;
+        let words = [r.id, b, r.heap as u64, r.peak as u64, 0];
+        Record::with(Kind::Region, tid, ts_ns, words)
+    }
+
+    /// The payload of a [`Kind::Region`] record.
+    pub fn as_region(&self) -> Option<Region> {
+        let [a, b, c, d, _] = self.words_of(Kind::Region)?;
+        Some(Region {
+            id: a,
+            phase: b as u8,
+            report: (b >> 8) & 1 != 0,
+            name_len: (b >> 32) as u32,
+            heap: c as i64,
+            peak: d as i64,
+        })
+    }
+
     /// The payload of a [`Kind::Copy`] record.
     pub fn as_copy(&self) -> Option<MemCopy> {
         let [a, b, c, ..] = self.words_of(Kind::Copy)?;
@@ -560,6 +617,17 @@ mod tests {
             depth: 128,
         };
         assert_eq!(Record::copy(tid, ts, copy).as_copy(), Some(copy));
+        for phase in [region_phase::BEGIN, region_phase::END, region_phase::PEAK] {
+            let region = Region {
+                id: u64::MAX,
+                phase,
+                report: phase == region_phase::END,
+                name_len: MAX_REGION_NAME as u32,
+                heap: -5,
+                peak: i64::MAX,
+            };
+            assert_eq!(Record::region(tid, ts, region).as_region(), Some(region));
+        }
     }
 
     /// The layout the format documents on [`Kind`], word by word (what a channel written by

@@ -34,6 +34,7 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
             }
         });
     }
+    crate::marks::allocated(now);
     let last = LAST_MARK.load(Ordering::Relaxed);
     if now > last + (last / 100).max(MIN_STEP)
         && LAST_MARK

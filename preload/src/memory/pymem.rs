@@ -118,7 +118,8 @@ extern "C" fn arena_alloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
     };
     let ptr = f(orig.ctx, size);
     if !ptr.is_null() && super::regions::insert(ptr as usize, size) {
-        crate::heap::counters().add(size as u64);
+        let now = crate::heap::counters().add(size as u64);
+        crate::marks::allocated(now);
     }
     ptr
 }

@@ -14,6 +14,8 @@ use crate::render::{self, Format};
 use crate::sanitize::Clean;
 use crate::{annotate, collect, launch, model, symbolize};
 
+mod regions;
+
 /// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
 pub const DEFAULT_RATE_HZ: u32 = 100;
 /// Default mean bytes between allocation samples (see docs/benchmarks.md).
@@ -247,6 +249,10 @@ struct RunArgs {
     /// other signals. Needs -o FILE.
     #[arg(long)]
     snapshot_on_signal: bool,
+    /// Write one HTML page per region the program marked (`mlprof.mark`; each test under the
+    /// pytest plugin) into DIR.
+    #[arg(long, value_name = "DIR")]
+    regions_html: Option<PathBuf>,
     /// Attribute time to any file, the standard library and installed packages included.
     #[arg(long, conflicts_with = "profile_only")]
     profile_all: bool,
@@ -397,7 +403,9 @@ fn run_command(args: RunArgs) -> Result<i32> {
         forwarding.clone(),
     );
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
+    let reporter = regions::Reporter::start(session.dir().to_path_buf(), filter.clone());
     let snapshots = collect::Snapshots {
+        regions: Some(&reporter),
         every: args.snapshot_every.map(std::time::Duration::from_secs_f64),
         sink: snapshotter
             .as_ref()
@@ -435,6 +443,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
     }
     if let Err(e) = emit(&profile, format, destination) {
         say(format_args!("report not written: {e}"));
+    }
+    if let Some(dir) = &args.regions_html {
+        if let Err(e) = regions::write_pages(&recording, &natives, &filter, dir) {
+            say(format_args!("region pages not written: {e}"));
+        }
     }
     for v in &profile.violations {
         say(format_args!("{}", Clean(&v.message)));

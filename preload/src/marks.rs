@@ -1,0 +1,215 @@
+//! Regions the program marks itself (`mlprof.mark(...)`, one test of the pytest plugin),
+//! exported for `ctypes`: `mlprof_region_begin`, `mlprof_region_end`, `mlprof_active`. Each
+//! begin and end sends a [`Kind::Region`](mlprof_wire::Kind::Region) record; while a region is
+//! open the exact heap high inside it is kept, so the caller learns its region's exact peak
+//! at once, without waiting for the collector. Regions nest (per process, up to
+//! [`MAX_DEPTH`]).
+//!
+//! Cost in allocation hooks: [`allocated`] is one relaxed load and compare; the rest runs only
+//! when the heap reaches a new high inside an open region. The exported calls are made by the
+//! program's own code (never from a hook or a signal handler) and take a short spin lock among
+//! themselves.
+
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+
+use libc::c_int;
+use mlprof_wire::{region_phase, Record, Region, DATA_BYTES, MAX_REGION_NAME};
+
+use crate::{channel, clock, heap};
+
+/// Deepest nesting of regions; a begin beyond it is refused (returns 0).
+pub const MAX_DEPTH: usize = 32;
+/// No region open: no heap can exceed it.
+const NONE_OPEN: i64 = i64::MAX;
+/// A peak record needs the heap at least this far above the region's last one (and 1%).
+const MIN_STEP: i64 = 1 << 20;
+
+/// Highest heap since the innermost open region began ([`NONE_OPEN`] when none is open).
+static HIGH: AtomicI64 = AtomicI64::new(NONE_OPEN);
+/// Heap of the innermost region's last peak record (or its begin).
+static LAST_SENT: AtomicI64 = AtomicI64::new(0);
+/// The innermost open region's id (0: none).
+static CURRENT: AtomicU64 = AtomicU64::new(0);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static DEPTH: AtomicUsize = AtomicUsize::new(0);
+/// The enclosing regions' (high, last sent, id), saved while an inner one is open.
+static SAVED: [[AtomicU64; 3]; MAX_DEPTH] =
+    [const { [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)] }; MAX_DEPTH];
+static LOCK: AtomicBool = AtomicBool::new(false);
+
+/// After an allocation brought the heap to `now`.
+#[inline]
+pub fn allocated(now: i64) {
+    if now > HIGH.load(Ordering::Relaxed) {
+        rise(now);
+    }
+}
+
+#[cold]
+fn rise(now: i64) {
+    HIGH.fetch_max(now, Ordering::Relaxed);
+    let last = LAST_SENT.load(Ordering::Relaxed);
+    if now > last.saturating_add((last / 100).max(MIN_STEP))
+        && LAST_SENT
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let region = Region {
+            id: CURRENT.load(Ordering::Relaxed),
+            phase: region_phase::PEAK,
+            heap: now,
+            peak: now,
+            ..Region::default()
+        };
+        channel::send(&Record::region(clock::tid(), clock::monotonic_ns(), region));
+    }
+}
+
+/// A fork child starts with no region open (its parent's stay its parent's).
+pub fn forget_in_child() {
+    HIGH.store(NONE_OPEN, Ordering::Relaxed);
+    CURRENT.store(0, Ordering::Relaxed);
+    DEPTH.store(0, Ordering::Relaxed);
+    LOCK.store(false, Ordering::Release);
+}
+
+struct Locked;
+
+impl Locked {
+    fn take() -> Locked {
+        let mut spins = 0u32;
+        while LOCK
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        Locked
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        LOCK.store(false, Ordering::Release);
+    }
+}
+
+fn heap_now() -> i64 {
+    heap::counters().current.load(Ordering::Relaxed)
+}
+
+/// 1 when this process is profiled (its channel is attached), else 0.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn mlprof_active() -> c_int {
+    channel::ring().is_some() as c_int
+}
+
+/// Open a region named by the `len` UTF-8 bytes at `name` (cut at 1024 bytes). Returns its id,
+/// or 0 when the process is not profiled or regions are nested too deep; `*heap_out` (when not
+/// null) receives the exact heap in bytes at the start.
+///
+/// # Safety
+/// `name` points to `len` readable bytes (or `len` is 0); `heap_out` is null or writable.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mlprof_region_begin(name: *const u8, len: usize, heap_out: *mut i64) -> u64 {
+    let Some(ring) = channel::ring() else {
+        return 0;
+    };
+    let name: &[u8] = if name.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract: `len` readable bytes at `name`.
+        unsafe { core::slice::from_raw_parts(name, len.min(MAX_REGION_NAME)) }
+    };
+    let _lock = Locked::take();
+    let depth = DEPTH.load(Ordering::Relaxed);
+    if depth >= MAX_DEPTH {
+        return 0;
+    }
+    let saved = &SAVED[depth];
+    saved[0].store(HIGH.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    saved[1].store(LAST_SENT.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    saved[2].store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+    DEPTH.store(depth + 1, Ordering::Relaxed);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let now = heap_now();
+    CURRENT.store(id, Ordering::Relaxed);
+    LAST_SENT.store(now, Ordering::Relaxed);
+    HIGH.store(now, Ordering::Relaxed);
+    let region = Region {
+        id,
+        phase: region_phase::BEGIN,
+        name_len: name.len() as u32,
+        heap: now,
+        peak: now,
+        report: false,
+    };
+    let chunks = name.len().div_ceil(DATA_BYTES) as u64;
+    if let Some(group) = ring.reserve(1 + chunks) {
+        group.set(0, &Record::region(clock::tid(), clock::monotonic_ns(), region));
+        for (i, chunk) in name.chunks(DATA_BYTES).enumerate() {
+            let mut bytes = [0u8; DATA_BYTES];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            group.set(1 + i as u64, &Record::data(&bytes));
+        }
+    }
+    if !heap_out.is_null() {
+        // SAFETY: the caller's contract: `heap_out` is writable.
+        unsafe { *heap_out = now };
+    }
+    id
+}
+
+/// Close region `id` (the innermost open one). With `report` non-zero the collector is asked
+/// to write its report of the region (see docs/design/regions.md). `out` (when not null)
+/// receives `[highest heap since the begin, heap now]`, exact bytes. Returns 0, or -1 when
+/// `id` is not the innermost open region (nothing is closed).
+///
+/// # Safety
+/// `out` is null or points to two writable `i64`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mlprof_region_end(id: u64, report: c_int, out: *mut i64) -> c_int {
+    let _lock = Locked::take();
+    let depth = DEPTH.load(Ordering::Relaxed);
+    if depth == 0 || id == 0 || CURRENT.load(Ordering::Relaxed) != id {
+        return -1;
+    }
+    let now = heap_now();
+    let high = HIGH.load(Ordering::Relaxed).max(now);
+    let saved = &SAVED[depth - 1];
+    let outer_high = saved[0].load(Ordering::Relaxed) as i64;
+    HIGH.store(
+        if outer_high == NONE_OPEN {
+            NONE_OPEN
+        } else {
+            outer_high.max(high)
+        },
+        Ordering::Relaxed,
+    );
+    LAST_SENT.store(saved[1].load(Ordering::Relaxed) as i64, Ordering::Relaxed);
+    CURRENT.store(saved[2].load(Ordering::Relaxed), Ordering::Relaxed);
+    DEPTH.store(depth - 1, Ordering::Relaxed);
+    let region = Region {
+        id,
+        phase: region_phase::END,
+        report: report != 0,
+        name_len: 0,
+        heap: now,
+        peak: high,
+    };
+    channel::send(&Record::region(clock::tid(), clock::monotonic_ns(), region));
+    if !out.is_null() {
+        // SAFETY: the caller's contract: two writable i64 at `out`.
+        unsafe {
+            *out = high;
+            *out.add(1) = now;
+        }
+    }
+    0
+}

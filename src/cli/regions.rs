@@ -1,0 +1,159 @@
+//! Regions the program marked (`mlprof.mark`, the pytest plugin's tests), on the `run` side:
+//! answering a region that ended asking for its report while the program waits (the pytest
+//! plugin names the lines of a test over its memory limit), and writing one HTML page per
+//! region after the run (`--regions-html DIR`). See docs/design/regions.md.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+
+use crate::collect::{RegionRequest, RegionSink, Snapshot};
+use crate::error::{Error, Result};
+use crate::model;
+use crate::recording::Recording;
+use crate::symbolize::NativeNames;
+
+/// Answers report requests on a thread of its own: for each, the region's summary as JSON in
+/// `<run dir>/region-<pid>-<id>.json` (0600, written under a temporary name and renamed, so
+/// the program never reads half a file). Python lines only: native names are not resolved
+/// while the program waits.
+pub struct Reporter {
+    to: Sender<(Snapshot, Vec<RegionRequest>)>,
+}
+
+impl Reporter {
+    /// Start the thread; answers go into `dir` (the run's private directory).
+    pub fn start(dir: PathBuf, filter: model::Filter) -> Reporter {
+        let (to, from) = std::sync::mpsc::channel::<(Snapshot, Vec<RegionRequest>)>();
+        std::thread::spawn(move || {
+            for (snapshot, requests) in from {
+                let recording = snapshot.into_recording();
+                for request in requests {
+                    // A failure (the run's directory gone at the end) leaves the program to
+                    // its own figures: it waits a bounded time and goes on without lines.
+                    let _ = answer(&recording, &request, &dir, &filter);
+                }
+            }
+        });
+        Reporter { to }
+    }
+}
+
+impl RegionSink for Reporter {
+    fn report(&self, snapshot: Snapshot, requests: Vec<RegionRequest>) {
+        let _ = self.to.send((snapshot, requests));
+    }
+}
+
+/// The answer file of a region: what the Python side polls for.
+pub fn answer_path(dir: &Path, pid: u32, id: u64) -> PathBuf {
+    dir.join(format!("region-{pid}-{id}.json"))
+}
+
+fn answer(
+    rec: &Recording,
+    request: &RegionRequest,
+    dir: &Path,
+    filter: &model::Filter,
+) -> Result<()> {
+    let Some((ci, span)) = rec.channels.iter().enumerate().find_map(|(ci, c)| {
+        if c.pid != request.pid || c.start_ns != request.start_ns {
+            return None;
+        }
+        c.regions
+            .iter()
+            .rev()
+            .find(|s| s.id == request.id)
+            .map(|s| (ci, s))
+    }) else {
+        return Err(Error::new("region not in the recording"));
+    };
+    let summary = model::regions::summary(rec, ci, span, &NativeNames::new(), filter);
+    let json = serde_json::to_vec(&summary).map_err(|e| Error::new(e.to_string()))?;
+    let path = answer_path(dir, request.pid, request.id);
+    let temp = dir.join(format!(".region-{}-{}.tmp", request.pid, request.id));
+    write_private(&temp, &json)
+        .and_then(|()| std::fs::rename(&temp, &path))
+        .map_err(|e| Error::new(format!("{}: {e}", path.display())))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// One HTML page per region of the recording in `dir` (created if missing), named after the
+/// region (`tests_test_x.py__test_big.html`; a number is added when two names clash). Returns
+/// the number of pages written.
+pub fn write_pages(
+    rec: &Recording,
+    natives: &NativeNames,
+    filter: &model::Filter,
+    dir: &Path,
+) -> Result<usize> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::new(format!("--regions-html {}: {e}", dir.display())))?;
+    let mut used = std::collections::BTreeSet::new();
+    let mut written = 0;
+    for (ci, channel) in rec.channels.iter().enumerate() {
+        for span in &channel.regions {
+            let mut profile = model::regions::profile(rec, ci, span, natives, filter);
+            crate::annotate::attach(&mut profile);
+            let html = crate::render::html::render(&profile)?;
+            let stem = file_stem(&span.name);
+            let mut name = format!("{stem}.html");
+            let mut n = 2;
+            while !used.insert(name.clone()) {
+                name = format!("{stem}-{n}.html");
+                n += 1;
+            }
+            let path = dir.join(&name);
+            std::fs::write(&path, html)
+                .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// A file name for a region's page: letters, digits, `.`, `-` and `_` kept, the rest `_`, at
+/// most 120 characters, never empty or hidden.
+pub fn file_stem(name: &str) -> String {
+    let mut stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(120)
+        .collect();
+    if stem.is_empty() || stem.starts_with('.') {
+        stem.insert(0, 'r');
+    }
+    stem
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_names_are_plain_file_names() {
+        assert_eq!(
+            file_stem("tests/test_x.py::test_big[a/b]"),
+            "tests_test_x.py__test_big_a_b_"
+        );
+        assert_eq!(file_stem(""), "r");
+        assert_eq!(file_stem("../etc"), "r.._etc");
+        assert_eq!(file_stem(&"x".repeat(500)).len(), 120);
+    }
+}
