@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Finds the CPythons 3.9-3.13 on this machine (pyenv, then PATH) and gives each a virtual
-# environment with numpy under target/test-venvs/py3.X, reused when already there.
+# environment with numpy, pytest and pytest-xdist under target/test-venvs/py3.X, reused when already there.
 # Prints the interpreters it prepared. Used by scripts/test.sh and scripts/quickstart.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venvs=target/test-venvs
 mkdir -p "$venvs"
-packages=(numpy)
+packages=(numpy pytest pytest-xdist)
 
 find_python() { # $1 = 3.X
     local minor=$1 candidate
@@ -30,8 +30,10 @@ for minor in $minors; do
         rm -rf "$venv"
         "$exe" -m venv "$venv"
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
+    elif ! "$venv/bin/python" -c "import pytest, xdist" 2>/dev/null; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
     fi
     prepared+=("$minor")
 done
 [ ${#prepared[@]} -gt 0 ] || { echo "pythons: no CPython 3.9-3.13 found" >&2; exit 1; }
-echo "pythons: ready with numpy: ${prepared[*]}" >&2
+echo "pythons: ready with numpy and pytest: ${prepared[*]}" >&2

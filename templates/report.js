@@ -288,6 +288,16 @@ table("leaks", [["growth/s", (l) => l.leak.bytes_per_s, (l) => bytes(Math.max(0,
   ["likelihood", (l) => l.leak.likelihood, (l) => `${(100 * l.leak.likelihood).toFixed(0)}%`],
   ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line}`, true], ["source", (l) => l.source, (l) => l.source, true]],
   P.lines.filter((l) => l.leak), 0);
+if (P.regions && P.regions.length) {
+  $("regions-part").hidden = false;
+  const top = (r) => r.held_at_peak.length ? `${short(r.held_at_peak[0].file)}:${r.held_at_peak[0].line} ${bytes(r.held_at_peak[0].bytes)}` : "";
+  const signed = (n) => n < 0 ? `-${bytes(-n)}` : bytes(n);
+  table("regions", [["peak", (r) => r.peak_bytes + r.children_peak_bytes, (r) => bytes(r.peak_bytes + r.children_peak_bytes)],
+    ["net", (r) => r.end_bytes, (r) => signed(r.end_bytes)], ["time", (r) => r.duration_s, (r) => secs(r.duration_s)],
+    ["Python", (r) => r.cpu_python_s, (r) => secs(r.cpu_python_s)], ["native", (r) => r.cpu_native_s, (r) => secs(r.cpu_native_s)],
+    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)], ["pid", (r) => r.pid, (r) => r.pid],
+    ["region", (r) => r.name, (r) => r.name, true], ["held most at the peak", top, top, true]], P.regions, 0);
+}
 table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_python_s, (f) => secs(f.cpu_python_s)],
   ["native", (f) => f.cpu_native_s, (f) => secs(f.cpu_native_s)], ["system", (f) => f.cpu_system_s, (f) => secs(f.cpu_system_s)],
   ["allocated", (f) => f.alloc_bytes, (f) => bytes(f.alloc_bytes)], ["held at peak", (f) => f.peak_bytes, (f) => bytes(f.peak_bytes)],

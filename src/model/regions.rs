@@ -95,8 +95,8 @@ pub fn summary(
         .iter()
         .map(|&i| own_peak(&rec.channels[i]))
         .sum();
-    let cpu = |f: fn(&super::profile::Measures) -> f64| -> f64 {
-        at_peak.functions.iter().map(|s| f(&s.measures)).sum()
+    let cpu = |f: fn(&super::profile::CpuSample) -> f64| -> f64 {
+        at_peak.cpu_timeline.iter().map(f).sum()
     };
     Region {
         name: span.name.clone(),
@@ -108,9 +108,9 @@ pub fn summary(
         peak_bytes: (span.peak - span.heap_begin).max(0) as u64,
         end_bytes,
         children_peak_bytes,
-        cpu_python_s: cpu(|m| m.cpu_python_s),
-        cpu_native_s: cpu(|m| m.cpu_native_s),
-        cpu_system_s: cpu(|m| m.cpu_system_s),
+        cpu_python_s: cpu(|b| b.python_s),
+        cpu_native_s: cpu(|b| b.native_s),
+        cpu_system_s: cpu(|b| b.system_s),
         held_at_peak: top_lines(&at_peak),
         held_at_end,
     }

@@ -100,6 +100,7 @@ fn render_marked(p: &Profile) -> String {
     threads(&mut out, p);
     memory_lines(&mut out, p);
     leaks(&mut out, p);
+    regions(&mut out, p);
     for warning in &p.warnings {
         let _ = writeln!(out, "warning: {}", Clean(warning));
     }
@@ -372,6 +373,70 @@ fn leaks(out: &mut String, p: &Profile) {
             bytes(leak.bytes_per_s.max(0.0) as u64),
             Clean(l.source.trim())
         );
+    }
+}
+
+/// Regions shown in the text report (the largest peaks); the JSON profile has them all.
+const REGIONS_SHOWN: usize = 20;
+
+fn regions(out: &mut String, p: &Profile) {
+    if p.regions.is_empty() {
+        return;
+    }
+    let mut shown: Vec<_> = p.regions.iter().collect();
+    shown.sort_by(|a, b| {
+        (b.peak_bytes + b.children_peak_bytes)
+            .cmp(&(a.peak_bytes + a.children_peak_bytes))
+            .then(a.start_s.total_cmp(&b.start_s))
+    });
+    let more = shown.len().saturating_sub(REGIONS_SHOWN);
+    shown.truncate(REGIONS_SHOWN);
+    let _ = writeln!(
+        out,
+        "\nRegions ({} marked; peak and net: exact heap above the region's start)",
+        p.regions.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:<40} {:>8} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8}  held most at the peak",
+        "region", "pid", "time", "peak", "net", "Python", "native", "waiting"
+    );
+    for r in shown {
+        let name: String = r.name.chars().take(40).collect();
+        let top = r.held_at_peak.first().map_or(String::new(), |l| {
+            format!("{}:{} {}", Clean(short(&l.file)), l.line, bytes(l.bytes))
+        });
+        let children = if r.children_peak_bytes > 0 {
+            format!(" (+{} in children)", bytes(r.children_peak_bytes))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {:<40} {:>8} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8}  {}{}{}",
+            Clean(&name),
+            r.pid,
+            seconds(r.duration_s),
+            bytes(r.peak_bytes),
+            signed_bytes(r.end_bytes),
+            seconds(r.cpu_python_s),
+            seconds(r.cpu_native_s),
+            seconds(r.cpu_system_s),
+            top,
+            children,
+            if r.ended { "" } else { " (did not end)" }
+        );
+    }
+    if more > 0 {
+        let _ = writeln!(out, "  ... {more} more in the JSON profile (`regions`)");
+    }
+}
+
+fn signed_bytes(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", bytes(n.unsigned_abs()))
+    } else {
+        bytes(n as u64)
     }
 }
 

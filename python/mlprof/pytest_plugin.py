@@ -1,0 +1,322 @@
+"""pytest plugin: every test measured by mlprof, memory limits as markers.
+
+    pytest --mlprof                      # each test's exact peak, CPU, and the session profile
+    pytest --mlprof --mlprof-budget 200MiB
+    pytest --mlprof --mlprof-html pages/ # one HTML report per test
+
+    @pytest.mark.limit_memory("50 MiB")  # fails if the test's heap rose more than that
+    @pytest.mark.limit_leaks("1 MiB")    # fails if the test left that much more allocated
+
+The markers have pytest-memray's names and meaning. ``--mlprof`` re-runs pytest under
+``mlprof run`` when it was not started that way; each test's call is a region
+(``mlprof_region_begin``/``end`` of the preload library), whose exact heap high comes back at
+once. A test over its limit waits (at most ``--mlprof-wait`` seconds) for the collector's
+summary of the region, which names the lines that held the memory.
+"""
+
+import gc
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from . import _binary
+from ._regions import Region, active
+
+_INNER = "MLPROF_PYTEST_INNER"
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1024**4,
+    "tib": 1024**4,
+}
+
+
+def parse_size(text):
+    """Bytes in ``"50 MiB"``, ``"1.5GB"``, ``"100KB"``, ``4096`` (as pytest-memray: KB, MB and
+    GB are powers of 1024)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError("a size cannot be negative: %r" % (text,))
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(
+            "not a size: %r (write a number and a unit: B, KB, MB, GB, KiB, MiB, GiB)" % (text,)
+        )
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n):
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return "%s%.1f %s" % (sign, n, unit) if unit != "B" else "%s%d B" % (sign, n)
+        n /= 1024
+    return "%s%.1f GiB" % (sign, n)  # pragma: no cover
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("mlprof", "memory and CPU of each test (mlprof)")
+    group.addoption(
+        "--mlprof",
+        action="store_true",
+        default=False,
+        help="measure every test with mlprof (re-runs pytest under `mlprof run` if needed)",
+    )
+    group.addoption(
+        "--mlprof-budget",
+        metavar="SIZE",
+        default=None,
+        help="limit_memory for every test without its own marker (e.g. 200MiB)",
+    )
+    group.addoption(
+        "--mlprof-html",
+        metavar="DIR",
+        default=None,
+        help="write one HTML report per test into DIR",
+    )
+    group.addoption(
+        "--mlprof-output",
+        metavar="FILE",
+        default=None,
+        help="write the whole session's profile to FILE (JSON; .html for a page)",
+    )
+    group.addoption(
+        "--mlprof-wait",
+        metavar="SECONDS",
+        type=float,
+        default=10.0,
+        help="how long a test over its limit waits for the lines that held the memory",
+    )
+    group.addoption(
+        "--mlprof-top",
+        metavar="N",
+        type=int,
+        default=5,
+        help="tests listed in the summary by peak memory and by CPU (0: none)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "limit_memory(size): fail the test if its heap rises more than SIZE above its start "
+        "(under --mlprof)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "limit_leaks(size): fail the test if it leaves more than SIZE allocated at its end "
+        "(under --mlprof)",
+    )
+    if config.getoption("mlprof_budget"):
+        try:
+            parse_size(config.getoption("mlprof_budget"))
+        except ValueError as e:
+            raise pytest.UsageError("--mlprof-budget: %s" % e)
+    if config.getoption("mlprof") and active():
+        config.pluginmanager.register(_Measure(config), "mlprof-measure")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """``--mlprof`` outside mlprof: run this same pytest command under ``mlprof run`` and end
+    with its status."""
+    if not config.getoption("mlprof") or active():
+        return None
+    if os.environ.get(_INNER):
+        # Started by us, yet the preload library is not there (a static Python, LD_PRELOAD
+        # cleared by a wrapper): test without measuring rather than looping.
+        sys.stderr.write(
+            "mlprof: the profiler's library is not loaded in this pytest (LD_PRELOAD was "
+            "cleared?); tests run unmeasured\n"
+        )
+        return None
+    binary = _binary.require()
+    command = [binary, "run"]
+    output = config.getoption("mlprof_output")
+    if output:
+        command += ["-o", output]
+    else:
+        command += ["--quiet"]
+    pages = config.getoption("mlprof_html")
+    if pages:
+        command += ["--regions-html", pages]
+    command += ["--", sys.executable, "-m", "pytest"] + _pytest_args(config)
+    env = dict(os.environ)
+    env[_INNER] = "1"
+    try:
+        return subprocess.call(command, env=env)
+    except KeyboardInterrupt:
+        return 2
+
+
+def _pytest_args(config):
+    args = list(config.invocation_params.args)
+    return [str(a) for a in args]
+
+
+class _Measure:
+    """The measuring side, registered in a pytest that runs under mlprof (the session, or each
+    xdist worker)."""
+
+    def __init__(self, config):
+        self.config = config
+        budget = config.getoption("mlprof_budget")
+        self.budget = parse_size(budget) if budget else None
+        self.wait = config.getoption("mlprof_wait")
+        if config.getoption("mlprof_html") and not os.environ.get(_INNER):
+            sys.stderr.write(
+                "mlprof: --mlprof-html needs pytest to start mlprof itself; under `mlprof run` "
+                "use its --regions-html DIR\n"
+            )
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        memory_limit, leak_limit = _limits(item, self.budget)
+        cpu_start = time.process_time()
+        region = Region(item.nodeid).begin()
+        try:
+            yield
+        finally:
+            if leak_limit is not None:
+                gc.collect()
+            ask = memory_limit is not None or leak_limit is not None
+            region.end(report=ask)
+            cpu_s = time.process_time() - cpu_start
+            summary = None
+            if region.peak is not None:
+                over_memory = memory_limit is not None and region.peak > memory_limit
+                over_leaks = leak_limit is not None and region.net > leak_limit
+                if ask:
+                    # Always collected when asked (the answer file must not pile up); waited
+                    # for fully only when a limit was crossed or children may count.
+                    summary = region.report(
+                        timeout=self.wait if (over_memory or over_leaks) else min(self.wait, 2.0)
+                    )
+                item._mlprof = {
+                    "peak": region.peak,
+                    "net": region.net,
+                    "children": (summary or {}).get("children_peak_bytes", 0),
+                    "cpu_s": cpu_s,
+                    "memory_limit": memory_limit,
+                    "leak_limit": leak_limit,
+                    "summary": summary,
+                }
+                children = item._mlprof["children"]
+                item.user_properties.append(("mlprof_peak_bytes", region.peak + children))
+                item.user_properties.append(("mlprof_net_bytes", region.net))
+                item.user_properties.append(("mlprof_cpu_s", round(cpu_s, 6)))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        data = getattr(item, "_mlprof", None)
+        if call.when != "call" or data is None or report.outcome != "passed":
+            return
+        problems = _violations(data)
+        if problems:
+            report.outcome = "failed"
+            report.longrepr = "\n\n".join(problems)
+
+
+def _limits(item, budget):
+    memory = item.get_closest_marker("limit_memory")
+    leaks = item.get_closest_marker("limit_leaks")
+    memory_limit = _marker_size(memory) if memory else budget
+    leak_limit = _marker_size(leaks) if leaks else None
+    return memory_limit, leak_limit
+
+
+def _marker_size(marker):
+    value = marker.args[0] if marker.args else marker.kwargs.get("size", marker.kwargs.get("limit"))
+    try:
+        return parse_size(value)
+    except (TypeError, ValueError) as e:
+        raise pytest.UsageError("@pytest.mark.%s: %s" % (marker.name, e))
+
+
+def _violations(data):
+    problems = []
+    summary = data.get("summary") or {}
+    total = data["peak"] + data.get("children", 0)
+    limit = data["memory_limit"]
+    if limit is not None and total > limit:
+        children = data.get("children", 0)
+        text = "Test was limited to %s but allocated %s at its peak above its start (exact)" % (
+            format_size(limit),
+            format_size(total),
+        )
+        if children:
+            text += ": %s in its own process, %s in processes it started" % (
+                format_size(data["peak"]),
+                format_size(children),
+            )
+        problems.append(text + _lines("lines holding memory at the peak", summary.get("held_at_peak")))
+    limit = data["leak_limit"]
+    if limit is not None and data["net"] > limit:
+        text = "Test was limited to %s of leaked memory but left %s more allocated at its end (exact)" % (
+            format_size(limit),
+            format_size(data["net"]),
+        )
+        problems.append(text + _lines("lines still holding memory at the end", summary.get("held_at_end")))
+    return problems
+
+
+def _lines(title, lines):
+    if not lines:
+        return "\n(no line named: the collector's summary did not come in time, or sampled no allocation)"
+    rows = ["%s:%d  %s  %s" % (_short(l["file"]), l["line"], format_size(l["bytes"]), l["function"]) for l in lines]
+    return "\n%s (sampled):\n  %s" % (title, "\n  ".join(rows))
+
+
+def _short(path):
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+# Summary in the terminal of the process that reports (the session, or xdist's controller).
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call":
+        return
+    props = dict(report.user_properties)
+    if "mlprof_peak_bytes" in props:
+        _seen.append((report.nodeid, props["mlprof_peak_bytes"], props.get("mlprof_cpu_s", 0.0)))
+
+
+_seen = []
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    top = config.getoption("mlprof_top")
+    if not config.getoption("mlprof") or not _seen or top <= 0:
+        return
+    tr = terminalreporter
+    tr.section("mlprof")
+    tr.write_line("top tests by peak heap above their start (exact):")
+    for nodeid, peak, _ in sorted(_seen, key=lambda s: -s[1])[:top]:
+        tr.write_line("  %10s  %s" % (format_size(peak), nodeid))
+    tr.write_line("top tests by CPU time (process, all threads):")
+    for nodeid, _, cpu in sorted(_seen, key=lambda s: -s[2])[:top]:
+        tr.write_line("  %9.3f s  %s" % (cpu, nodeid))
