@@ -506,7 +506,7 @@ impl Snapshotter {
             unsafe {
                 libc::setpriority(
                     libc::PRIO_PROCESS,
-                    libc::gettid() as libc::id_t,
+                    libc::syscall(libc::SYS_gettid) as libc::id_t,
                     SNAPSHOT_NICE,
                 )
             };
