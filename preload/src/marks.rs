@@ -117,7 +117,11 @@ pub extern "C" fn mlprof_active() -> c_int {
 /// # Safety
 /// `name` points to `len` readable bytes (or `len` is 0); `heap_out` is null or writable.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn mlprof_region_begin(name: *const u8, len: usize, heap_out: *mut i64) -> u64 {
+pub unsafe extern "C" fn mlprof_region_begin(
+    name: *const u8,
+    len: usize,
+    heap_out: *mut i64,
+) -> u64 {
     let Some(ring) = channel::ring() else {
         return 0;
     };
@@ -152,7 +156,10 @@ pub unsafe extern "C" fn mlprof_region_begin(name: *const u8, len: usize, heap_o
     };
     let chunks = name.len().div_ceil(DATA_BYTES) as u64;
     if let Some(group) = ring.reserve(1 + chunks) {
-        group.set(0, &Record::region(clock::tid(), clock::monotonic_ns(), region));
+        group.set(
+            0,
+            &Record::region(clock::tid(), clock::monotonic_ns(), region),
+        );
         for (i, chunk) in name.chunks(DATA_BYTES).enumerate() {
             let mut bytes = [0u8; DATA_BYTES];
             bytes[..chunk.len()].copy_from_slice(chunk);

@@ -213,11 +213,7 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
     own.heap_peak = (span.peak - span.heap_begin).max(0);
     own.heap_current = span.heap_end.unwrap_or(main.heap_current) - span.heap_begin;
     let peak_at = match moment {
-        Moment::Peak => span
-            .peak_marks
-            .last()
-            .map_or(from, |&(t, _)| t)
-            .clamp(from, to),
+        Moment::Peak => peak_moment(main, from, to),
         Moment::End => to,
     };
     own.heap_peak_seen_ns = peak_at - from;
@@ -264,6 +260,19 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         labels: rec.labels.clone(),
         gpu: rec.gpu.clone(),
     }
+}
+
+/// When the heap was highest between `from` and `to`: the highest peak mark of the regions of
+/// `c` inside that time (a region's own, or a region nested in it: the preload library marks
+/// only the innermost open region's highs). With no mark (the heap never rose 1 MiB), the end.
+fn peak_moment(c: &ChannelSummary, from: u64, to: u64) -> u64 {
+    c.regions
+        .iter()
+        .filter(|r| r.begin_ns >= from && r.begin_ns <= to)
+        .flat_map(|r| &r.peak_marks)
+        .filter(|&&(t, _)| t >= from && t <= to)
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map_or(to, |&(t, _)| t)
 }
 
 /// A channel's events between `from` and `to` (ns from launch), shifted to start at `from`:

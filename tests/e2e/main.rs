@@ -15,6 +15,7 @@ mod html;
 mod linetables;
 mod memory;
 mod overhead;
+mod pytest_plugin;
 mod snapshot;
 mod symbolize;
 mod torch;

@@ -8,12 +8,12 @@ kept = []
 
 @pytest.mark.limit_memory("50 MiB")
 def test_big():
-    a = np.ones(100 * 2**20 // 8)
+    a = np.ones(100 * 2**20 // 8)  # @big
     assert a.sum() > 0
 
 @pytest.mark.limit_memory("50 MiB")
 def test_small():
-    a = np.ones(10 * 2**20 // 8)
+    a = np.ones(10 * 2**20 // 8)  # @small
     assert a.sum() > 0
 
 def test_unmarked():
@@ -22,7 +22,7 @@ def test_unmarked():
 
 @pytest.mark.limit_leaks("1 MiB")
 def test_leaks():
-    kept.append(np.ones(4 * 2**20 // 8))
+    kept.append(np.ones(4 * 2**20 // 8))  # @leak
 
 @pytest.mark.limit_leaks("1 MiB")
 def test_no_leak():
@@ -30,7 +30,7 @@ def test_no_leak():
     del x
 
 def child(n):
-    a = np.ones(n // 8)
+    a = np.ones(n // 8)  # @child
     return float(a.sum())
 
 @pytest.mark.limit_memory("50 MiB")
