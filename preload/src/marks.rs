@@ -210,7 +210,15 @@ pub unsafe extern "C" fn mlprof_region_end(id: u64, report: c_int, out: *mut i64
         heap: now,
         peak: high,
     };
-    channel::send(&Record::region(clock::tid(), clock::monotonic_ns(), region));
+    if let Some(ring) = channel::ring() {
+        ring.push(&Record::region(clock::tid(), clock::monotonic_ns(), region));
+        if report != 0 {
+            // After the record: the collector drains when it sees the count change.
+            ring.header()
+                .region_requests
+                .fetch_add(1, Ordering::Release);
+        }
+    }
     if !out.is_null() {
         // SAFETY: the caller's contract: two writable i64 at `out`.
         unsafe {

@@ -101,7 +101,7 @@ class Region:
             return None
         path = os.path.join(directory, "region-%d-%d.json" % (os.getpid(), self.id))
         deadline = time.monotonic() + timeout
-        delay = 0.002
+        delay = 0.0005
         while True:
             try:
                 with open(path, "rb") as f:
@@ -110,7 +110,8 @@ class Region:
                 if time.monotonic() >= deadline:
                     return None
                 time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                if time.monotonic() >= deadline - timeout + 0.05:
+                    delay = min(delay * 2, 0.02)  # a slow answer: look less often
                 continue
             try:
                 os.unlink(path)

@@ -26,7 +26,14 @@ impl Reporter {
         let (to, from) = std::sync::mpsc::channel::<(Snapshot, Vec<RegionRequest>)>();
         std::thread::spawn(move || {
             for (snapshot, requests) in from {
-                let recording = snapshot.into_recording();
+                // Most requests come one at a time (a test ends); each gets a cut of its own.
+                let from_ns = begin_of(&snapshot, &requests);
+                let recording = snapshot.recording_from(from_ns, |c| {
+                    requests
+                        .iter()
+                        .any(|r| r.pid == c.pid && r.start_ns == c.start_ns)
+                        || c.start_ns >= from_ns
+                });
                 for request in requests {
                     // A failure (the run's directory gone at the end) leaves the program to
                     // its own figures: it waits a bounded time and goes on without lines.
@@ -42,6 +49,24 @@ impl RegionSink for Reporter {
     fn report(&self, snapshot: Snapshot, requests: Vec<RegionRequest>) {
         let _ = self.to.send((snapshot, requests));
     }
+}
+
+/// The earliest begin of the regions asked for (0 if one is not found: everything is kept).
+fn begin_of(snapshot: &Snapshot, requests: &[RegionRequest]) -> u64 {
+    requests
+        .iter()
+        .map(|r| {
+            snapshot
+                .channels()
+                .iter()
+                .filter(|c| c.pid == r.pid && c.start_ns == r.start_ns)
+                .flat_map(|c| c.regions.iter().rev().find(|s| s.id == r.id))
+                .map(|s| s.begin_ns)
+                .next()
+                .unwrap_or(0)
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// The answer file of a region: what the Python side polls for.

@@ -32,6 +32,8 @@ struct Channel {
     slots: u64,
     /// Why the channel is no longer read, once it is not.
     stopped: Option<String>,
+    /// The header's `region_requests` when last looked at.
+    region_requests: u32,
 }
 
 /// Files skipped with a warning of their own; more are only counted.
@@ -122,6 +124,7 @@ impl Channels {
                     name,
                     slots,
                     stopped: None,
+                    region_requests: 0,
                 },
             );
         }
@@ -159,6 +162,25 @@ impl Channels {
             let mut budget = channel.slots;
             channel.drain(now_ns, self.launch_ns, &mut budget, &mut self.warnings);
         }
+    }
+
+    /// Whether a process has ended a region asking for a report since the last look (a read of
+    /// each header; no system call).
+    pub fn region_requests_waiting(&mut self) -> bool {
+        let mut waiting = false;
+        for channel in self.open.values_mut() {
+            if channel.stopped.is_some() {
+                continue;
+            }
+            if let Ok(ring) = channel.mapping.ring() {
+                let now = ring.header().region_requests.load(Ordering::Acquire);
+                if now != channel.region_requests {
+                    channel.region_requests = now;
+                    waiting = true;
+                }
+            }
+        }
+        waiting
     }
 
     /// Regions that ended asking for a report since the last call: (pid, channel start in ns

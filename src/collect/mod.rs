@@ -97,6 +97,62 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The recording cut to the channels `keep` accepts, with only their events from `from_ns`
+    /// (ns from launch) on copied: what a region that began then needs, at the cost of its own
+    /// events rather than the whole run's.
+    pub fn recording_from(self, from_ns: u64, keep: impl Fn(&ChannelSummary) -> bool) -> Recording {
+        let Snapshot {
+            mut recording,
+            events,
+            ticks,
+        } = self;
+        let mut channels = Vec::new();
+        for (mut channel, events) in recording.channels.into_iter().zip(events) {
+            if !keep(&channel) {
+                continue;
+            }
+            let since = |t: u64| t >= from_ns;
+            channel.samples = events
+                .samples
+                .iter()
+                .filter(|s| since(s.t_ns))
+                .cloned()
+                .collect();
+            channel.allocs = events
+                .allocs
+                .iter()
+                .filter(|a| since(a.t_ns))
+                .cloned()
+                .collect();
+            channel.copies = events
+                .copies
+                .iter()
+                .filter(|c| since(c.t_ns))
+                .cloned()
+                .collect();
+            channel.peak_marks = events
+                .peak_marks
+                .iter()
+                .filter(|m| since(m.0))
+                .copied()
+                .collect();
+            channel.window_ns = events.window_ns;
+            channels.push(channel);
+        }
+        recording.channels = channels;
+        recording.ticks = ticks
+            .iter()
+            .filter(|t| t.t_ns >= from_ns)
+            .copied()
+            .collect();
+        recording
+    }
+
+    /// The channels' summaries (their events are in the shared parts).
+    pub fn channels(&self) -> &[ChannelSummary] {
+        &self.recording.channels
+    }
+
     /// The whole recording, its shared parts copied and let go (so that the collector adds
     /// to them again without copying).
     pub fn into_recording(self) -> Recording {
@@ -224,15 +280,25 @@ pub fn record(
         space: space::SpaceWatch::new(session.dir()),
         child: launched.pid,
         launch_ns,
+        regions_asked: false,
     };
     let mut schedule = Schedule::new(snapshots);
-    let exit: ChildExit = loop {
+    let exit: ChildExit = 'run: loop {
         c.tick();
         schedule.after_tick(&mut c, forwarding, session.dir(), None);
-        match launched.exited.recv_timeout(TICK) {
-            Ok(exit) => break exit,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break ChildExit::default(),
+        let next_tick = std::time::Instant::now() + TICK;
+        loop {
+            match c.wait_until(&launched.exited, next_tick) {
+                Waited::Exited(exit) => break 'run exit,
+                Waited::Gone => break 'run ChildExit::default(),
+                Waited::Tick => break,
+                Waited::Request => {
+                    // A program waits for a region's report: drain and answer now, the rest
+                    // of the tick's work at the tick.
+                    c.drain_now();
+                    schedule.answer_regions(&mut c, session.dir(), None);
+                }
+            }
         }
     };
     forwarding.reaped.store(true, Ordering::Release);
@@ -285,9 +351,65 @@ struct Collector {
     /// The launched command's pid.
     child: u32,
     launch_ns: u64,
+    /// A process has asked for a region's report: from then on the wait between ticks looks
+    /// for new requests every [`REQUEST_POLL`].
+    regions_asked: bool,
 }
 
+/// What ended a wait between ticks.
+enum Waited {
+    /// The command exited.
+    Exited(ChildExit),
+    /// Its exit can no longer be learnt.
+    Gone,
+    /// Time for the next tick.
+    Tick,
+    /// A process asked for a region's report.
+    Request,
+}
+
+/// How often, once regions ask for reports, the collector looks for a new request between
+/// ticks (a read of each channel's header): a test waiting for its lines waits about this long
+/// for the collector to start, not a tick.
+const REQUEST_POLL: Duration = Duration::from_millis(1);
+
 impl Collector {
+    /// Wait for the command's exit until `deadline` (the next tick), or until a process asks
+    /// for a region's report.
+    fn wait_until(
+        &mut self,
+        exited: &std::sync::mpsc::Receiver<ChildExit>,
+        deadline: std::time::Instant,
+    ) -> Waited {
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Waited::Tick;
+            }
+            let step = if self.regions_asked {
+                left.min(REQUEST_POLL)
+            } else {
+                left
+            };
+            match exited.recv_timeout(step) {
+                Ok(exit) => return Waited::Exited(exit),
+                Err(RecvTimeoutError::Disconnected) => return Waited::Gone,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.channels.region_requests_waiting() {
+                        self.regions_asked = true;
+                        return Waited::Request;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drain every channel now (between ticks).
+    fn drain_now(&mut self) {
+        let now = monotonic_ns().saturating_sub(self.launch_ns);
+        self.channels.drain(now);
+    }
+
     /// One tick: scan, drain, look at waiting threads, poll `/proc`.
     fn tick(&mut self) {
         let now = monotonic_ns().saturating_sub(self.launch_ns);
@@ -387,12 +509,10 @@ impl<'a> Schedule<'a> {
         }
     }
 
-    /// After a tick: hand a snapshot to the sink if one is due or was asked for and the sink
-    /// is free (else it is taken at the first tick that finds the sink free).
-    fn after_tick(
+    /// Hand the regions that ended asking for a report, with a snapshot, to whoever answers.
+    fn answer_regions(
         &mut self,
         c: &mut Collector,
-        forwarding: &Forwarding,
         dir: &std::path::Path,
         reaped: Option<(&ChildExit, u64)>,
     ) {
@@ -402,6 +522,18 @@ impl<'a> Schedule<'a> {
                 regions.report(c.snapshot(dir, reaped), requests);
             }
         }
+    }
+
+    /// After a tick: hand a snapshot to the sink if one is due or was asked for and the sink
+    /// is free (else it is taken at the first tick that finds the sink free).
+    fn after_tick(
+        &mut self,
+        c: &mut Collector,
+        forwarding: &Forwarding,
+        dir: &std::path::Path,
+        reaped: Option<(&ChildExit, u64)>,
+    ) {
+        self.answer_regions(c, dir, reaped);
         let Some(sink) = self.plan.sink else {
             return;
         };

@@ -91,8 +91,9 @@ pub struct Header {
     pub start_ns: u64,
     /// 1 if this process is a fork child that inherited its parent's heap.
     pub forked: u32,
-    /// Padding.
-    pub _pad0: u32,
+    /// Regions that ended asking for the collector's report (a count the collector watches
+    /// between its ticks, to answer within milliseconds rather than a tick).
+    pub region_requests: AtomicU32,
     /// Heap bytes a fork child inherited from its parent (0 otherwise).
     pub inherited_heap: u64,
     /// One of [`crate::state`].
