@@ -3,7 +3,7 @@
 //! begin and end sends a [`Kind::Region`](mlprof_wire::Kind::Region) record; while a region is
 //! open the exact heap high inside it is kept, so the caller learns its region's exact peak
 //! at once, without waiting for the collector. Regions nest (per process, up to
-//! [`MAX_DEPTH`]).
+//! [`MAX_DEPTH`]); one may end before a region opened inside it (another thread's).
 //!
 //! Cost in allocation hooks: [`allocated`] is one relaxed load and compare; the rest runs only
 //! when the heap reaches a new high inside an open region. The exported calls are made by the
@@ -104,6 +104,47 @@ fn heap_now() -> i64 {
     heap::counters().current.load(Ordering::Relaxed)
 }
 
+/// Close the innermost region (at `depth`): its high goes to the region it was in.
+fn close_innermost(depth: usize, now: i64) -> i64 {
+    let high = HIGH.load(Ordering::Relaxed).max(now);
+    let saved = &SAVED[depth - 1];
+    let outer_high = saved[0].load(Ordering::Relaxed) as i64;
+    HIGH.store(
+        if outer_high == NONE_OPEN {
+            NONE_OPEN
+        } else {
+            outer_high.max(high)
+        },
+        Ordering::Relaxed,
+    );
+    LAST_SENT.store(saved[1].load(Ordering::Relaxed) as i64, Ordering::Relaxed);
+    CURRENT.store(saved[2].load(Ordering::Relaxed), Ordering::Relaxed);
+    DEPTH.store(depth - 1, Ordering::Relaxed);
+    high
+}
+
+/// Close the region at `level` (1-based, below the innermost at `depth`), whose state was
+/// saved in `SAVED[level]` when the next one began: its high is the highest of its own and of
+/// every region opened inside it; what it had while innermost goes to the region it was in, and
+/// the regions inside it now sit in that one.
+fn close_enclosing(level: usize, depth: usize, now: i64) -> i64 {
+    let high_at = |j: usize| SAVED[j][0].load(Ordering::Relaxed) as i64;
+    let high = (level..depth)
+        .map(high_at)
+        .fold(HIGH.load(Ordering::Relaxed).max(now), i64::max);
+    if level > 1 {
+        let merged = high_at(level - 1).max(high_at(level));
+        SAVED[level - 1][0].store(merged as u64, Ordering::Relaxed);
+    }
+    for j in level..depth - 1 {
+        for k in 0..3 {
+            SAVED[j][k].store(SAVED[j + 1][k].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+    DEPTH.store(depth - 1, Ordering::Relaxed);
+    high
+}
+
 /// 1 when this process is profiled (its channel is attached), else 0.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn mlprof_active() -> c_int {
@@ -173,10 +214,10 @@ pub unsafe extern "C" fn mlprof_region_begin(
     id
 }
 
-/// Close region `id` (the innermost open one). With `report` non-zero the collector is asked
+/// Close region `id` (usually the innermost open one). With `report` non-zero the collector is asked
 /// to write its report of the region (see docs/design/regions.md). `out` (when not null)
 /// receives `[highest heap since the begin, heap now]`, exact bytes. Returns 0, or -1 when
-/// `id` is not the innermost open region (nothing is closed).
+/// `id` is not an open region (nothing is closed).
 ///
 /// # Safety
 /// `out` is null or points to two writable `i64`.
@@ -184,24 +225,19 @@ pub unsafe extern "C" fn mlprof_region_begin(
 pub unsafe extern "C" fn mlprof_region_end(id: u64, report: c_int, out: *mut i64) -> c_int {
     let _lock = Locked::take();
     let depth = DEPTH.load(Ordering::Relaxed);
-    if depth == 0 || id == 0 || CURRENT.load(Ordering::Relaxed) != id {
+    if depth == 0 || id == 0 {
         return -1;
     }
     let now = heap_now();
-    let high = HIGH.load(Ordering::Relaxed).max(now);
-    let saved = &SAVED[depth - 1];
-    let outer_high = saved[0].load(Ordering::Relaxed) as i64;
-    HIGH.store(
-        if outer_high == NONE_OPEN {
-            NONE_OPEN
-        } else {
-            outer_high.max(high)
-        },
-        Ordering::Relaxed,
-    );
-    LAST_SENT.store(saved[1].load(Ordering::Relaxed) as i64, Ordering::Relaxed);
-    CURRENT.store(saved[2].load(Ordering::Relaxed), Ordering::Relaxed);
-    DEPTH.store(depth - 1, Ordering::Relaxed);
+    let high = if CURRENT.load(Ordering::Relaxed) == id {
+        close_innermost(depth, now)
+    } else {
+        // Another thread's region opened inside this one and is still open.
+        match (1..depth).find(|&level| SAVED[level][2].load(Ordering::Relaxed) == id) {
+            Some(level) => close_enclosing(level, depth, now),
+            None => return -1,
+        }
+    };
     let region = Region {
         id,
         phase: region_phase::END,

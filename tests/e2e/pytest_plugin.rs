@@ -274,3 +274,35 @@ fn marked_regions_carry_their_exact_peaks_and_lines_on_every_python() {
 fn mlprof_text(p: &mlprof::model::Profile) -> String {
     mlprof::render::text::render(p)
 }
+
+#[test]
+fn a_region_may_end_before_one_opened_inside_it_by_another_thread() {
+    for py in fixture::numpy_pythons() {
+        let run = fixture::profile_with_env(
+            &[
+                py.exe.as_os_str(),
+                fixture::script("marks_threads.py").as_os_str(),
+            ],
+            &[(
+                "PYTHONPATH",
+                fixture::root().join("python").to_str().unwrap(),
+            )],
+        );
+        let stdout = String::from_utf8_lossy(&run.output.stdout).into_owned();
+        let printed: Vec<f64> = stdout
+            .split_whitespace()
+            .map(|n| n.parse::<f64>().unwrap() / MIB)
+            .collect();
+        let within = |got: f64, want: f64| (want..want + 0.5).contains(&got);
+        assert!(
+            within(printed[0], 40.0) && within(printed[1], 30.0) && within(printed[2], 5.0),
+            "CPython {}: peaks a, b, after (MiB): {printed:?}",
+            py.minor
+        );
+        for (name, want) in [("a", 40.0), ("b", 30.0), ("after", 5.0)] {
+            let r = run.profile.regions.iter().find(|r| r.name == name).unwrap();
+            assert!(r.ended, "{r:?}");
+            assert!(within(r.peak_bytes as f64 / MIB, want), "{r:?}");
+        }
+    }
+}
