@@ -137,8 +137,8 @@ fn close_enclosing(level: usize, depth: usize, now: i64) -> i64 {
         SAVED[level - 1][0].store(merged as u64, Ordering::Relaxed);
     }
     for j in level..depth - 1 {
-        for k in 0..3 {
-            SAVED[j][k].store(SAVED[j + 1][k].load(Ordering::Relaxed), Ordering::Relaxed);
+        for (to, from) in SAVED[j].iter().zip(&SAVED[j + 1]) {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
     DEPTH.store(depth - 1, Ordering::Relaxed);
