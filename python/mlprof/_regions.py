@@ -15,6 +15,9 @@ import time
 _lock = threading.Lock()
 _lib = None
 _looked = False
+# The run's private directory, where the collector answers report requests: read once, so that
+# a program (or a test) that changes its environment does not lose the answers.
+_DIR = os.environ.get("MLPROF_DIR")
 
 
 def _functions():
@@ -96,7 +99,7 @@ class Region:
         """The collector's summary of the region (a dict, as in the profile's ``regions``), for
         a region ended with ``end(report=True)``; ``None`` if it does not come within
         ``timeout`` seconds (the collector answers within a tick, 20 ms, when not busy)."""
-        directory = os.environ.get("MLPROF_DIR")
+        directory = _DIR
         if not self.id or not directory:
             return None
         path = os.path.join(directory, "region-%d-%d.json" % (os.getpid(), self.id))
