@@ -46,6 +46,32 @@ enum Command {
     Check(CheckArgs),
     /// Combine profiles of several hosts or ranks into one, with a per-rank breakdown.
     Merge(MergeArgs),
+    /// Profile a running Python process from outside (CPU and waiting per line, RSS; no
+    /// memory per line), without restarting or stopping it.
+    Attach(AttachArgs),
+}
+
+#[derive(Args)]
+struct AttachArgs {
+    /// Process id of a running CPython 3.9-3.13.
+    pid: u32,
+    /// Stop after SECONDS (default: at Ctrl-C, or when the process ends).
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    duration: Option<f64>,
+    /// Samples per second.
+    #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
+    rate: u32,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Write the report to FILE (format from --text/--json/--html, else from the extension).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Attribute time to any file, the standard library and installed packages included.
+    #[arg(long)]
+    profile_all: bool,
+    /// Count every thread's waiting on its lines.
+    #[arg(long)]
+    idle: bool,
 }
 
 #[derive(Args)]
@@ -305,7 +331,73 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Export(args) => export(args),
         Command::Check(args) => check(args),
         Command::Merge(args) => merge(args),
+        Command::Attach(args) => attach(args),
     }
+}
+
+/// Set by SIGINT or SIGTERM during `mlprof attach`: stop sampling and report.
+static ATTACH_STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn stop_attach(_: libc::c_int) {
+    ATTACH_STOP.store(true, Ordering::Release);
+}
+
+fn attach(args: AttachArgs) -> Result<i32> {
+    if args.rate == 0 {
+        return Err(Error::with_code(
+            "--rate must be at least 1 sample per second",
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let (format, destination) = match (&args.output, args.format.chosen()) {
+        (Some(path), format) => (
+            format.unwrap_or_else(|| format_for(path)),
+            Destination::File(path.clone()),
+        ),
+        (None, Some(format)) => (format, Destination::Stdout),
+        (None, None) => (Format::Text, Destination::Stderr),
+    };
+    if let Destination::File(path) = &destination {
+        file_write(path)?;
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe { libc::signal(sig, stop_attach as *const () as libc::sighandler_t) };
+    }
+    let start_ns = collect::monotonic_ns();
+    let gpu = collect::gpu::GpuPoller::start(
+        &collect::gpu::GpuOptions {
+            enabled: true,
+            lib: None,
+            rate_hz: 10.0,
+        },
+        start_ns,
+    );
+    let options = collect::attach::Options {
+        pid: args.pid,
+        duration: args.duration.map(std::time::Duration::from_secs_f64),
+        rate_hz: args.rate,
+        stop: &ATTACH_STOP,
+        start_ns,
+    };
+    let mut recording = collect::attach::record(&options)?;
+    recording.gpu = gpu.finish();
+    let natives = symbolize::native_names(&recording);
+    let filter = model::Filter {
+        all: args.profile_all,
+        only: Vec::new(),
+        idle: args.idle,
+    };
+    let mut profile = model::attribute(&recording, &natives, &filter);
+    profile.attached = true;
+    annotate::attach(&mut profile);
+    if !matches!(destination, Destination::Stderr) || format != Format::Text {
+        for warning in &profile.warnings {
+            say(format_args!("warning: {}", Clean(warning)));
+        }
+    }
+    emit(&profile, format, destination)?;
+    Ok(0)
 }
 
 /// Where a report goes.

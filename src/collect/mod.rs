@@ -2,11 +2,13 @@
 //! `/proc` at a fixed tick; when it ends (however it ends), drain once more. Produces a
 //! [`Recording`] of raw facts.
 
+pub mod attach;
 pub(crate) mod channels;
 mod compact;
 pub(crate) mod decode;
 pub mod gpu;
 mod mapping;
+mod perf;
 pub mod procfs;
 mod remote;
 mod sigbus;

@@ -85,6 +85,10 @@ pub struct Profile {
     /// plugin), in begin order; empty (and absent from the JSON) if none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<super::regions::Region>,
+    /// Made by `mlprof attach` (from outside a running process): no heap, allocations, copies
+    /// or exit status were measured; absent (false) for `mlprof run`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached: bool,
 }
 
 /// One merged profile's totals (see `mlprof merge`).

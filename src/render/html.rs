@@ -67,13 +67,22 @@ fn cards(p: &Profile) -> Vec<(String, String)> {
             p.gpu.reason.as_deref().unwrap_or("unknown reason")
         )
     };
+    let exit = if p.attached {
+        "(attached; it ran on)".to_string()
+    } else {
+        exit
+    };
     vec![
         ("exit".into(), exit),
         ("wall time".into(), seconds(p.wall_s)),
         ("CPU time".into(), seconds(p.cpu_user_s + p.cpu_kernel_s)),
         (
             "peak heap".into(),
-            format!("{} at {}", bytes(m.peak_heap_bytes), seconds(m.peak_at_s)),
+            if p.attached {
+                "not measured (attached)".to_string()
+            } else {
+                format!("{} at {}", bytes(m.peak_heap_bytes), seconds(m.peak_at_s))
+            },
         ),
         ("peak RSS".into(), bytes(m.peak_rss_bytes)),
         ("RSS not in heap".into(), bytes(m.unaccounted_bytes)),

@@ -111,7 +111,11 @@ fn header(out: &mut String, p: &Profile) {
     let cpu = p.cpu_user_s + p.cpu_kernel_s;
     let m = &p.memory;
     let _ = writeln!(out, "mlprof: {}", Clean(&p.command.join(" ")));
-    let _ = writeln!(out, "  exit            {}", exit(&p.exit));
+    if p.attached {
+        let _ = writeln!(out, "  exit            (attached; it ran on)");
+    } else {
+        let _ = writeln!(out, "  exit            {}", exit(&p.exit));
+    }
     let _ = writeln!(out, "  wall time       {}", seconds(p.wall_s));
     let _ = writeln!(
         out,
@@ -120,18 +124,26 @@ fn header(out: &mut String, p: &Profile) {
         seconds(p.cpu_user_s),
         seconds(p.cpu_kernel_s)
     );
-    let _ = writeln!(
-        out,
-        "  peak heap       {} at {}",
-        bytes(m.peak_heap_bytes),
-        seconds(m.peak_at_s)
-    );
-    let _ = writeln!(
-        out,
-        "  peak RSS        {} ({} of it not in the counted heap)",
-        bytes(m.peak_rss_bytes),
-        bytes(m.unaccounted_bytes)
-    );
+    if p.attached {
+        let _ = writeln!(
+            out,
+            "  peak heap       not measured (attached to a running process)"
+        );
+        let _ = writeln!(out, "  peak RSS        {}", bytes(m.peak_rss_bytes));
+    } else {
+        let _ = writeln!(
+            out,
+            "  peak heap       {} at {}",
+            bytes(m.peak_heap_bytes),
+            seconds(m.peak_at_s)
+        );
+        let _ = writeln!(
+            out,
+            "  peak RSS        {} ({} of it not in the counted heap)",
+            bytes(m.peak_rss_bytes),
+            bytes(m.unaccounted_bytes)
+        );
+    }
     let gpu = if p.gpu.available {
         let names: Vec<String> = p
             .gpu

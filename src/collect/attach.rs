@@ -1,0 +1,501 @@
+//! `mlprof attach PID`: a running CPython profiled from outside, without restarting or
+//! stopping it. Every sampling period, each thread: running or waiting as the kernel shows it
+//! (`/proc/PID/task/TID/stat`), its Python stack read with `process_vm_readv` (the walker the
+//! collector uses for waiting threads), and, when running, where: the newest user-space
+//! instruction pointer a perf event on its CPU clock recorded (Python vs native, and which
+//! native function). A running thread's sample stands for the period's wall time (the chance
+//! of finding it on a line is its share of time there), as py-spy's do. RSS from `/proc`. No
+//! allocation hooks: memory per line is not measured.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mlprof_pyframes::{layouts, walk, Interpreter};
+use mlprof_wire::{python_status, sample_flags};
+
+use super::decode::Decoded;
+use super::perf::ThreadIps;
+use super::remote::Remote;
+use super::{monotonic_ns, procfs, waits};
+use crate::error::{Error, Result};
+use crate::launch::ChildExit;
+use crate::recording::maps::{library_name, MappedFile};
+use crate::recording::{ChannelSummary, CpuSample, ProcSummary, Recording, Tick};
+
+/// How to attach.
+pub struct Options<'a> {
+    /// The process.
+    pub pid: u32,
+    /// Stop after this long (else at `stop`, or when the process ends).
+    pub duration: Option<Duration>,
+    /// Samples per second.
+    pub rate_hz: u32,
+    /// Set (by a signal handler) to stop early.
+    pub stop: &'a AtomicBool,
+    /// `CLOCK_MONOTONIC` nanoseconds the profile's times count from (`collect::monotonic_ns`).
+    pub start_ns: u64,
+}
+
+/// The interpreter found in the target.
+struct Python {
+    /// `3.11.7` (or `3.11` when only the file name tells).
+    version: String,
+    layout: &'static layouts::Layout,
+    runtime: u64,
+    code_type: u64,
+}
+
+/// CPU time between two instruction pointers perf records on a thread: the newest one when a
+/// round reads the thread's stack is at most this old.
+const PERF_PERIOD_NS: u64 = 500_000;
+/// Deepest stack read.
+const MAX_DEPTH: usize = 128;
+/// Most threads of the interpreter looked at.
+const MAX_THREADS: usize = 512;
+
+/// Profile `opts.pid` until the duration is over, `opts.stop` is set, or it ends.
+pub fn record(opts: &Options) -> Result<Recording> {
+    let pid = opts.pid;
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() || !procfs::alive(pid) {
+        return Err(Error::new(format!("no such process: {pid}")));
+    }
+    let maps = procfs::read_maps(pid)
+        .map_err(|e| Error::new(format!("cannot read the memory map of process {pid}: {e}")))?;
+    let python = find_python(pid, &maps)?;
+    probe(pid, python.runtime)?;
+    let period = Duration::from_secs_f64(1.0 / opts.rate_hz.max(1) as f64);
+    let period_ns = period.as_nanos() as u64;
+    let usage_before = procfs::usage(pid).unwrap_or_default();
+    let interp = Interpreter {
+        layout: python.layout,
+        code_type: python.code_type as usize,
+    };
+    // An address in the interpreter's code, for CPU time where no instruction pointer was
+    // sampled (perf events not permitted): it counts as Python.
+    let interpreter_ip = maps
+        .iter()
+        .find(|m| m.executable && is_python_file(library_name(&m.path)))
+        .map_or(0, |m| m.start);
+    let mut decoded = Decoded::default();
+    let mut perf: HashMap<u32, ThreadIps> = HashMap::new();
+    let mut perf_refused: Option<std::io::Error> = None;
+    let mut seen: HashMap<u32, u64> = HashMap::new();
+    let mut pthreads: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut ticks = Vec::new();
+    let mut proc_summary = ProcSummary {
+        pid,
+        ..ProcSummary::default()
+    };
+    let start = Instant::now();
+    let start_ns = opts.start_ns;
+    let mut last_wall = start_ns;
+    let mut ended = false;
+    let mut states = vec![(0usize, 0usize, None); MAX_THREADS];
+    let mut frames = [walk::Frame::default(); MAX_DEPTH];
+    let mut ips = Vec::new();
+    let mut round = 0u64;
+    loop {
+        let now_abs = monotonic_ns();
+        let now = now_abs - start_ns;
+        let wall_delta = now_abs - last_wall;
+        last_wall = now_abs;
+        let Some(reading) = procfs::read(pid, round.is_multiple_of(5), false) else {
+            ended = true;
+            break;
+        };
+        proc_summary.peak_rss_bytes = proc_summary.peak_rss_bytes.max(reading.hwm_bytes);
+        proc_summary.cpu_s = reading.cpu_s;
+        ticks.push(Tick {
+            t_ns: now,
+            heap_bytes: 0,
+            rss_bytes: reading.rss_bytes,
+        });
+        // Its reads are cached by block: a fresh one each round sees the threads as they are.
+        let mem = Remote::new(pid);
+        let n = walk::threads(&mem, python.layout, python.runtime as usize, &mut states);
+        let by_tid: HashMap<u32, (usize, usize)> = states[..n]
+            .iter()
+            .filter_map(|&(tstate, pthread, tid)| Some((tid?, (tstate, pthread))))
+            .collect();
+        for (tid, state) in tasks(pid) {
+            let seen_before = seen.insert(tid, now).is_some();
+            if perf_refused.is_none() && !perf.contains_key(&tid) {
+                match ThreadIps::open(tid, PERF_PERIOD_NS) {
+                    Ok(p) => {
+                        perf.insert(tid, p);
+                    }
+                    Err(e) => perf_refused = Some(e),
+                }
+            }
+            ips.clear();
+            if let Some(p) = perf.get_mut(&tid) {
+                p.drain(&mut ips);
+            }
+            if !seen_before {
+                continue; // its first round: no time to give it yet
+            }
+            let python_thread = by_tid.get(&tid).copied();
+            let running = state == 'R';
+            let waiting = matches!(state, 'S' | 'D');
+            if !running && !(waiting && python_thread.is_some()) {
+                continue;
+            }
+            let stack: Vec<(u32, i32)> = match python_thread {
+                Some((tstate, pthread)) => {
+                    pthreads.insert(tid, pthread as u64);
+                    let w = walk::walk(&mem, &interp, tstate, &mut frames);
+                    frames[..w.depth]
+                        .iter()
+                        .map(|f| {
+                            let id = waits::code_id(&mem, python.layout, f.code, &mut decoded);
+                            (id, f.lasti)
+                        })
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            if running {
+                // Where it runs now: the newest instruction pointer perf recorded (at most a
+                // half a millisecond of its CPU time ago).
+                let ip = ips.last().copied().unwrap_or(if python_thread.is_some() {
+                    interpreter_ip
+                } else {
+                    0
+                });
+                decoded.samples.push(CpuSample {
+                    t_ns: now,
+                    tid,
+                    ip,
+                    weight_ns: wall_delta,
+                    flags: if python_thread.is_some() {
+                        0
+                    } else {
+                        sample_flags::NO_PYTHON
+                    },
+                    frames: stack,
+                });
+            } else if !stack.is_empty() {
+                decoded.push_waiting(CpuSample {
+                    t_ns: now,
+                    tid,
+                    ip: 0,
+                    weight_ns: wall_delta,
+                    flags: sample_flags::WAITING,
+                    frames: stack,
+                });
+            }
+        }
+        round += 1;
+        if opts.stop.load(Ordering::Acquire)
+            || opts.duration.is_some_and(|d| start.elapsed() >= d)
+        {
+            break;
+        }
+        let next = start + period * round as u32;
+        let left = next.saturating_duration_since(Instant::now());
+        std::thread::sleep(left);
+    }
+    let wall_ns = monotonic_ns() - start_ns;
+    drop(perf);
+    let usage_after = procfs::usage(pid).unwrap_or(usage_before);
+    let usage = crate::launch::Usage {
+        user_s: (usage_after.0 - usage_before.0).max(0.0),
+        kernel_s: (usage_after.1 - usage_before.1).max(0.0),
+        maxrss_bytes: proc_summary.peak_rss_bytes,
+    };
+    let mut warnings = vec![format!(
+        "attached to process {pid} for {:.1} s{}: CPU and waiting per line from its threads' \
+         stacks, read from outside {} times a second, and RSS from /proc; memory per line, \
+         the heap and copies are not measured in attach mode (they need `mlprof run`)",
+        wall_ns as f64 / 1e9,
+        if ended { " (it ended meanwhile)" } else { "" },
+        opts.rate_hz
+    )];
+    if let Some(e) = perf_refused {
+        warnings.push(format!(
+            "Python and native time are not told apart: perf events on the process's threads \
+             were refused ({e}; kernel.perf_event_paranoid is {}), so its running time counts \
+             as Python",
+            std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                .map_or("unknown".to_string(), |s| s.trim().to_string())
+        ));
+    }
+    let command = cmdline(pid);
+    let ppid = ppid(pid);
+    let samples = std::mem::take(&mut decoded.samples);
+    let channel = ChannelSummary {
+        pid,
+        ppid,
+        start_ns: 0,
+        command: command.clone(),
+        python: Some(python.version.clone()),
+        python_status: python_status::WALKED,
+        sample_interval_ns: period_ns,
+        samples,
+        codes: std::mem::take(&mut decoded.codes),
+        threads: pthreads.into_iter().collect(),
+        maps: procfs::read_maps(pid).unwrap_or(maps),
+        py_runtime: python.runtime,
+        py_code_type: python.code_type,
+        last_wait_ns: wall_ns,
+        still_running: !ended,
+        ..ChannelSummary::default()
+    };
+    Ok(Recording {
+        command,
+        wall_ns,
+        child_pid: pid,
+        exit: ChildExit {
+            usage,
+            ..ChildExit::default()
+        },
+        channels: vec![channel],
+        procs: vec![proc_summary],
+        ticks,
+        warnings,
+        labels: super::labels(),
+        gpu: Default::default(),
+    })
+}
+
+fn is_python_file(name: &str) -> bool {
+    (name.starts_with("python") && !name.contains(".so")) || name.starts_with("libpython")
+}
+
+/// Find `_PyRuntime` and `PyCode_Type` in the target's executable or libpython, and its
+/// version.
+fn find_python(pid: u32, maps: &[MappedFile]) -> Result<Python> {
+    let mut seen = Vec::new();
+    for m in maps {
+        let name = library_name(&m.path);
+        if !is_python_file(name) || seen.contains(&m.path) {
+            continue;
+        }
+        seen.push(m.path.clone());
+        let Some(symbols) = elf_symbols(pid, &m.path) else {
+            continue;
+        };
+        let Some(&runtime) = symbols.values.get("_PyRuntime") else {
+            continue;
+        };
+        let Some(&code_type) = symbols.values.get("PyCode_Type") else {
+            continue;
+        };
+        // The load bias: where the file's first byte is mapped, less its first segment's
+        // address (0 for position-independent files).
+        let Some(base) = maps
+            .iter()
+            .filter(|b| b.path == m.path && b.offset == 0)
+            .map(|b| b.start)
+            .min()
+        else {
+            continue;
+        };
+        let bias = base.wrapping_sub(symbols.first_vaddr);
+        let version = version_hex(pid, symbols.values.get("Py_Version").map(|v| v + bias))
+            .or_else(|| version_in_name(name))
+            .or_else(|| {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+                version_in_name(&exe.file_name()?.to_string_lossy())
+            })
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "process {pid} runs CPython from {}, but its version cannot be told",
+                    m.path
+                ))
+            })?;
+        let mut parts = version.split('.');
+        let (major, minor) = (
+            parts.next().and_then(|p| p.parse().ok()).unwrap_or(0),
+            parts.next().and_then(|p| p.parse().ok()).unwrap_or(0),
+        );
+        let layout = layouts::for_version(major, minor).ok_or_else(|| {
+            Error::new(format!(
+                "process {pid} runs CPython {version}, which mlprof cannot read (it reads \
+                 CPython 3.9 to 3.13)"
+            ))
+        })?;
+        if free_threaded(name) {
+            return Err(Error::new(format!(
+                "process {pid} runs a free-threaded CPython {version} ({name}), which mlprof \
+                 cannot read"
+            )));
+        }
+        return Ok(Python {
+            version,
+            layout,
+            runtime: runtime + bias,
+            code_type: code_type + bias,
+        });
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "?".to_string());
+    Err(Error::new(format!(
+        "process {pid} is not a CPython interpreter ({exe}; no _PyRuntime in its executable \
+         or a libpython)"
+    )))
+}
+
+struct Symbols {
+    values: HashMap<String, u64>,
+    first_vaddr: u64,
+}
+
+/// The symbols mlprof needs from an ELF file the target maps (read through the target's
+/// root, for a process in a container).
+fn elf_symbols(pid: u32, path: &str) -> Option<Symbols> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let data = std::fs::read(format!("/proc/{pid}/root{path}"))
+        .or_else(|_| std::fs::read(path))
+        .ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let wanted = ["_PyRuntime", "PyCode_Type", "Py_Version"];
+    let mut values = HashMap::new();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if let Ok(name) = sym.name() {
+            if wanted.contains(&name) && sym.address() != 0 {
+                values.entry(name.to_string()).or_insert(sym.address());
+            }
+        }
+    }
+    let first_vaddr = file
+        .segments()
+        .map(|s| s.address())
+        .min()
+        .unwrap_or(0)
+        & !0xfff;
+    Some(Symbols {
+        values,
+        first_vaddr,
+    })
+}
+
+/// `Py_Version` (3.11+): `0xMMmmppXX`.
+fn version_hex(pid: u32, addr: Option<u64>) -> Option<String> {
+    use mlprof_pyframes::Memory;
+    let mut raw = [0u8; 4];
+    Remote::new(pid).bytes(addr? as usize, &mut raw)?;
+    let v = u32::from_ne_bytes(raw);
+    let (major, minor, micro) = (v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff);
+    (major == 3).then(|| format!("{major}.{minor}.{micro}"))
+}
+
+/// `3.11` from `python3.11`, `libpython3.11.so.1.0`.
+fn version_in_name(name: &str) -> Option<String> {
+    let rest = &name[name.find("python")? + "python".len()..];
+    let digits: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let mut parts = digits.split('.').filter(|p| !p.is_empty());
+    let major = parts.next()?;
+    let minor = parts.next()?;
+    Some(format!("{major}.{minor}"))
+}
+
+/// `python3.13t`, `libpython3.13t.so.1.0`: a free-threaded build.
+fn free_threaded(name: &str) -> bool {
+    name.find("python").is_some_and(|at| {
+        name[at + "python".len()..]
+            .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+            .starts_with('t')
+    })
+}
+
+/// One read of the target's memory, to tell "not permitted" from the rest before sampling.
+fn probe(pid: u32, addr: u64) -> Result<()> {
+    let mut byte = [0u8; 8];
+    let local = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: byte.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: byte.len(),
+    };
+    // SAFETY: reads 8 bytes of another process into our 8-byte buffer.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n == byte.len() as isize {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+                .ok()
+                .map(|s| s.trim().to_string());
+            let how = match scope.as_deref() {
+                Some("0") | None => String::new(),
+                Some(n) => format!(
+                    "; kernel.yama.ptrace_scope is {n}, which allows it only to a parent or a \
+                     privileged user: `sudo sysctl kernel.yama.ptrace_scope=0` lifts that"
+                ),
+            };
+            Err(Error::new(format!(
+                "not permitted to read the memory of process {pid}: attaching needs the right \
+                 to ptrace it (the same user, or CAP_SYS_PTRACE: `sudo mlprof attach {pid}`){how}"
+            )))
+        }
+        Some(libc::ESRCH) => Err(Error::new(format!("no such process: {pid}"))),
+        _ => Err(Error::new(format!(
+            "cannot read the memory of process {pid}: {e}"
+        ))),
+    }
+}
+
+/// Every thread of `pid`: (tid, state letter of `/proc/PID/task/TID/stat`).
+fn tasks(pid: u32) -> Vec<(u32, char)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|tid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+            Some((tid, state))
+        })
+        .collect()
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ppid(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = &s[s.rfind(')')? + 1..];
+            after.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_file_names() {
+        assert_eq!(version_in_name("python3.11").as_deref(), Some("3.11"));
+        assert_eq!(
+            version_in_name("libpython3.9.so.1.0").as_deref(),
+            Some("3.9")
+        );
+        assert_eq!(version_in_name("python3"), None);
+        assert_eq!(version_in_name("python"), None);
+        assert!(free_threaded("python3.13t") && free_threaded("libpython3.13t.so.1.0"));
+        assert!(!free_threaded("python3.13") && !free_threaded("libpython3.11.so.1.0"));
+    }
+}
