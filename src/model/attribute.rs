@@ -96,6 +96,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         warnings,
         ranks: Vec::new(),
         regions: super::regions::summarize(rec, natives, filter),
+        attached: false,
     }
 }
 
