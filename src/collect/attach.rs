@@ -60,8 +60,17 @@ pub fn record(opts: &Options) -> Result<Recording> {
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() || !procfs::alive(pid) {
         return Err(Error::new(format!("no such process: {pid}")));
     }
-    let maps = procfs::read_maps(pid)
-        .map_err(|e| Error::new(format!("cannot read the memory map of process {pid}: {e}")))?;
+    let maps = match procfs::read_maps(pid) {
+        Ok(maps) => maps,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(not_permitted(pid));
+        }
+        Err(e) => {
+            return Err(Error::new(format!(
+                "cannot read the memory map of process {pid}: {e}"
+            )))
+        }
+    };
     let python = find_python(pid, &maps)?;
     probe(pid, python.runtime)?;
     let period = Duration::from_secs_f64(1.0 / opts.rate_hz.max(1) as f64);
@@ -95,6 +104,9 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
     let mut ips = Vec::new();
     let mut round = 0u64;
+    // Before 3.11 a thread state does not hold its kernel tid: it is read from the thread's
+    // glibc descriptor (its `pthread_t`), at an offset found once (`pthread_tid_offset`).
+    let mut tid_at: Option<usize> = None;
     loop {
         let now_abs = monotonic_ns();
         let now = now_abs - start_ns;
@@ -114,11 +126,19 @@ pub fn record(opts: &Options) -> Result<Recording> {
         // Its reads are cached by block: a fresh one each round sees the threads as they are.
         let mem = Remote::new(pid);
         let n = walk::threads(&mem, python.layout, python.runtime as usize, &mut states);
+        let all = tasks(pid);
+        if python.layout.tstate_native_thread_id.is_none() && tid_at.is_none() {
+            let live: Vec<u32> = all.iter().map(|&(tid, _)| tid).collect();
+            tid_at = pthread_tid_offset(&mem, &states[..n], &live);
+        }
         let by_tid: HashMap<u32, (usize, usize)> = states[..n]
             .iter()
-            .filter_map(|&(tstate, pthread, tid)| Some((tid?, (tstate, pthread))))
+            .filter_map(|&(tstate, pthread, tid)| {
+                let tid = tid.or_else(|| read_u32(&mem, pthread + tid_at?))?;
+                Some((tid, (tstate, pthread)))
+            })
             .collect();
-        for (tid, state) in tasks(pid) {
+        for (tid, state) in all {
             let seen_before = seen.insert(tid, now).is_some();
             if perf_refused.is_none() && !perf.contains_key(&tid) {
                 match ThreadIps::open(tid, PERF_PERIOD_NS) {
@@ -138,7 +158,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
             let python_thread = by_tid.get(&tid).copied();
             let running = state == 'R';
             let waiting = matches!(state, 'S' | 'D');
-            if !running && !(waiting && python_thread.is_some()) {
+            if !(running || waiting && python_thread.is_some()) {
                 continue;
             }
             let stack: Vec<(u32, i32)> = match python_thread {
@@ -187,8 +207,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
             }
         }
         round += 1;
-        if opts.stop.load(Ordering::Acquire)
-            || opts.duration.is_some_and(|d| start.elapsed() >= d)
+        if opts.stop.load(Ordering::Acquire) || opts.duration.is_some_and(|d| start.elapsed() >= d)
         {
             break;
         }
@@ -257,6 +276,39 @@ pub fn record(opts: &Options) -> Result<Recording> {
         labels: super::labels(),
         gpu: Default::default(),
     })
+}
+
+/// Largest offset of the kernel tid in glibc's thread descriptor looked at.
+const MAX_TID_OFFSET: usize = 0x1000;
+
+/// Where glibc keeps the kernel tid in a thread's descriptor (`struct pthread`, which a
+/// `pthread_t` points to): the offset at which the descriptors of the most Python threads hold
+/// one of the process's live tids (ties: the lowest). `None` if none does.
+fn pthread_tid_offset(
+    mem: &Remote,
+    threads: &[(usize, usize, Option<u32>)],
+    live: &[u32],
+) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for offset in (0..MAX_TID_OFFSET).step_by(4) {
+        let hits = threads
+            .iter()
+            .filter(|&&(_, pthread, _)| {
+                pthread != 0 && read_u32(mem, pthread + offset).is_some_and(|t| live.contains(&t))
+            })
+            .count();
+        if hits > 0 && best.is_none_or(|(_, most)| hits > most) {
+            best = Some((offset, hits));
+        }
+    }
+    best.map(|(offset, _)| offset)
+}
+
+fn read_u32(mem: &Remote, addr: usize) -> Option<u32> {
+    use mlprof_pyframes::Memory;
+    let mut raw = [0u8; 4];
+    mem.bytes(addr, &mut raw)?;
+    Some(u32::from_ne_bytes(raw))
 }
 
 fn is_python_file(name: &str) -> bool {
@@ -361,12 +413,7 @@ fn elf_symbols(pid: u32, path: &str) -> Option<Symbols> {
             }
         }
     }
-    let first_vaddr = file
-        .segments()
-        .map(|s| s.address())
-        .min()
-        .unwrap_or(0)
-        & !0xfff;
+    let first_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
     Some(Symbols {
         values,
         first_vaddr,
@@ -423,27 +470,30 @@ fn probe(pid: u32, addr: u64) -> Result<()> {
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-                .ok()
-                .map(|s| s.trim().to_string());
-            let how = match scope.as_deref() {
-                Some("0") | None => String::new(),
-                Some(n) => format!(
-                    "; kernel.yama.ptrace_scope is {n}, which allows it only to a parent or a \
-                     privileged user: `sudo sysctl kernel.yama.ptrace_scope=0` lifts that"
-                ),
-            };
-            Err(Error::new(format!(
-                "not permitted to read the memory of process {pid}: attaching needs the right \
-                 to ptrace it (the same user, or CAP_SYS_PTRACE: `sudo mlprof attach {pid}`){how}"
-            )))
-        }
+        Some(libc::EPERM) | Some(libc::EACCES) => Err(not_permitted(pid)),
         Some(libc::ESRCH) => Err(Error::new(format!("no such process: {pid}"))),
         _ => Err(Error::new(format!(
             "cannot read the memory of process {pid}: {e}"
         ))),
     }
+}
+
+/// The kernel refused to let us read the process: what is needed, in one line.
+fn not_permitted(pid: u32) -> Error {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .map(|s| s.trim().to_string());
+    let how = match scope.as_deref() {
+        Some("0") | None => String::new(),
+        Some(n) => format!(
+            "; kernel.yama.ptrace_scope is {n}, which allows it only to a parent or a privileged \
+             user: `sudo sysctl kernel.yama.ptrace_scope=0` lifts that"
+        ),
+    };
+    Error::new(format!(
+        "not permitted to read the memory of process {pid}: attaching needs the right to ptrace \
+         it (the same user, or CAP_SYS_PTRACE: `sudo mlprof attach {pid}`){how}"
+    ))
 }
 
 /// Every thread of `pid`: (tid, state letter of `/proc/PID/task/TID/stat`).
@@ -497,5 +547,49 @@ mod tests {
         assert_eq!(version_in_name("python"), None);
         assert!(free_threaded("python3.13t") && free_threaded("libpython3.13t.so.1.0"));
         assert!(!free_threaded("python3.13") && !free_threaded("libpython3.11.so.1.0"));
+    }
+
+    /// A real libpython, renamed as a version mlprof has no layout for, mapped (as far as
+    /// `find_python` knows) in this process.
+    #[test]
+    fn a_version_without_a_layout_is_refused_by_name() {
+        let home = std::env::var_os("PYENV_ROOT")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".pyenv"))
+            })
+            .unwrap_or_default();
+        let Some(lib) = std::fs::read_dir(home.join("versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|v| v.path().join("lib/libpython3.9.so.1.0"))
+            .find(|p| p.exists())
+        else {
+            eprintln!("skipped: no libpython3.9.so under pyenv to rename");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("mlprof-attach-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let renamed = dir.join("libpython3.14.so.1.0");
+        std::fs::copy(&lib, &renamed).unwrap();
+        let maps = [MappedFile {
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0010_0000,
+            offset: 0,
+            path: renamed.display().to_string(),
+            executable: false,
+        }];
+        let err = find_python(std::process::id(), &maps)
+            .err()
+            .map(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        let err = err.expect("refused");
+        assert!(
+            err.contains(
+                "runs CPython 3.14, which mlprof cannot read (it reads CPython 3.9 to 3.13)"
+            ),
+            "{err}"
+        );
     }
 }

@@ -123,7 +123,6 @@ impl ThreadIps {
         // SAFETY: as above.
         unsafe { std::ptr::write_volatile(tail_ptr, tail) };
     }
-
 }
 
 impl Drop for ThreadIps {
@@ -153,11 +152,17 @@ mod tests {
         let start = std::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < std::time::Duration::from_millis(100) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
         }
         let mut out = Vec::new();
         ips.drain(&mut out);
-        assert!(out.len() >= 20, "{} samples in 100 ms of CPU at 1 ms", out.len());
+        assert!(
+            out.len() >= 20,
+            "{} samples in 100 ms of CPU at 1 ms",
+            out.len()
+        );
         let maps = crate::collect::procfs::read_maps(std::process::id()).unwrap();
         let ours = std::env::current_exe().unwrap();
         let in_test_binary = out
@@ -167,6 +172,10 @@ mod tests {
                     .is_some_and(|m| std::path::Path::new(&m.path) == ours)
             })
             .count();
-        assert!(in_test_binary * 10 >= out.len() * 8, "{in_test_binary} of {}", out.len());
+        assert!(
+            in_test_binary * 10 >= out.len() * 8,
+            "{in_test_binary} of {}",
+            out.len()
+        );
     }
 }

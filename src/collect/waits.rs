@@ -117,7 +117,12 @@ fn layout_of(version: &str) -> Option<&'static layouts::Layout> {
 
 /// The id of the code object at `addr`: the preload's if it sent this object, else one of our
 /// own after reading it.
-pub(super) fn code_id(mem: &Remote, layout: &layouts::Layout, addr: usize, out: &mut Decoded) -> u32 {
+pub(super) fn code_id(
+    mem: &Remote,
+    layout: &layouts::Layout,
+    addr: usize,
+    out: &mut Decoded,
+) -> u32 {
     let (firstlineno, _) = code::identity(mem, layout, addr);
     if let Some(&id) = out.by_address.get(&(addr as u64)) {
         if out

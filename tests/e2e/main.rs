@@ -2,6 +2,7 @@
 //! checked against ground truth known by construction. One test binary; `fixture` finds the
 //! interpreters and runs things.
 
+mod attach;
 mod bounded;
 mod budget;
 mod children;
