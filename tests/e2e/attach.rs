@@ -14,8 +14,17 @@ fn spinner(
     python: &std::path::Path,
     seconds: &str,
 ) -> (Child, BufReader<std::process::ChildStdout>) {
+    started(python, "spin_line.py", seconds)
+}
+
+/// Start a script that prints `ready` once it runs, and wait for that.
+fn started(
+    python: &std::path::Path,
+    script: &str,
+    seconds: &str,
+) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(python)
-        .arg(fixture::script("spin_line.py"))
+        .arg(fixture::script(script))
         .arg(seconds)
         .stdout(Stdio::piped())
         .spawn()
@@ -89,6 +98,52 @@ fn a_spinning_line_gets_the_cpu_as_python_and_the_program_runs_on() {
         std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
         assert!(status.success(), "CPython {}: {status:?}", py.minor);
         assert_eq!(rest, "done True\n", "CPython {}", py.minor);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Threads are told apart on every CPython (before 3.11 through glibc's thread descriptors):
+/// the worker's line gets the CPU, the main thread's `join` the waiting.
+#[test]
+fn a_worker_thread_runs_while_the_main_thread_waits() {
+    let m = markers("attach_threads.py");
+    for py in fixture::pythons() {
+        let (mut child, _out) = started(&py.exe, "attach_threads.py", "5");
+        let dir = fixture::tempdir();
+        let path = dir.join("attach.json");
+        let run = attach(&[
+            &child.id().to_string(),
+            "--duration",
+            "2",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+        let worker = &crate::cpu::line(&p, "attach_threads.py", m["worker"]).measures;
+        let join = &crate::cpu::line(&p, "attach_threads.py", m["join"]).measures;
+        assert!(
+            worker.cpu_python_s > 1.5,
+            "CPython {}: worker line {worker:?}",
+            py.minor
+        );
+        assert!(
+            join.cpu_system_s > 1.5 && join.cpu_python_s + join.cpu_native_s < 0.2,
+            "CPython {}: join line {join:?}",
+            py.minor
+        );
+        assert_eq!(
+            p.threads.iter().filter(|t| t.python).count(),
+            2,
+            "{:?}",
+            p.threads
+        );
+        assert!(child.wait().unwrap().success());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
