@@ -33,6 +33,13 @@ for minor in $minors; do
     elif ! "$venv/bin/python" -c "import pytest, xdist" 2>/dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
     fi
+    # The notebook test runs on the default python3's version: its venv gets Jupyter's kernel
+    # and notebook runner too.
+    if [ "$minor" = "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ] &&
+        ! "$venv/bin/python" -c "import ipykernel, nbclient, nbformat" 2>/dev/null; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            ipykernel nbclient nbformat >&2
+    fi
     prepared+=("$minor")
 done
 [ ${#prepared[@]} -gt 0 ] || { echo "pythons: no CPython 3.9-3.13 found" >&2; exit 1; }

@@ -193,7 +193,7 @@ pub unsafe extern "C" fn mlprof_region_begin(
         name_len: name.len() as u32,
         heap: now,
         peak: now,
-        report: false,
+        report: 0,
     };
     let chunks = name.len().div_ceil(DATA_BYTES) as u64;
     if let Some(group) = ring.reserve(1 + chunks) {
@@ -214,8 +214,9 @@ pub unsafe extern "C" fn mlprof_region_begin(
     id
 }
 
-/// Close region `id` (usually the innermost open one). With `report` non-zero the collector is asked
-/// to write its report of the region (see docs/design/regions.md). `out` (when not null)
+/// Close region `id` (usually the innermost open one). With `report` non-zero the collector is
+/// asked to write its report of the region: 1 its summary, 2 also its lines and page (see
+/// docs/design/regions.md). `out` (when not null)
 /// receives `[highest heap since the begin, heap now]`, exact bytes. Returns 0, or -1 when
 /// `id` is not an open region (nothing is closed).
 ///
@@ -241,7 +242,7 @@ pub unsafe extern "C" fn mlprof_region_end(id: u64, report: c_int, out: *mut i64
     let region = Region {
         id,
         phase: region_phase::END,
-        report: report != 0,
+        report: report.clamp(0, 255) as u8,
         name_len: 0,
         heap: now,
         peak: high,

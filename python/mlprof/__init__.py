@@ -12,6 +12,9 @@ carries it, the pytest plugin (``pytest --mlprof``) and a small API for code tha
     def epoch(): ...
 
 Outside mlprof every call here is a cheap no-op, so the marks can stay in the code.
+
+In Jupyter: ``mlprof jupyter install`` registers a kernel that runs under mlprof; there,
+``%load_ext mlprof`` and ``%%mlprof`` on a cell show that cell's report in its output.
 """
 
 from ._regions import Region, active, mark
@@ -27,3 +30,10 @@ except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
     __version__ = "0.1.0"
 
 __all__ = ["Region", "active", "mark", "__version__"]
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext mlprof``: the ``%%mlprof`` cell magic and ``%mlprof`` line magic."""
+    from ._magic import load
+
+    load(ipython)

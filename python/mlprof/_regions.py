@@ -84,13 +84,13 @@ class Region:
         return self
 
     def end(self, report=False):
-        """Close the region. With ``report=True``, also ask the collector for its summary
-        (see :meth:`report`)."""
+        """Close the region. With ``report=True`` (or 1), also ask the collector for its
+        summary (see :meth:`report`); with 2, also for its lines and its HTML page."""
         lib = _functions()
         if lib is None or not self.id:
             return self
         out = (ctypes.c_int64 * 2)()
-        if lib[1](self.id, 1 if report else 0, out) == 0:
+        if lib[1](self.id, int(report), out) == 0:
             self.peak = max(0, out[0] - self.heap_start)
             self.net = out[1] - self.heap_start
         return self

@@ -14,6 +14,7 @@ use crate::render::{self, Format};
 use crate::sanitize::Clean;
 use crate::{annotate, collect, launch, model, symbolize};
 
+mod jupyter;
 mod regions;
 
 /// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
@@ -49,6 +50,39 @@ enum Command {
     /// Profile a running Python process from outside (CPU and waiting per line, RSS; no
     /// memory per line), without restarting or stopping it.
     Attach(AttachArgs),
+    /// Jupyter: `mlprof jupyter install` registers a kernel that runs under mlprof.
+    Jupyter(JupyterArgs),
+}
+
+#[derive(Args)]
+struct JupyterArgs {
+    #[command(subcommand)]
+    action: JupyterAction,
+}
+
+#[derive(Subcommand)]
+enum JupyterAction {
+    /// Register the kernel "Python 3 (mlprof)": ipykernel started under `mlprof run`, so that
+    /// `%load_ext mlprof` and `%%mlprof` measure every allocation of a cell.
+    Install(JupyterInstallArgs),
+}
+
+#[derive(Args)]
+struct JupyterInstallArgs {
+    /// Install for this user (Jupyter's user data directory) instead of into the Python
+    /// environment.
+    #[arg(long)]
+    user: bool,
+    /// The kernel's name (its directory).
+    #[arg(long, default_value = "mlprof")]
+    name: String,
+    /// The name Jupyter shows.
+    #[arg(long, default_value = "Python 3 (mlprof)")]
+    display_name: String,
+    /// The Python that runs the kernel (default: the one beside this mlprof, else python3 on
+    /// PATH); it needs ipykernel.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -332,6 +366,22 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Check(args) => check(args),
         Command::Merge(args) => merge(args),
         Command::Attach(args) => attach(args),
+        Command::Jupyter(JupyterArgs {
+            action: JupyterAction::Install(args),
+        }) => {
+            let dir = jupyter::install(&jupyter::Install {
+                user: args.user,
+                name: args.name,
+                display_name: args.display_name.clone(),
+                python: args.python,
+            })?;
+            println!(
+                "installed the kernel \"{}\" in {}",
+                args.display_name,
+                dir.display()
+            );
+            Ok(0)
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use crate::symbolize::NativeNames;
 
 /// Answers report requests on a thread of its own: for each, the region's summary as JSON in
 /// `<run dir>/region-<pid>-<id>.json` (0600, written under a temporary name and renamed, so
-/// the program never reads half a file). Python lines only: native names are not resolved
-/// while the program waits.
+/// the program never reads half a file). Native functions are not named while the program
+/// waits (only told from Python by the maps), except for a page request.
 pub struct Reporter {
     to: Sender<(Snapshot, Vec<RegionRequest>)>,
 }
@@ -92,12 +92,75 @@ fn answer(
     }) else {
         return Err(Error::new("region not in the recording"));
     };
-    let summary = model::regions::summary(rec, ci, span, &NativeNames::new(), filter);
-    let json = serde_json::to_vec(&summary).map_err(|e| Error::new(e.to_string()))?;
     let path = answer_path(dir, request.pid, request.id);
-    let temp = dir.join(format!(".region-{}-{}.tmp", request.pid, request.id));
-    write_private(&temp, &json)
-        .and_then(|()| std::fs::rename(&temp, &path))
+    let mut answer = Answer {
+        region: model::regions::summary(rec, ci, span, &crate::symbolize::classes(rec), filter),
+        lines: None,
+        page: None,
+    };
+    if request.page {
+        // A notebook cell's report: its lines and its own page, native functions named.
+        let natives = crate::symbolize::native_names(rec);
+        let mut profile = model::regions::profile(rec, ci, span, &natives, filter);
+        crate::annotate::attach(&mut profile);
+        let page = path.with_extension("html");
+        let html = crate::render::html::render(&profile)?;
+        write_renamed(dir, &page, html.as_bytes())?;
+        answer.page = Some(page.display().to_string());
+        answer.lines = Some(heaviest_lines(profile.lines));
+    }
+    let json = serde_json::to_vec(&answer).map_err(|e| Error::new(e.to_string()))?;
+    write_renamed(dir, &path, &json)
+}
+
+/// Lines sent with a page request: the heaviest half by time, the heaviest half by memory.
+const MAX_LINES: usize = 40;
+
+/// The lines that took the most time and those that allocated or held the most, in file and
+/// line order.
+fn heaviest_lines(lines: Vec<model::LineStats>) -> Vec<model::LineStats> {
+    let time = |l: &model::LineStats| {
+        let m = &l.measures;
+        m.cpu_python_s + m.cpu_native_s + m.cpu_system_s
+    };
+    let bytes = |l: &model::LineStats| l.measures.alloc_bytes.max(l.measures.peak_bytes);
+    let mut by_time: Vec<usize> = (0..lines.len())
+        .filter(|&i| time(&lines[i]) > 0.0)
+        .collect();
+    by_time.sort_by(|&a, &b| time(&lines[b]).total_cmp(&time(&lines[a])));
+    let mut by_bytes: Vec<usize> = (0..lines.len()).filter(|&i| bytes(&lines[i]) > 0).collect();
+    by_bytes.sort_by_key(|&i| std::cmp::Reverse(bytes(&lines[i])));
+    let mut keep: Vec<usize> = by_time.into_iter().take(MAX_LINES / 2).collect();
+    for i in by_bytes {
+        if keep.len() >= MAX_LINES {
+            break;
+        }
+        if !keep.contains(&i) {
+            keep.push(i);
+        }
+    }
+    keep.sort_by(|&a, &b| (&lines[a].file, lines[a].line).cmp(&(&lines[b].file, lines[b].line)));
+    keep.into_iter().map(|i| lines[i].clone()).collect()
+}
+
+/// What the collector answers: the region's summary (as in the profile's `regions`), and for a
+/// page request its lines and the path of its page.
+#[derive(serde::Serialize)]
+struct Answer {
+    #[serde(flatten)]
+    region: model::regions::Region,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<Vec<model::LineStats>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    page: Option<String>,
+}
+
+/// Write `path` under a temporary name in `dir`, then rename it: a reader never sees half.
+fn write_renamed(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = dir.join(format!(".{name}.tmp"));
+    write_private(&temp, bytes)
+        .and_then(|()| std::fs::rename(&temp, path))
         .map_err(|e| Error::new(format!("{}: {e}", path.display())))
 }
 

@@ -188,11 +188,12 @@ impl Channels {
     pub fn take_report_requests(&mut self) -> Vec<super::RegionRequest> {
         let mut out = Vec::new();
         for channel in self.open.values_mut() {
-            for id in channel.decoder.out.take_report_requests() {
+            for (id, level) in channel.decoder.out.take_report_requests() {
                 out.push(super::RegionRequest {
                     pid: channel.summary.pid,
                     start_ns: channel.summary.start_ns,
                     id,
+                    page: level >= mlprof_wire::region_report::PAGE,
                 });
             }
         }

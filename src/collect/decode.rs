@@ -73,9 +73,9 @@ pub struct Decoded {
     pub peak_marks: Vec<(u64, u64)>,
     /// Regions the program marked (few: never compacted, copied into each snapshot).
     pub regions: Vec<RegionSpan>,
-    /// Ids of regions that ended with a report asked for and not yet handed out
-    /// ([`Decoded::take_report_requests`]).
-    report_requests: Vec<u64>,
+    /// Regions that ended with a report asked for and not yet handed out
+    /// ([`Decoded::take_report_requests`]): (id, report level).
+    report_requests: Vec<(u64, u8)>,
     /// Index of each sampled block still live, by address: counted from the first allocation
     /// (in `shared`, then in `allocs`).
     live: HashMap<u64, usize>,
@@ -176,8 +176,8 @@ impl Decoded {
         all.peak_marks.append(&mut self.peak_marks);
     }
 
-    /// Ids of the regions that ended asking for a report since the last call.
-    pub fn take_report_requests(&mut self) -> Vec<u64> {
+    /// The regions that ended asking for a report since the last call: (id, level).
+    pub fn take_report_requests(&mut self) -> Vec<(u64, u8)> {
         std::mem::take(&mut self.report_requests)
     }
 
@@ -522,8 +522,8 @@ impl Decoder {
                     span.end_ns = Some(t_ns.max(span.begin_ns));
                     span.heap_end = Some(region.heap);
                     span.report = region.report;
-                    if region.report {
-                        self.out.report_requests.push(region.id);
+                    if region.report != 0 {
+                        self.out.report_requests.push((region.id, region.report));
                     }
                 }
             }

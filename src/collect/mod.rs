@@ -68,6 +68,8 @@ pub struct RegionRequest {
     pub start_ns: u64,
     /// The region's id.
     pub id: u64,
+    /// Its lines and HTML page are wanted too (a notebook cell's report).
+    pub page: bool,
 }
 
 /// What answers region report requests (see [`Snapshots::regions`]).

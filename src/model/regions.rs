@@ -232,12 +232,23 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         channels.push(child);
     }
     let pids: Vec<u32> = channels.iter().map(|c| c.pid).collect();
+    let cpu_ns: u64 = channels
+        .iter()
+        .flat_map(|c| &c.samples)
+        .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
+        .map(|s| s.weight_ns)
+        .sum();
     Recording {
         command: vec![span.name.clone()],
         wall_ns: to - from,
         child_pid: main.pid,
         exit: crate::launch::ChildExit {
             code: Some(0),
+            // What the samples inside it add up to (the kernel's counts cover whole processes).
+            usage: crate::launch::Usage {
+                user_s: cpu_ns as f64 / 1e9,
+                ..Default::default()
+            },
             ..Default::default()
         },
         channels,
@@ -247,12 +258,15 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
             .filter(|p| pids.contains(&p.pid))
             .copied()
             .collect(),
+        // The tree's heap above the region's begin (its own process's, which is what the
+        // region's figures are; RSS stays whole).
         ticks: rec
             .ticks
             .iter()
             .filter(|t| t.t_ns >= from && t.t_ns <= to)
             .map(|t| Tick {
                 t_ns: t.t_ns - from,
+                heap_bytes: t.heap_bytes.saturating_sub(span.heap_begin.max(0) as u64),
                 ..*t
             })
             .collect(),

@@ -200,8 +200,8 @@ pub struct RegionSpan {
     pub peak: i64,
     /// New highs inside the region: (ns from launch, heap bytes), rising.
     pub peak_marks: Vec<(u64, i64)>,
-    /// The program asked for the collector's report at the end.
-    pub report: bool,
+    /// What the program asked of the collector at the end (`mlprof_wire::region_report`).
+    pub report: u8,
 }
 
 /// One CPU sample: a thread burned `weight_ns` of CPU ending at `t_ns`.

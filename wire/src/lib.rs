@@ -13,8 +13,8 @@ pub mod record;
 pub mod ring;
 
 pub use record::{
-    alloc_flags, region_phase, sample_flags, Alloc, Code, Frame, Kind, MemCopy, ProcessExit,
-    ProcessStart, Record, Region, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD,
+    alloc_flags, region_phase, region_report, sample_flags, Alloc, Code, Frame, Kind, MemCopy,
+    ProcessExit, ProcessStart, Record, Region, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD,
     MAX_REGION_NAME, UNKNOWN_CODE,
 };
 pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};

@@ -45,7 +45,7 @@ pub enum Kind {
     /// `c` = number of Python frames that follow.
     Copy = 11,
     /// A region the program marked itself (`mlprof.mark`, one pytest test): see [`Region`].
-    /// `a` = region id (per process), `b` = phase | report wanted << 8 | name bytes << 32,
+    /// `a` = region id (per process), `b` = phase | report level << 8 | name bytes << 32,
     /// `c` = heap bytes now, `d` = highest heap since the region began (end and peak phases).
     /// A begin's name (UTF-8) follows in [`Kind::Data`] records.
     Region = 12,
@@ -53,6 +53,16 @@ pub enum Kind {
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
 pub const MAX_REGION_NAME: usize = 1024;
+
+/// What a region's end asks of the collector ([`Region::report`]).
+pub mod region_report {
+    /// Nothing.
+    pub const NONE: u8 = 0;
+    /// Its summary (`region-PID-ID.json` in the run's directory).
+    pub const SUMMARY: u8 = 1;
+    /// Its summary with its lines, and its own HTML page (`region-PID-ID.html`).
+    pub const PAGE: u8 = 2;
+}
 
 /// Phases of a [`Kind::Region`] record.
 pub mod region_phase {
@@ -254,8 +264,8 @@ pub struct Region {
     pub id: u64,
     /// One of [`region_phase`].
     pub phase: u8,
-    /// The program waits for the collector's report of the region (end phase).
-    pub report: bool,
+    /// What the program waits for from the collector at the end: one of [`region_report`].
+    pub report: u8,
     /// Bytes of name that follow (begin phase).
     pub name_len: u32,
     /// The exact heap at this moment.
@@ -506,7 +516,7 @@ impl Record {
         Some(Region {
             id: a,
             phase: b as u8,
-            report: (b >> 8) & 1 != 0,
+            report: (b >> 8) as u8,
             name_len: (b >> 32) as u32,
             heap: c as i64,
             peak: d as i64,
@@ -621,7 +631,11 @@ mod tests {
             let region = Region {
                 id: u64::MAX,
                 phase,
-                report: phase == region_phase::END,
+                report: if phase == region_phase::END {
+                    region_report::PAGE
+                } else {
+                    region_report::NONE
+                },
                 name_len: MAX_REGION_NAME as u32,
                 heap: -5,
                 peak: i64::MAX,

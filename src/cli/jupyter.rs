@@ -1,0 +1,137 @@
+//! `mlprof jupyter install`: a Jupyter kernel spec whose kernel runs under `mlprof run`, so
+//! that `%%mlprof` (the Python package's cell magic) sees every allocation from the kernel's
+//! start.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Error, Result};
+
+/// Where and how to install the kernel spec.
+pub struct Install {
+    /// Into the user's Jupyter data directory instead of the Python environment's.
+    pub user: bool,
+    /// The kernel's directory name.
+    pub name: String,
+    /// The name Jupyter shows.
+    pub display_name: String,
+    /// The Python that runs the kernel (`None`: the one beside this executable, else
+    /// `python3` on `PATH`).
+    pub python: Option<PathBuf>,
+}
+
+/// Write `<kernels>/<name>/kernel.json`; returns the directory.
+pub fn install(args: &Install) -> Result<PathBuf> {
+    if args.name.is_empty()
+        || !args
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    {
+        return Err(Error::with_code(
+            format!(
+                "--name {:?}: a kernel name is letters, digits, '.', '-' and '_'",
+                args.name
+            ),
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let python = python(args.python.as_deref())?;
+    let prefix = kernel_prefix(&python)?;
+    let kernels = if args.user {
+        user_data_dir()?.join("kernels")
+    } else {
+        prefix.join("share/jupyter/kernels")
+    };
+    let dir = kernels.join(&args.name);
+    let mlprof = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| Error::new(format!("cannot tell where this mlprof is: {e}")))?;
+    let spec = serde_json::json!({
+        "argv": [
+            mlprof.display().to_string(), "run", "--quiet", "--",
+            python.display().to_string(), "-m", "ipykernel_launcher", "-f", "{connection_file}"
+        ],
+        "display_name": args.display_name,
+        "language": "python",
+        "metadata": { "debugger": false },
+    });
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join("kernel.json");
+    let text = serde_json::to_string_pretty(&spec).map_err(|e| Error::new(e.to_string()))?;
+    std::fs::write(&path, text + "\n")
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    Ok(dir)
+}
+
+/// The Python to run the kernel with, as an absolute path.
+fn python(given: Option<&Path>) -> Result<PathBuf> {
+    let candidates: Vec<PathBuf> = match given {
+        Some(p) => vec![p.to_path_buf()],
+        None => {
+            let beside = std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(Path::to_path_buf));
+            let mut all: Vec<PathBuf> = ["python3", "python"]
+                .iter()
+                .filter_map(|n| beside.as_ref().map(|d| d.join(n)))
+                .collect();
+            all.extend(
+                std::env::var_os("PATH")
+                    .map(|p| {
+                        std::env::split_paths(&p)
+                            .map(|d| d.join("python3"))
+                            .collect()
+                    })
+                    .unwrap_or_else(Vec::new),
+            );
+            all
+        }
+    };
+    for c in &candidates {
+        if c.is_file() {
+            // Not canonicalized: a venv's `bin/python` is a link whose own path selects the
+            // venv.
+            return std::path::absolute(c).map_err(|e| Error::new(e.to_string()));
+        }
+    }
+    Err(Error::new(match given {
+        Some(p) => format!("--python {}: no such file", p.display()),
+        None => "no Python found beside mlprof or on PATH (name one with --python)".to_string(),
+    }))
+}
+
+/// The Python's `sys.prefix`, checking that it can run ipykernel.
+fn kernel_prefix(python: &Path) -> Result<PathBuf> {
+    let out = Command::new(python)
+        .args(["-c", "import sys, ipykernel; print(sys.prefix)"])
+        .output()
+        .map_err(|e| Error::new(format!("cannot run {}: {e}", python.display())))?;
+    if !out.status.success() {
+        return Err(Error::new(format!(
+            "{} cannot run a Jupyter kernel: ipykernel is not installed there (`{} -m pip \
+             install ipykernel`)",
+            python.display(),
+            python.display()
+        )));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
+}
+
+/// Jupyter's user data directory: `$JUPYTER_DATA_DIR`, else `$XDG_DATA_HOME/jupyter`, else
+/// `~/.local/share/jupyter`.
+fn user_data_dir() -> Result<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("JUPYTER_DATA_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(dir) = var("XDG_DATA_HOME") {
+        return Ok(PathBuf::from(dir).join("jupyter"));
+    }
+    var("HOME")
+        .map(|h| PathBuf::from(h).join(".local/share/jupyter"))
+        .ok_or_else(|| Error::new("no HOME to put the user's kernel in (use it without --user)"))
+}
