@@ -84,7 +84,7 @@ fn python(given: Option<&Path>) -> Result<PathBuf> {
                             .map(|d| d.join("python3"))
                             .collect()
                     })
-                    .unwrap_or_else(Vec::new),
+                    .unwrap_or_default(),
             );
             all
         }
