@@ -82,7 +82,7 @@ fn python(given: Option<&Path>) -> Result<PathBuf> {
                     .map(|p| {
                         std::env::split_paths(&p)
                             .map(|d| d.join("python3"))
-                            .collect()
+                            .collect::<Vec<PathBuf>>()
                     })
                     .unwrap_or_default(),
             );
