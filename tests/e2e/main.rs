@@ -15,6 +15,7 @@ mod gpu;
 mod html;
 mod linetables;
 mod memory;
+mod notebook;
 mod overhead;
 mod pytest_plugin;
 mod snapshot;

@@ -1,0 +1,155 @@
+//! Jupyter (issue 17): `mlprof jupyter install` registers a kernel that runs under mlprof; in
+//! it, `%%mlprof` shows the cell's lines with their memory and CPU split. In a plain kernel the
+//! magic still gives CPU per line (by attaching) and says what is missing. Runs on the numpy
+//! venv of the default `python3`'s version, which `scripts/pythons.sh` gives ipykernel and
+//! nbclient; skipped with a message elsewhere.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use crate::fixture;
+
+/// The venv Python with nbclient, if there is one.
+fn notebook_python() -> Option<PathBuf> {
+    let ok = |py: &PathBuf| {
+        Command::new(py)
+            .args(["-c", "import ipykernel, nbclient, nbformat"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let found = fixture::numpy_pythons()
+        .iter()
+        .map(|p| p.exe.clone())
+        .find(|p| ok(p));
+    if found.is_none() {
+        eprintln!("skipped: no test venv has ipykernel and nbclient (scripts/pythons.sh installs them for python3's version)");
+    }
+    found
+}
+
+fn run_notebook(python: &PathBuf, kernel: &str, data_dir: &std::path::Path) -> Output {
+    Command::new(python)
+        .arg(fixture::script("notebook_cell.py"))
+        .arg(kernel)
+        .env("JUPYTER_DATA_DIR", data_dir)
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
+        .output()
+        .unwrap()
+}
+
+/// The cells of the table row whose first cell is `line`.
+fn row(html: &str, line: &str) -> Vec<String> {
+    for tr in html.split("<tr>").skip(1) {
+        let cells: Vec<String> = tr
+            .split("</td>")
+            .filter_map(|c| c.rsplit_once('>').map(|(_, text)| text.to_string()))
+            .collect();
+        if cells.first().map(String::as_str) == Some(line) {
+            return cells;
+        }
+    }
+    panic!("no row for line {line} in {html}");
+}
+
+fn mib(cell: &str) -> f64 {
+    let (n, unit) = cell.split_once(' ').unwrap_or((cell, "B"));
+    let n: f64 = n.parse().unwrap_or_else(|_| panic!("not a size: {cell}"));
+    match unit {
+        "GiB" => n * 1024.0,
+        "MiB" => n,
+        "KiB" => n / 1024.0,
+        _ => n / 1048576.0,
+    }
+}
+
+fn pct(cell: &str) -> f64 {
+    cell.trim_end_matches('%').parse().unwrap_or(0.0)
+}
+
+#[test]
+fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
+    let Some(python) = notebook_python() else {
+        return;
+    };
+    let data = fixture::tempdir();
+    let install = fixture::mlprof()
+        .args(["jupyter", "install", "--user", "--python"])
+        .arg(&python)
+        .env("JUPYTER_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{install:?}");
+    let spec = std::fs::read_to_string(data.join("kernels/mlprof/kernel.json")).unwrap();
+    assert!(
+        spec.contains("\"Python 3 (mlprof)\"") && spec.contains("ipykernel_launcher"),
+        "{spec}"
+    );
+    let out = run_notebook(&python, "mlprof", &data);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (html, count) = stdout.trim_end().rsplit_once('\n').unwrap();
+    assert!(html.contains(&format!("mlprof · In [{count}]")), "{html}");
+    // Line 2 of the cell: the array, 381.5 MiB allocated and held (±10%).
+    let array = row(html, "2");
+    let (allocated, held) = (mib(&array[5]), mib(&array[6]));
+    assert!((343.0..420.0).contains(&allocated), "{array:?}");
+    assert!((343.0..420.0).contains(&held), "{array:?}");
+    assert!(array[7].contains("np.ones(50_000_000)"), "{array:?}");
+    // Lines 4-5: the loop, Python.
+    for line in ["4", "5"] {
+        let r = row(html, line);
+        assert!(pct(&r[2]) >= 90.0, "line {line} Python: {r:?}");
+    }
+    assert!(
+        html.contains("peak 38") && html.contains("above the cell's start (exact)"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<iframe") && html.contains("srcdoc="),
+        "the cell's own page"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn a_cell_in_a_plain_kernel_gets_its_cpu_and_says_what_is_missing() {
+    let Some(python) = notebook_python() else {
+        return;
+    };
+    let data = fixture::tempdir();
+    // The venv's own kernel spec, under the name nbclient asks for.
+    let spec = serde_json::json!({
+        "argv": [python.display().to_string(), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "plain",
+        "language": "python",
+    });
+    std::fs::create_dir_all(data.join("kernels/plain")).unwrap();
+    std::fs::write(data.join("kernels/plain/kernel.json"), spec.to_string()).unwrap();
+    let out = run_notebook(&python, "plain", &data);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("this kernel does not run under mlprof")
+            && stdout.contains("mlprof jupyter install"),
+        "{stdout}"
+    );
+    let looped: f64 = ["4", "5"]
+        .iter()
+        .map(|l| {
+            let r = row(&stdout, l);
+            assert_eq!(r[5], "–", "no memory per line: {r:?}");
+            pct(&r[2])
+        })
+        .sum();
+    assert!(looped >= 180.0, "the loop lines are Python: {looped}");
+    let _ = std::fs::remove_dir_all(&data);
+}
