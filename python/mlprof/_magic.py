@@ -174,7 +174,7 @@ def render(name, source, answer, notice):
     lines = answer.get("lines") or []
     own = [l for l in lines if l.get("file") == name]
     other = [l for l in lines if l.get("file") != name and not l.get("file", "").startswith("<")]
-    cell = "padding:2px 10px"
+    cell = "padding:2px 10px;white-space:nowrap"
     head = "<tr>%s</tr>" % "".join(
         "<th style='%s;%s'>%s</th>" % (cell, "text-align:left" if h == "source" else "", h)
         for h in ("line", "time", "Python", "native", "waiting", "allocated", "held at peak", "source")
