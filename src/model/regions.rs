@@ -216,16 +216,16 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         Moment::Peak => peak_moment(main, from, to),
         Moment::End => to,
     };
-    own.heap_peak_seen_ns = peak_at - from;
-    own.peak_marks = vec![(peak_at - from, own.heap_peak as u64)];
+    own.heap_peak_seen_ns = peak_at.saturating_sub(from);
+    own.peak_marks = vec![(peak_at.saturating_sub(from), own.heap_peak as u64)];
     let mut channels = vec![own];
     for i in children(rec, ci, from, to) {
         let mut child = clip(&rec.channels[i], from, to);
-        child.start_ns = rec.channels[i].start_ns - from;
+        child.start_ns = rec.channels[i].start_ns.saturating_sub(from);
         child.exit_ns = rec.channels[i]
             .exit_ns
             .filter(|&t| t <= to)
-            .map(|t| t - from);
+            .map(|t| t.saturating_sub(from));
         if child.exit_ns.is_none() {
             child.exit_code = None;
         }
@@ -240,7 +240,7 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         .sum();
     Recording {
         command: vec![span.name.clone()],
-        wall_ns: to - from,
+        wall_ns: to.saturating_sub(from),
         child_pid: main.pid,
         exit: crate::launch::ChildExit {
             code: Some(0),
@@ -265,7 +265,7 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
             .iter()
             .filter(|t| t.t_ns >= from && t.t_ns <= to)
             .map(|t| Tick {
-                t_ns: t.t_ns - from,
+                t_ns: t.t_ns.saturating_sub(from),
                 heap_bytes: t.heap_bytes.saturating_sub(span.heap_begin.max(0) as u64),
                 ..*t
             })
@@ -302,7 +302,7 @@ fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
             .filter(|s| inside(s.t_ns))
             .map(|s| {
                 let mut s = s.clone();
-                s.t_ns -= from;
+                s.t_ns = s.t_ns.saturating_sub(from);
                 s
             })
             .collect(),
@@ -312,8 +312,11 @@ fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
             .filter(|a| inside(a.t_ns))
             .map(|a| {
                 let mut a = a.clone();
-                a.t_ns -= from;
-                a.freed_ns = a.freed_ns.filter(|&f| f <= to).map(|f| f - from);
+                a.t_ns = a.t_ns.saturating_sub(from);
+                a.freed_ns = a
+                    .freed_ns
+                    .filter(|&f| f <= to)
+                    .map(|f| f.saturating_sub(from));
                 a
             })
             .collect(),
@@ -324,7 +327,7 @@ fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
             .filter(|x| inside(x.t_ns))
             .map(|x| {
                 let mut x = x.clone();
-                x.t_ns -= from;
+                x.t_ns = x.t_ns.saturating_sub(from);
                 x
             })
             .collect(),
@@ -332,7 +335,7 @@ fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
             .peak_marks
             .iter()
             .filter(|m| inside(m.0))
-            .map(|&(t, h)| (t - from, h))
+            .map(|&(t, h)| (t.saturating_sub(from), h))
             .collect(),
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),

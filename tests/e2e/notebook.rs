@@ -92,7 +92,9 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (html, count) = stdout.trim_end().rsplit_once('\n').unwrap();
+    let printed: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    let html = printed["cell"].as_str().unwrap();
+    let count = &printed["count"];
     assert!(html.contains(&format!("mlprof · In [{count}]")), "{html}");
     // Line 2 of the cell: the array, 381.5 MiB allocated and held (±10%).
     let array = row(html, "2");
@@ -137,6 +139,8 @@ fn a_cell_in_a_plain_kernel_gets_its_cpu_and_says_what_is_missing() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let printed: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    let stdout = printed["cell"].as_str().unwrap().to_string();
     assert!(
         stdout.contains("this kernel does not run under mlprof")
             && stdout.contains("mlprof jupyter install"),
