@@ -18,6 +18,7 @@ import time
 import json
 
 from . import _binary
+from ._format import seconds as _secs, size as _size
 from ._regions import Region, active
 
 try:
@@ -32,20 +33,6 @@ _NO_HOOKS = (
     "(by attaching to it); for memory per line run `mlprof jupyter install` and choose the "
     'kernel "Python 3 (mlprof)".'
 )
-
-
-def _size(n):
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return "%s%d B" % (sign, n) if unit == "B" else "%s%.1f %s" % (sign, n, unit)
-        n /= 1024
-
-
-def _secs(s):
-    return "%.0f ms" % (s * 1000) if s < 1 else "%.2f s" % s
 
 
 @magics_class

@@ -24,6 +24,7 @@ import time
 import pytest
 
 from . import _binary
+from ._format import size as format_size
 from ._regions import Region, active
 
 _INNER = "MLPROF_PYTEST_INNER"
@@ -58,17 +59,6 @@ def parse_size(text):
             "not a size: %r (write a number and a unit: B, KB, MB, GB, KiB, MiB, GiB)" % (text,)
         )
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def format_size(n):
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return "%s%.1f %s" % (sign, n, unit) if unit != "B" else "%s%d B" % (sign, n)
-        n /= 1024
-    return "%s%.1f GiB" % (sign, n)  # pragma: no cover
 
 
 def pytest_addoption(parser):

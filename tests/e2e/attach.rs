@@ -40,6 +40,24 @@ fn attach(args: &[&str]) -> Output {
     fixture::mlprof().arg("attach").args(args).output().unwrap()
 }
 
+/// `mlprof attach PID --duration SECONDS -o FILE`, which must succeed: the profile.
+fn attached(pid: u32, seconds: &str) -> mlprof::model::Profile {
+    let dir = fixture::tempdir();
+    let path = dir.join("attach.json");
+    let run = attach(&[
+        &pid.to_string(),
+        "--duration",
+        seconds,
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    p
+}
+
 fn one_line_error(out: &Output, expected: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
@@ -55,22 +73,7 @@ fn a_spinning_line_gets_the_cpu_as_python_and_the_program_runs_on() {
     let spin = markers("spin_line.py")["spin"];
     for py in fixture::pythons() {
         let (mut child, mut out) = spinner(&py.exe, "8");
-        let dir = fixture::tempdir();
-        let path = dir.join("attach.json");
-        let run = attach(&[
-            &child.id().to_string(),
-            "--duration",
-            "3",
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert_eq!(
-            run.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+        let p = attached(child.id(), "3");
         assert!(p.attached);
         let total: f64 = p
             .lines
@@ -98,7 +101,6 @@ fn a_spinning_line_gets_the_cpu_as_python_and_the_program_runs_on() {
         std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
         assert!(status.success(), "CPython {}: {status:?}", py.minor);
         assert_eq!(rest, "done True\n", "CPython {}", py.minor);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -109,22 +111,7 @@ fn a_worker_thread_runs_while_the_main_thread_waits() {
     let m = markers("attach_threads.py");
     for py in fixture::pythons() {
         let (mut child, _out) = started(&py.exe, "attach_threads.py", "5");
-        let dir = fixture::tempdir();
-        let path = dir.join("attach.json");
-        let run = attach(&[
-            &child.id().to_string(),
-            "--duration",
-            "2",
-            "-o",
-            path.to_str().unwrap(),
-        ]);
-        assert_eq!(
-            run.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+        let p = attached(child.id(), "2");
         let worker = &crate::cpu::line(&p, "attach_threads.py", m["worker"]).measures;
         let join = &crate::cpu::line(&p, "attach_threads.py", m["join"]).measures;
         assert!(
@@ -144,7 +131,6 @@ fn a_worker_thread_runs_while_the_main_thread_waits() {
             p.threads
         );
         assert!(child.wait().unwrap().success());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -27,15 +27,20 @@ fn notebook_python() -> Option<PathBuf> {
     found
 }
 
-fn run_notebook(python: &PathBuf, kernel: &str, data_dir: &std::path::Path) -> Output {
-    Command::new(python)
+/// Run `notebook_cell.py` in `kernel`: what it printed (the outputs' HTML, the count).
+fn run_notebook(python: &PathBuf, kernel: &str, data_dir: &std::path::Path) -> serde_json::Value {
+    let out: Output = Command::new(python)
         .arg(fixture::script("notebook_cell.py"))
         .arg(kernel)
         .env("JUPYTER_DATA_DIR", data_dir)
         .env("PYTHONPATH", fixture::root().join("python"))
         .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
         .output()
-        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim_end()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 /// The cells of the table row whose first cell is `line`.
@@ -85,14 +90,7 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         spec.contains("\"Python 3 (mlprof)\"") && spec.contains("ipykernel_launcher"),
         "{spec}"
     );
-    let out = run_notebook(&python, "mlprof", &data);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    let printed = run_notebook(&python, "mlprof", &data);
     let html = printed["cell"].as_str().unwrap();
     let count = &printed["count"];
     assert!(html.contains(&format!("mlprof · In [{count}]")), "{html}");
@@ -132,14 +130,7 @@ fn a_cell_in_a_plain_kernel_gets_its_cpu_and_says_what_is_missing() {
     });
     std::fs::create_dir_all(data.join("kernels/plain")).unwrap();
     std::fs::write(data.join("kernels/plain/kernel.json"), spec.to_string()).unwrap();
-    let out = run_notebook(&python, "plain", &data);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
+    let printed = run_notebook(&python, "plain", &data);
     let stdout = printed["cell"].as_str().unwrap().to_string();
     assert!(
         stdout.contains("this kernel does not run under mlprof")
