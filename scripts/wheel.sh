@@ -20,7 +20,13 @@ maturin build --release --zig --compatibility manylinux2014 --out "$out" >&2
 wheel=$(ls "$out"/mlprof-*.whl)
 echo "wheel: built $wheel" >&2
 # The tag must be what auditwheel's rules allow for what the binary links.
-auditwheel show "$wheel" | tee /dev/stderr | grep -q 'manylinux_2_17_x86_64'
+shown=$(auditwheel show "$wheel")
+echo "$shown" >&2
+if ! grep -q 'consistent with the following platform tag' <<<"$shown" ||
+    ! grep -q '"manylinux_2_17_x86_64"' <<<"$shown"; then
+    echo "wheel: auditwheel does not allow manylinux_2_17_x86_64 for $wheel" >&2
+    exit 1
+fi
 scripts/pythons.sh >/dev/null
 checked=()
 for venv in target/test-venvs/py3.*; do
