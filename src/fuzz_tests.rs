@@ -59,7 +59,7 @@ fn event(rng: &mut Rng, out: &mut Vec<Record>) {
             out.push(f);
         }
     };
-    match rng.below(6) {
+    match rng.below(7) {
         0 => {
             let depth = rng.below(12);
             let mut r = Record::new(Kind::Sample, tid, ts);
@@ -122,6 +122,32 @@ fn event(rng: &mut Rng, out: &mut Vec<Record>) {
             );
             (r.a, r.b) = (rng.below(16) << 12, rng.word());
             out.push(r);
+        }
+        5 => {
+            // A region's begin (with its name), a new high inside one, or its end, ids and
+            // heaps mostly plausible: regions are cut out of the recording and modelled.
+            let phase = rng.below(3);
+            let name_len = if phase == 0 { rng.below(90) } else { 0 };
+            let mut r = Record::new(Kind::Region, tid, ts);
+            r.a = 1 + rng.below(6);
+            r.b = phase | rng.below(3) << 8 | name_len << 32;
+            r.c = if rng.chance(5) {
+                rng.word()
+            } else {
+                rng.below(1 << 34)
+            };
+            r.d = if rng.chance(5) {
+                rng.word()
+            } else {
+                rng.below(1 << 34)
+            };
+            out.push(r);
+            for _ in 0..name_len.div_ceil(DATA_BYTES as u64) {
+                let mut d = Record::new(Kind::Data, tid, ts);
+                (d.a, d.b, d.c, d.d, d.e) =
+                    (rng.next(), rng.next(), rng.next(), rng.next(), rng.next());
+                out.push(d);
+            }
         }
         _ => out.push(random_record(rng)),
     }
