@@ -84,9 +84,10 @@ fn python_object_bytes_are_told_from_native_bytes() {
         let v = &py.minor;
         let p = run(py, "python");
         let floats = line(&p, "memory_lines.py", m["floats"]);
-        let truth = 2_000_000.0 * 24.0; // sys.getsizeof(1.5) == 24 on every 64-bit CPython
-        // About 370 samples at the default 128 KiB: a spread of about 5% (0.90-1.08 of the
-        // truth over 12 runs); 20% is four of it (15% failed once in a CI run, at 1.158).
+        // sys.getsizeof(1.5) == 24 on every 64-bit CPython. About 370 samples at the default
+        // 128 KiB: a spread of about 5% (0.90-1.08 of the truth over 12 runs); 20% is four of
+        // it (15% failed once in a CI run, at 1.158).
+        let truth = 2_000_000.0 * 24.0;
         assert!(
             within(floats.measures.alloc_python_bytes as f64, truth, 0.20),
             "{v}: floats line {:?}",
