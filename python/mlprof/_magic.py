@@ -12,7 +12,6 @@ import linecache
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import json
