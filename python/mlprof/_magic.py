@@ -28,9 +28,10 @@ except ImportError:  # pragma: no cover - only imported by IPython
 
 _PR_SET_PTRACER = 0x59616D61
 _NO_HOOKS = (
-    "mlprof: this kernel does not run under mlprof, so only CPU time per line is measured "
-    "(by attaching to it); for memory per line run `mlprof jupyter install` and choose the "
-    'kernel "Python 3 (mlprof)".'
+    "mlprof: this kernel does not run under mlprof: CPU per line comes from attaching to it, "
+    "memory from Python's tracemalloc (Python objects and numpy arrays still held at the "
+    "cell's end; native allocations are not seen, and the cell runs slower); for every "
+    'allocation, run `mlprof jupyter install` and choose the kernel "Python 3 (mlprof)".'
 )
 
 
@@ -59,7 +60,7 @@ class MlprofMagics(Magics):
             answer = self._under_mlprof(code, name)
             notice = None
         else:
-            answer, notice = self._attached(code)
+            answer, notice = self._attached(code, name)
         display(HTML(render(name, python, answer, notice)))
 
     def _run(self, code):
@@ -87,46 +88,92 @@ class MlprofMagics(Magics):
                 pass
         return answer
 
-    def _attached(self, code):
+    def _attached(self, code, name):
+        """A plain kernel: CPU by attaching to it, Python-level memory by tracemalloc."""
         binary = _binary.find()
-        if binary is None:
-            self._run(code)
-            return {}, _NO_HOOKS + " (and the mlprof executable was not found)"
-        out = tempfile.NamedTemporaryFile(prefix="mlprof-cell-", suffix=".json", delete=False)
-        out.close()
-        child = subprocess.Popen(
-            [binary, "attach", str(os.getpid()), "--json", "-o", out.name],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        _allow_ptrace(child.pid)
-        time.sleep(0.3)  # let it start sampling
+        child = out = None
+        if binary is not None:
+            out = tempfile.NamedTemporaryFile(prefix="mlprof-cell-", suffix=".json", delete=False)
+            out.close()
+            child = subprocess.Popen(
+                [binary, "attach", str(os.getpid()), "--json", "-o", out.name],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            _allow_ptrace(child.pid)
+            time.sleep(0.3)  # let it start sampling
+        traced = _Traced()
         try:
             self._run(code)
         finally:
-            child.send_signal(signal.SIGINT)
-            _, err = child.communicate(timeout=60)
-            _allow_ptrace(0)
-        try:
-            with open(out.name, encoding="utf-8") as f:
-                profile = json.load(f)
-        except (OSError, ValueError):
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            return {}, _NO_HOOKS + " Attaching failed too: " + (lines[-1] if lines else "?")
-        finally:
+            memory = traced.stop(name)
+            err = b""
+            if child is not None:
+                child.send_signal(signal.SIGINT)
+                _, err = child.communicate(timeout=60)
+                _allow_ptrace(0)
+        answer = {"peak_bytes": memory["peak"], "end_bytes": memory["net"]}
+        notice = _NO_HOOKS
+        profile = None
+        if out is not None:
             try:
-                os.unlink(out.name)
-            except OSError:
-                pass
-        cpu = [l for l in profile.get("lines", [])]
-        answer = {
-            "lines": cpu,
-            "duration_s": profile.get("wall_s", 0.0),
-            "cpu_python_s": sum(l["cpu_python_s"] for l in cpu),
-            "cpu_native_s": sum(l["cpu_native_s"] for l in cpu),
-            "cpu_system_s": sum(l["cpu_system_s"] for l in cpu),
-        }
-        return answer, _NO_HOOKS
+                with open(out.name, encoding="utf-8") as f:
+                    profile = json.load(f)
+            except (OSError, ValueError):
+                lines = err.decode("utf-8", "replace").strip().splitlines()
+                notice += " Attaching for CPU failed: " + (lines[-1] if lines else "?")
+            finally:
+                try:
+                    os.unlink(out.name)
+                except OSError:
+                    pass
+        else:
+            notice += " (The mlprof executable was not found, so CPU was not measured.)"
+        lines = list((profile or {}).get("lines", []))
+        for line in lines:
+            line["alloc_bytes"] = None
+            line["peak_bytes"] = memory["held"].pop(line["line"], 0) if line["file"] == name else None
+        for number, held in memory["held"].items():
+            lines.append({"file": name, "line": number, "cpu_python_s": 0.0, "cpu_native_s": 0.0,
+                          "cpu_system_s": 0.0, "alloc_bytes": None, "peak_bytes": held})
+        answer["lines"] = lines
+        if profile is not None:
+            answer["duration_s"] = profile.get("wall_s", 0.0)
+            for kind in ("cpu_python_s", "cpu_native_s", "cpu_system_s"):
+                answer[kind] = sum(l[kind] for l in lines)
+        return answer, notice
+
+
+class _Traced:
+    """Python's tracemalloc over a cell: what it sees of the heap (Python objects, and arrays of
+    libraries that report to it, as numpy does), its high above the start, and what each of the
+    cell's lines still holds at its end."""
+
+    def __init__(self):
+        import tracemalloc
+
+        self.tm = tracemalloc
+        self.started = not tracemalloc.is_tracing()
+        if self.started:
+            # The 8 newest frames: enough to reach the cell from inside a library's Python code
+            # (numpy.ones allocates in numpy/_core/numeric.py).
+            tracemalloc.start(8)
+        if hasattr(tracemalloc, "reset_peak"):
+            tracemalloc.reset_peak()
+        self.base = tracemalloc.get_traced_memory()[0]
+
+    def stop(self, name):
+        current, peak = self.tm.get_traced_memory()
+        held = {}
+        # Matched by equality (a tracemalloc.Filter pattern would read "[2]" as a set).
+        for trace in self.tm.take_snapshot().traces:
+            # Frames run from the oldest to the most recent: the cell's innermost line wins.
+            line = next((f.lineno for f in reversed(trace.traceback) if f.filename == name), None)
+            if line is not None:
+                held[line] = held.get(line, 0) + trace.size
+        if self.started:
+            self.tm.stop()
+        return {"peak": max(0, peak - self.base), "net": current - self.base, "held": held}
 
 
 def _allow_ptrace(pid):
@@ -148,8 +195,9 @@ def render(name, source, answer, notice):
     summary = ["<b>mlprof · %s</b>" % e(name)]
     if "duration_s" in answer:
         summary.append(_secs(answer["duration_s"]))
-    if answer.get("peak_bytes") is not None and not notice:
-        summary.append("peak %s above the cell's start (exact)" % _size(answer["peak_bytes"]))
+    if answer.get("peak_bytes") is not None:
+        how = "tracemalloc" if notice else "exact"
+        summary.append("peak %s above the cell's start (%s)" % (_size(answer["peak_bytes"]), how))
         summary.append("net %s" % _size(answer.get("end_bytes") or 0))
     if "cpu_python_s" in answer:
         summary.append(
@@ -158,12 +206,13 @@ def render(name, source, answer, notice):
         )
     parts.append("<p>%s</p>" % " · ".join(summary))
     lines = answer.get("lines") or []
-    own = [l for l in lines if l.get("file") == name]
+    own = sorted((l for l in lines if l.get("file") == name), key=lambda l: l["line"])
     other = [l for l in lines if l.get("file") != name and not l.get("file", "").startswith("<")]
     cell = "padding:2px 10px;white-space:nowrap"
     head = "<tr>%s</tr>" % "".join(
         "<th style='%s;%s'>%s</th>" % (cell, "text-align:left" if h == "source" else "", h)
-        for h in ("line", "time", "Python", "native", "waiting", "allocated", "held at peak", "source")
+        for h in ("line", "time", "Python", "native", "waiting", "allocated",
+                  "held at end" if notice else "held at peak", "source")
     )
     rows = []
     for l in own + other:
@@ -175,7 +224,6 @@ def render(name, source, answer, notice):
         else:
             where = "%s:%d" % (os.path.basename(l["file"]), l["line"])
             text = l.get("source", "")
-        memory = not notice
         rows.append(
             ("<tr>" + "<td style='%s'>%%s</td>" % cell * 7 + "<td style='%s;text-align:left;"
              "font-family:monospace;white-space:pre'>%%s</td></tr>" % cell)
@@ -185,8 +233,8 @@ def render(name, source, answer, notice):
                 pct(l["cpu_python_s"]),
                 pct(l["cpu_native_s"]),
                 pct(l["cpu_system_s"]),
-                _size(l["alloc_bytes"]) if memory else "–",
-                _size(l["peak_bytes"]) if memory else "–",
+                "–" if l.get("alloc_bytes") is None else _size(l["alloc_bytes"]),
+                "–" if l.get("peak_bytes") is None else _size(l["peak_bytes"]),
                 e(text.strip()),
             )
         )

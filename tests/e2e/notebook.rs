@@ -1,6 +1,7 @@
 //! Jupyter (issue 17): `mlprof jupyter install` registers a kernel that runs under mlprof; in
 //! it, `%%mlprof` shows the cell's lines with their memory and CPU split. In a plain kernel the
-//! magic still gives CPU per line (by attaching) and says what is missing. Runs on the numpy
+//! magic still gives CPU per line (by attaching) and Python-level memory (tracemalloc), and
+//! says what is missing. Runs on the numpy
 //! venv of the default `python3`'s version, which `scripts/pythons.sh` gives ipykernel and
 //! nbclient; skipped with a message elsewhere.
 
@@ -117,7 +118,7 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
 }
 
 #[test]
-fn a_cell_in_a_plain_kernel_gets_its_cpu_and_says_what_is_missing() {
+fn a_cell_in_a_plain_kernel_gets_its_cpu_and_python_memory_and_says_what_is_missing() {
     let Some(python) = notebook_python() else {
         return;
     };
@@ -141,10 +142,17 @@ fn a_cell_in_a_plain_kernel_gets_its_cpu_and_says_what_is_missing() {
         .iter()
         .map(|l| {
             let r = row(&stdout, l);
-            assert_eq!(r[5], "–", "no memory per line: {r:?}");
+            assert_eq!(r[5], "–", "nothing allocated is counted: {r:?}");
             pct(&r[2])
         })
         .sum();
     assert!(looped >= 180.0, "the loop lines are Python: {looped}");
+    // tracemalloc sees numpy's array: held at the cell's end, at its line.
+    let array = row(&stdout, "2");
+    assert!((343.0..420.0).contains(&mib(&array[6])), "{array:?}");
+    assert!(
+        stdout.contains("held at end") && stdout.contains("(tracemalloc)"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&data);
 }
