@@ -84,6 +84,10 @@ static NO_FOLLOW: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_fork_child() {
     let _errno = crate::errno::Saved::new(); // the program reads errno after fork() returns
+                                             // Whatever happens next: the parent's regions (and its region lock, if a thread held it
+                                             // at the fork) are not the child's, or a child left without a channel could spin forever
+                                             // in `mlprof_region_end`.
+    crate::marks::forget_in_child();
     if NO_FOLLOW.load(Ordering::Relaxed) {
         channel::detach();
         heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));
@@ -103,7 +107,6 @@ extern "C" fn on_fork_child() {
     crate::python::read::init(); // a new pid to read ourselves with
     codes::new_epoch(); // the new channel has seen no code object yet
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
-    crate::marks::forget_in_child();
     header.python_status.store(parent, Ordering::Relaxed);
     publish_addresses(header);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork

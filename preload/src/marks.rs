@@ -65,7 +65,8 @@ fn rise(now: i64) {
     }
 }
 
-/// A fork child starts with no region open (its parent's stay its parent's).
+/// A fork child starts with no region open (its parent's stay its parent's), and the lock
+/// free (the thread that may have held it at the fork does not exist in the child).
 pub fn forget_in_child() {
     HIGH.store(NONE_OPEN, Ordering::Relaxed);
     CURRENT.store(0, Ordering::Relaxed);

@@ -399,14 +399,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
             crate::error::EXIT_USAGE,
         ));
     }
-    let (format, destination) = match (&args.output, args.format.chosen()) {
-        (Some(path), format) => (
-            format.unwrap_or_else(|| format_for(path)),
-            Destination::File(path.clone()),
-        ),
-        (None, Some(format)) => (format, Destination::Stdout),
-        (None, None) => (Format::Text, Destination::Stderr),
-    };
+    let (format, destination) = destination(&args.output, args.format.chosen(), false);
     if let Destination::File(path) = &destination {
         file_write(path)?;
     }
@@ -747,13 +740,23 @@ fn seconds(text: &str) -> std::result::Result<f64, String> {
 }
 
 fn run_destination(args: &RunArgs) -> (Format, Destination) {
-    let chosen = args.format.chosen();
-    match (&args.output, chosen) {
+    destination(&args.output, args.format.chosen(), args.quiet)
+}
+
+/// Where a report of `run` or `attach` goes: the `-o` file (format from the flag, else its
+/// extension), nowhere with `-q`, stdout for a chosen format, else the terminal report on
+/// stderr.
+fn destination(
+    output: &Option<PathBuf>,
+    chosen: Option<Format>,
+    quiet: bool,
+) -> (Format, Destination) {
+    match (output, chosen) {
         (Some(path), format) => (
             format.unwrap_or_else(|| format_for(path)),
             Destination::File(path.clone()),
         ),
-        (None, _) if args.quiet => (Format::Text, Destination::Nowhere),
+        (None, _) if quiet => (Format::Text, Destination::Nowhere),
         (None, Some(format)) => (format, Destination::Stdout),
         (None, None) => (Format::Text, Destination::Stderr),
     }

@@ -306,9 +306,7 @@ fn pthread_tid_offset(
 
 fn read_u32(mem: &Remote, addr: usize) -> Option<u32> {
     use mlprof_pyframes::Memory;
-    let mut raw = [0u8; 4];
-    mem.bytes(addr, &mut raw)?;
-    Some(u32::from_ne_bytes(raw))
+    mem.int(addr).map(|v| v as u32)
 }
 
 fn is_python_file(name: &str) -> bool {
@@ -422,10 +420,7 @@ fn elf_symbols(pid: u32, path: &str) -> Option<Symbols> {
 
 /// `Py_Version` (3.11+): `0xMMmmppXX`.
 fn version_hex(pid: u32, addr: Option<u64>) -> Option<String> {
-    use mlprof_pyframes::Memory;
-    let mut raw = [0u8; 4];
-    Remote::new(pid).bytes(addr? as usize, &mut raw)?;
-    let v = u32::from_ne_bytes(raw);
+    let v = read_u32(&Remote::new(pid), addr? as usize)?;
     let (major, minor, micro) = (v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff);
     (major == 3).then(|| format!("{major}.{minor}.{micro}"))
 }
@@ -454,27 +449,15 @@ fn free_threaded(name: &str) -> bool {
 
 /// One read of the target's memory, to tell "not permitted" from the rest before sampling.
 fn probe(pid: u32, addr: u64) -> Result<()> {
-    let mut byte = [0u8; 8];
-    let local = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: byte.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: byte.len(),
-    };
-    // SAFETY: reads 8 bytes of another process into our 8-byte buffer.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n == byte.len() as isize {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => Err(not_permitted(pid)),
-        Some(libc::ESRCH) => Err(Error::new(format!("no such process: {pid}"))),
-        _ => Err(Error::new(format!(
-            "cannot read the memory of process {pid}: {e}"
-        ))),
+    match Remote::new(pid).read_uncached(addr as usize, &mut [0u8; 8]) {
+        Ok(()) => Ok(()),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => Err(not_permitted(pid)),
+            Some(libc::ESRCH) => Err(Error::new(format!("no such process: {pid}"))),
+            _ => Err(Error::new(format!(
+                "cannot read the memory of process {pid}: {e}"
+            ))),
+        },
     }
 }
 

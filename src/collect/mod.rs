@@ -20,7 +20,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::recording::{ChannelSummary, ProcSummary, Recording, Tick};
+use crate::recording::{between, ChannelSummary, ProcSummary, Recording, Tick};
 pub use decode::Events;
 
 use crate::error::Result;
@@ -115,29 +115,13 @@ impl Snapshot {
             if !keep(&channel) {
                 continue;
             }
-            let since = |t: u64| t >= from_ns;
-            channel.samples = events
-                .samples
-                .iter()
-                .filter(|s| since(s.t_ns))
-                .cloned()
-                .collect();
-            channel.allocs = events
-                .allocs
-                .iter()
-                .filter(|a| since(a.t_ns))
-                .cloned()
-                .collect();
-            channel.copies = events
-                .copies
-                .iter()
-                .filter(|c| since(c.t_ns))
-                .cloned()
-                .collect();
+            channel.samples = between(&events.samples, from_ns, u64::MAX, false);
+            channel.allocs = between(&events.allocs, from_ns, u64::MAX, false);
+            channel.copies = between(&events.copies, from_ns, u64::MAX, false);
             channel.peak_marks = events
                 .peak_marks
                 .iter()
-                .filter(|m| since(m.0))
+                .filter(|m| m.0 >= from_ns)
                 .copied()
                 .collect();
             channel.window_ns = events.window_ns;

@@ -26,6 +26,12 @@ impl Remote {
     }
 
     fn read_raw(&self, addr: usize, out: &mut [u8]) -> bool {
+        self.read_uncached(addr, out).is_ok()
+    }
+
+    /// Read `out.len()` bytes at `addr` past the cache, with the kernel's reason when it
+    /// refuses (`EPERM`: not permitted; `ESRCH`: gone).
+    pub fn read_uncached(&self, addr: usize, out: &mut [u8]) -> std::io::Result<()> {
         let local = libc::iovec {
             iov_base: out.as_mut_ptr().cast(),
             iov_len: out.len(),
@@ -37,7 +43,11 @@ impl Remote {
         // SAFETY: one local iovec over `out` (writable, of that length) and one remote iovec;
         // the kernel validates the remote range and returns an error instead of faulting.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-        n == out.len() as isize
+        match n {
+            n if n == out.len() as isize => Ok(()),
+            n if n < 0 => Err(std::io::Error::last_os_error()),
+            _ => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+        }
     }
 
     fn block(&self, start: usize) -> Option<[u8; BLOCK]> {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::filter::Filter;
 use super::profile::Profile;
-use crate::recording::{ChannelSummary, Recording, RegionSpan, Tick};
+use crate::recording::{between, ChannelSummary, Recording, RegionSpan, Tick};
 use crate::symbolize::NativeNames;
 
 /// Lines named per list of a region summary.
@@ -294,48 +294,15 @@ fn peak_moment(c: &ChannelSummary, from: u64, to: u64) -> u64 {
 /// Folded allocation groups are left out (only runs long enough to fold have them, and their
 /// times are windows, not moments).
 fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
-    let inside = |t: u64| t >= from && t <= to;
     ChannelSummary {
-        samples: c
-            .samples
-            .iter()
-            .filter(|s| inside(s.t_ns))
-            .map(|s| {
-                let mut s = s.clone();
-                s.t_ns = s.t_ns.saturating_sub(from);
-                s
-            })
-            .collect(),
-        allocs: c
-            .allocs
-            .iter()
-            .filter(|a| inside(a.t_ns))
-            .map(|a| {
-                let mut a = a.clone();
-                a.t_ns = a.t_ns.saturating_sub(from);
-                a.freed_ns = a
-                    .freed_ns
-                    .filter(|&f| f <= to)
-                    .map(|f| f.saturating_sub(from));
-                a
-            })
-            .collect(),
-        alloc_groups: Vec::new(),
-        copies: c
-            .copies
-            .iter()
-            .filter(|x| inside(x.t_ns))
-            .map(|x| {
-                let mut x = x.clone();
-                x.t_ns = x.t_ns.saturating_sub(from);
-                x
-            })
-            .collect(),
+        samples: between(&c.samples, from, to, true),
+        allocs: between(&c.allocs, from, to, true),
+        copies: between(&c.copies, from, to, true),
         peak_marks: c
             .peak_marks
             .iter()
-            .filter(|m| inside(m.0))
-            .map(|&(t, h)| (t.saturating_sub(from), h))
+            .filter(|m| (from..=to).contains(&m.0))
+            .map(|&(t, h)| (t - from, h))
             .collect(),
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),

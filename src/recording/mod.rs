@@ -178,6 +178,67 @@ impl ChannelSummary {
     }
 }
 
+/// An event at a moment of the run, for views cut to a stretch of it (a region, a snapshot's
+/// recent part).
+pub trait Timed: Clone {
+    /// Nanoseconds from launch.
+    fn t_ns(&self) -> u64;
+    /// A copy as seen from a stretch ending at `to` whose times count from `from`.
+    fn cut(&self, from: u64, to: u64) -> Self;
+}
+
+impl Timed for CpuSample {
+    fn t_ns(&self) -> u64 {
+        self.t_ns
+    }
+    fn cut(&self, from: u64, _to: u64) -> Self {
+        CpuSample {
+            t_ns: self.t_ns.saturating_sub(from),
+            ..self.clone()
+        }
+    }
+}
+
+impl Timed for CopySample {
+    fn t_ns(&self) -> u64 {
+        self.t_ns
+    }
+    fn cut(&self, from: u64, _to: u64) -> Self {
+        CopySample {
+            t_ns: self.t_ns.saturating_sub(from),
+            ..self.clone()
+        }
+    }
+}
+
+impl Timed for AllocSample {
+    fn t_ns(&self) -> u64 {
+        self.t_ns
+    }
+    /// Freed after `to`: not freed within the stretch.
+    fn cut(&self, from: u64, to: u64) -> Self {
+        AllocSample {
+            t_ns: self.t_ns.saturating_sub(from),
+            freed_ns: self
+                .freed_ns
+                .filter(|&f| f <= to)
+                .map(|f| f.saturating_sub(from)),
+            ..self.clone()
+        }
+    }
+}
+
+/// The events from `from` to `to` (ns from launch, inclusive), cut to that stretch
+/// ([`Timed::cut`]; `shift`: times count from `from`, else they stay from launch).
+pub fn between<T: Timed>(events: &[T], from: u64, to: u64, shift: bool) -> Vec<T> {
+    let origin = if shift { from } else { 0 };
+    events
+        .iter()
+        .filter(|e| (from..=to).contains(&e.t_ns()))
+        .map(|e| e.cut(origin, to))
+        .collect()
+}
+
 /// A region the program marked itself: its exact heap figures come from the preload library's
 /// counters at its begin and end.
 #[derive(Clone, Debug, Default, PartialEq)]
