@@ -109,6 +109,59 @@ fn xdist_workers_measure_their_own_tests() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Started under `mlprof run` already, `--mlprof` measures in place (no second mlprof).
+#[test]
+fn under_mlprof_run_the_plugin_measures_in_place() {
+    let py = &fixture::numpy_pythons()[0];
+    let dir = module_dir();
+    let out = fixture::mlprof()
+        .args(["run", "-q", "--"])
+        .arg(&py.exe)
+        .args([
+            "-m",
+            "pytest",
+            "-p",
+            "mlprof.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+        ])
+        .args(["--mlprof", "-rA", "test_limits.py"])
+        .current_dir(&dir)
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .env_remove("MLPROF_BIN")
+        .output()
+        .unwrap();
+    check_outcomes(&out, "under mlprof run");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sizes as pytest-memray reads them: KB, MB and GB are powers of 1024, as KiB, MiB, GiB.
+#[test]
+fn limits_read_sizes_as_pytest_memray_does() {
+    let py = &fixture::numpy_pythons()[0];
+    let check = [
+        "from mlprof.pytest_plugin import parse_size as p",
+        "assert p('1 KB') == p('1KiB') == 1024",
+        "assert p('24 MB') == p('24MiB') == 24 * 2**20",
+        "assert p('1.5GB') == p('1.5 GiB') == 3 * 2**29",
+        "assert p(4096) == p('4096') == p('4096B') == 4096",
+        "for bad in ('lots', '-1 MB', '1 XB'):",
+        "    try:",
+        "        p(bad)",
+        "    except ValueError:",
+        "        pass",
+        "    else:",
+        "        raise SystemExit('accepted ' + bad)",
+    ]
+    .join("\n");
+    let out = Command::new(&py.exe)
+        .args(["-c", &check])
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 #[test]
 fn without_the_flag_the_markers_change_nothing() {
     let py = &fixture::numpy_pythons()[0];
