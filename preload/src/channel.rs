@@ -37,7 +37,7 @@ pub fn detach() {
     if !old.is_null() {
         // SAFETY: mapped by `open` with `len` bytes and no longer published; the fork child is
         // single-threaded at this point.
-        unsafe { libc::munmap(old as *mut libc::c_void, len) };
+        unsafe { crate::real::munmap(old as *mut libc::c_void, len) };
     }
 }
 
@@ -76,7 +76,7 @@ pub fn open(dir: &[u8], slots: u64, fill: impl FnOnce(&mut Header)) -> Option<&'
         // SAFETY: `old` was mapped by this function with `old_len` bytes; it is no longer
         // published, and the only caller that replaces a channel is the fork child, which is
         // single-threaded at that point.
-        unsafe { libc::munmap(old as *mut libc::c_void, old_len) };
+        unsafe { crate::real::munmap(old as *mut libc::c_void, old_len) };
     }
     Some(ring.header())
 }
@@ -122,7 +122,7 @@ fn map_new_file(path: &core::ffi::CStr, len: usize) -> Option<*mut u8> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let addr = if sized {
         // SAFETY: mapping `len` bytes of a file we just gave `len` bytes; no fixed address.
-        unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) }
+        unsafe { crate::real::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) }
     } else {
         libc::MAP_FAILED
     };

@@ -88,6 +88,7 @@ extern "C" fn on_fork_child() {
                                              // at the fork) are not the child's, or a child left without a channel could spin forever
                                              // in `mlprof_region_end`.
     crate::marks::forget_in_child();
+    memory::mapped::forget_in_child(); // its inherited mappings are its parent's
     if NO_FOLLOW.load(Ordering::Relaxed) {
         channel::detach();
         heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));
@@ -135,6 +136,7 @@ fn attach(forked: bool) -> Option<&'static Header> {
         h.inherited_heap = inherited.unwrap_or(0).max(0) as u64;
     })?;
     heap::publish(&header.heap, inherited);
+    memory::mapped::publish(&header.mapped);
     let start = ProcessStart {
         pid: header.pid,
         ppid: header.ppid,

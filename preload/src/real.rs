@@ -82,6 +82,80 @@ pub unsafe fn usable_size(ptr: *mut c_void) -> usize {
     unsafe { libc::malloc_usable_size(ptr) }
 }
 
+/// The `mmap` system call (what glibc's `mmap` does on 64-bit Linux: it sets `errno` and
+/// returns `MAP_FAILED` on failure). Ours rather than glibc's exported name, which our own hook
+/// replaces.
+///
+/// # Safety
+/// The C contract of `mmap` (a fixed address replaces whatever is mapped there).
+#[inline]
+pub unsafe fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: forwarded caller contract; six integer arguments, as the system call takes.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr as libc::c_long,
+            len as libc::c_long,
+            prot as libc::c_long,
+            flags as libc::c_long,
+            fd as libc::c_long,
+            offset as libc::c_long,
+        )
+    };
+    if r == -1 {
+        libc::MAP_FAILED
+    } else {
+        r as *mut c_void
+    }
+}
+
+/// The `munmap` system call.
+///
+/// # Safety
+/// The C contract of `munmap` (nothing may use the range afterwards).
+#[inline]
+pub unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { libc::syscall(libc::SYS_munmap, addr as libc::c_long, len as libc::c_long) as c_int }
+}
+
+/// The `mremap` system call (`new_addr` is read by the kernel only with `MREMAP_FIXED`).
+///
+/// # Safety
+/// The C contract of `mremap`.
+#[inline]
+pub unsafe fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: forwarded caller contract.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mremap,
+            old as libc::c_long,
+            old_len as libc::c_long,
+            new_len as libc::c_long,
+            flags as libc::c_long,
+            new_addr as libc::c_long,
+        )
+    };
+    if r == -1 {
+        libc::MAP_FAILED
+    } else {
+        r as *mut c_void
+    }
+}
+
 /// Terminate the process now, like `_exit` (no atexit handlers, no stdio flush).
 pub fn exit_group(code: c_int) -> ! {
     // SAFETY: the exit_group syscall takes an int and does not return.

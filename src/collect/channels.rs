@@ -20,7 +20,7 @@ use super::mapping::{Mapping, OpenError};
 use super::procfs;
 use super::waits;
 use crate::recording::maps::{self, MappedFile};
-use crate::recording::ChannelSummary;
+use crate::recording::{ChannelSummary, MappedMemory};
 
 struct Channel {
     mapping: Mapping,
@@ -325,6 +325,11 @@ impl Channels {
                 codes: decoded.codes,
                 threads: decoded.threads,
                 regions: decoded.regions,
+                mapped: MappedMemory {
+                    marks: decoded.mapped_marks,
+                    mappings: decoded.mappings,
+                    ..channel.summary.mapped.counters()
+                },
                 ..channel.summary.clone()
             });
         }
@@ -362,6 +367,11 @@ impl Channels {
                     codes: d.codes.clone(),
                     threads: d.threads.clone(),
                     regions: d.regions.clone(),
+                    mapped: MappedMemory {
+                        marks: d.mapped_marks.clone(),
+                        mappings: d.mappings.clone(),
+                        ..channel.summary.mapped.counters()
+                    },
                     still_running: live.contains(path),
                     ..channel.summary.clone()
                 };
@@ -520,6 +530,12 @@ impl Channel {
             s.heap_peak_seen_ns = now_ns;
         }
         s.heap_current = signed(header.heap.current.load(Ordering::Relaxed));
+        let mapped = &header.mapped;
+        let clamped = |v: i64| (v.max(0) as u64).min(MAX_RECORD_BYTES);
+        s.mapped.peak = clamped(mapped.peak.load(Ordering::Relaxed));
+        s.mapped.current = clamped(mapped.current.load(Ordering::Relaxed));
+        s.mapped.total = mapped.total.load(Ordering::Relaxed).min(MAX_RECORD_BYTES);
+        s.mapped.count = mapped.count.load(Ordering::Relaxed);
         s.alloc_bytes = header
             .heap
             .total

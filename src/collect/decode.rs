@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use mlprof_wire::{
-    region_phase, Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES, MAX_REGION_NAME,
+    alloc_flags, region_phase, Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES,
+    MAX_REGION_NAME,
 };
 
 use crate::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample, RegionSpan};
@@ -73,6 +74,13 @@ pub struct Decoded {
     pub peak_marks: Vec<(u64, u64)>,
     /// Regions the program marked (few: never compacted, copied into each snapshot).
     pub regions: Vec<RegionSpan>,
+    /// Sampled anonymous mappings and the marks of their highs (few: copied into each
+    /// snapshot; pruned by [`Decoded::prune_mappings`]).
+    pub mappings: Vec<AllocSample>,
+    /// Marks of the highest bytes mapped: (ns from launch, bytes), rising.
+    pub mapped_marks: Vec<(u64, u64)>,
+    /// Index in `mappings` of each sampled mapping still mapped, by address.
+    live_mapped: HashMap<u64, usize>,
     /// Regions that ended with a report asked for and not yet handed out
     /// ([`Decoded::take_report_requests`]): (id, report level).
     report_requests: Vec<(u64, u8)>,
@@ -90,6 +98,9 @@ pub struct Decoded {
     /// Events held after the last compaction ([`Decoded::compact_if_due`]).
     held_after_compaction: usize,
 }
+
+/// Sampled mappings held before the unmapped ones are pruned.
+const MAPPINGS_KEPT: usize = 10_000;
 
 /// Events held before the first compaction: short runs are never compacted.
 const COMPACT_FROM: usize = 100_000;
@@ -222,6 +233,33 @@ impl Decoded {
 
     /// Note that allocation `i` (counted from the first) was freed at `t_ns`, unless it
     /// already was.
+    /// A sampled anonymous mapping.
+    fn mapped(&mut self, mapping: AllocSample) {
+        if let Some(old) = self.live_mapped.insert(mapping.addr, self.mappings.len()) {
+            if let Some(m) = self.mappings.get_mut(old) {
+                m.freed_ns.get_or_insert(mapping.t_ns); // its unmapping was not seen
+            }
+        }
+        self.mappings.push(mapping);
+        if self.mappings.len() >= 2 * MAPPINGS_KEPT.max(self.live_mapped.len()) {
+            self.prune_mappings();
+        }
+    }
+
+    /// Drop the mappings unmapped before the last mark: no later high can hold them.
+    pub fn prune_mappings(&mut self) {
+        let last = self.mapped_marks.last().map_or(0, |&(t, _)| t);
+        self.mappings
+            .retain(|m| m.freed_ns.is_none_or(|f| f > last));
+        self.live_mapped = self
+            .mappings
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.freed_ns.is_none())
+            .map(|(i, m)| (m.addr, i))
+            .collect();
+    }
+
     fn freed(&mut self, i: usize, t_ns: u64) {
         match i.checked_sub(self.shared.allocs.len()) {
             Some(recent) => {
@@ -313,6 +351,12 @@ impl Decoder {
                         _ => self.out.malformed += 1,
                     },
                     Some(Kind::Region) => self.region(r, t_ns),
+                    Some(Kind::MappedMark) => match r.as_mapped_mark() {
+                        Some(bytes) if bytes <= MAX_RECORD_BYTES => {
+                            self.out.mapped_marks.push((t_ns, bytes))
+                        }
+                        _ => self.out.malformed += 1,
+                    },
                     _ => {}
                 }
             }
@@ -414,6 +458,10 @@ impl Decoder {
     fn free(&mut self, addr: u64, t_ns: u64) {
         if let Some(i) = self.out.live.remove(&addr) {
             self.out.freed(i, t_ns);
+        } else if let Some(i) = self.out.live_mapped.remove(&addr) {
+            if let Some(m) = self.out.mappings.get_mut(i) {
+                m.freed_ns.get_or_insert(t_ns);
+            }
         }
     }
 
@@ -560,6 +608,9 @@ impl Decoder {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => {}
             Pending::Sample { sample, .. } => self.out.samples.push(sample),
+            Pending::Alloc { alloc, .. } if alloc.flags & alloc_flags::MAPPED != 0 => {
+                self.out.mapped(alloc);
+            }
             Pending::Alloc { alloc, .. } => {
                 // A new block at a live sampled address means its free was not seen (dropped).
                 let index = self.out.shared.allocs.len() + self.out.allocs.len();

@@ -165,6 +165,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         instrumented: !images.is_empty(),
         forked: last.is_some_and(|l| l.forked),
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
+        peak_mapped_bytes: images.iter().map(|i| i.mapped.peak).max().unwrap_or(0),
         peak_gpu_memory_bytes: 0, // from the GPU polls, in `attribute`
         still_running: last.is_some_and(|l| l.still_running),
         rank: None,
@@ -202,6 +203,7 @@ fn memory(rec: &Recording, processes: &[Process]) -> Memory {
         .map_or(0, |t| t.rss_bytes.saturating_sub(t.heap_bytes));
     Memory {
         unaccounted_bytes,
+        peak_mapped_bytes: processes.iter().map(|p| p.peak_mapped_bytes).sum(),
         peak_heap_bytes: peak,
         peak_rss_bytes: tick_rss.max(proc_rss),
         peak_at_s: at_ns as f64 / NS,

@@ -1,5 +1,6 @@
 //! Sampled allocations and copies → bytes at each place: allocated (and how much through
-//! Python's allocator), live at the heap peak, copied. The peak moment of a process is its
+//! Python's allocator), live at the heap peak, copied; anonymous mappings held at their own
+//! peak. The peak moment of a process is its
 //! last peak mark (the heap's highest point, to within 1%). Pure.
 
 use std::collections::HashMap;
@@ -39,6 +40,10 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
                 acc.peak_bytes += g.held_at_peak;
             }
             acc.blocks.group(g);
+        }
+        for m in channel.mapped.held_at_peak() {
+            let place = place_of(&m.frames, m.tid, channel.pid, &mut lines, filter);
+            places.entry(place).or_default().mapped_peak_bytes += m.weight;
         }
         for c in &channel.copies {
             let place = place_of(&c.frames, c.tid, channel.pid, &mut lines, filter);

@@ -200,6 +200,7 @@ fn add_memory(into: &mut Memory, m: &Memory, largest: &mut u64) {
     into.peak_heap_bytes += m.peak_heap_bytes;
     into.peak_rss_bytes += m.peak_rss_bytes;
     into.unaccounted_bytes += m.unaccounted_bytes;
+    into.peak_mapped_bytes += m.peak_mapped_bytes;
 }
 
 fn add_gpu(into: &mut Gpu, g: &Gpu, name: &str) {
@@ -227,6 +228,7 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     into.alloc_python_bytes += m.alloc_python_bytes;
     into.peak_bytes += m.peak_bytes;
     into.copy_bytes += m.copy_bytes;
+    into.mapped_peak_bytes += m.mapped_peak_bytes;
     into.leak = match (into.leak, m.leak) {
         (Some(a), Some(b)) => Some(Leak {
             likelihood: a.likelihood.max(b.likelihood),

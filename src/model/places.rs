@@ -54,6 +54,8 @@ pub struct Acc {
     pub peak_bytes: u64,
     /// Bytes copied.
     pub copy_bytes: u64,
+    /// Bytes mapped here and still mapped at the process's mapped peak.
+    pub mapped_peak_bytes: u64,
     /// Sampled blocks (for footprints and leak evidence).
     pub blocks: Lifetimes,
     /// Sampled time here while the process's GPU utilisation was known (ns).
@@ -77,6 +79,7 @@ impl Acc {
         self.alloc_python_bytes += other.alloc_python_bytes;
         self.peak_bytes += other.peak_bytes;
         self.copy_bytes += other.copy_bytes;
+        self.mapped_peak_bytes += other.mapped_peak_bytes;
         self.blocks.merge(other.blocks);
         self.gpu_time_ns += other.gpu_time_ns;
         self.gpu_busy_ns += other.gpu_busy_ns;
@@ -157,6 +160,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.alloc_python_bytes += acc.alloc_python_bytes;
     m.peak_bytes += acc.peak_bytes;
     m.copy_bytes += acc.copy_bytes;
+    m.mapped_peak_bytes += acc.mapped_peak_bytes;
     m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;
 }
 

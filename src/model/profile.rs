@@ -177,6 +177,10 @@ pub struct Process {
     /// Heap bytes a fork child inherited from its parent (included in its peak).
     #[serde(default)]
     pub inherited_heap_bytes: u64,
+    /// Highest bytes of anonymous mappings the process made itself (`mmap` outside the malloc
+    /// family), exact; apart from the heap (`docs/design/mapped-memory.md`).
+    #[serde(default)]
+    pub peak_mapped_bytes: u64,
     /// Highest GPU memory NVML reported for this process (bytes; 0 without a GPU context).
     #[serde(default)]
     pub peak_gpu_memory_bytes: u64,
@@ -204,6 +208,10 @@ pub struct Memory {
     /// see (linked privately into wheels: jemalloc, mimalloc, CUDA caching).
     #[serde(default)]
     pub unaccounted_bytes: u64,
+    /// Highest bytes of anonymous mappings the programs made themselves, apart from the heap:
+    /// the sum of each process's own peak (exact for one process).
+    #[serde(default)]
+    pub peak_mapped_bytes: u64,
     /// Footprint over time, at most a few thousand points (older points merged, keeping maxima).
     pub timeline: Vec<MemorySample>,
 }
@@ -419,6 +427,10 @@ pub struct Measures {
     pub peak_bytes: u64,
     /// Bytes copied by memcpy/memmove.
     pub copy_bytes: u64,
+    /// Bytes of anonymous mappings made here (`mmap` outside the malloc family) and still
+    /// mapped when the process's mappings were at their highest; apart from `peak_bytes`.
+    #[serde(default)]
+    pub mapped_peak_bytes: u64,
     /// Leak evidence, if the line likely leaks.
     pub leak: Option<Leak>,
     /// Percent of time the GPU was busy while this line ran.

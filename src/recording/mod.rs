@@ -134,6 +134,47 @@ pub struct ChannelSummary {
     pub still_running: bool,
     /// Regions the program marked itself (`mlprof.mark`, pytest tests), in begin order.
     pub regions: Vec<RegionSpan>,
+    /// Anonymous mappings the program made itself, apart from the heap.
+    pub mapped: MappedMemory,
+}
+
+/// Anonymous mappings a process made itself (`mmap` and `mremap` outside the malloc family):
+/// exact counters from its header, and the sampled mappings that matter for the lines holding
+/// them at their peak (`docs/design/mapped-memory.md`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MappedMemory {
+    /// Highest bytes mapped at once (exact).
+    pub peak: u64,
+    /// Bytes mapped now, or at the process's end.
+    pub current: u64,
+    /// Bytes mapped in total.
+    pub total: u64,
+    /// Mappings made.
+    pub count: u64,
+    /// New highs: (ns from launch, bytes mapped), rising.
+    pub marks: Vec<(u64, u64)>,
+    /// Sampled mappings (flag `MAPPED`), with their unmapping time; those unmapped before the
+    /// last mark are dropped once many are held (they can no longer be held at a peak).
+    pub mappings: Vec<AllocSample>,
+}
+
+impl MappedMemory {
+    /// The counters alone.
+    pub fn counters(&self) -> MappedMemory {
+        MappedMemory {
+            marks: Vec::new(),
+            mappings: Vec::new(),
+            ..*self
+        }
+    }
+
+    /// Sampled mappings live at the highest mark: (sample, bytes it stands for).
+    pub fn held_at_peak(&self) -> impl Iterator<Item = &AllocSample> {
+        let peak = self.marks.last().map(|&(t, _)| t);
+        self.mappings
+            .iter()
+            .filter(move |m| peak.is_some_and(|p| m.t_ns <= p && m.freed_ns.is_none_or(|f| f > p)))
+    }
 }
 
 impl ChannelSummary {
@@ -174,6 +215,7 @@ impl ChannelSummary {
             last_wait_ns: self.last_wait_ns,
             still_running: self.still_running,
             regions: Vec::new(),
+            mapped: self.mapped.counters(),
         }
     }
 }

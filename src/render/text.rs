@@ -143,6 +143,13 @@ fn header(out: &mut String, p: &Profile) {
             bytes(m.peak_rss_bytes),
             bytes(m.unaccounted_bytes)
         );
+        if m.peak_mapped_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  peak mapped     {} (anonymous mmap outside malloc, apart from the heap; counted when mapped, resident or not)",
+                bytes(m.peak_mapped_bytes)
+            );
+        }
     }
     let gpu = if p.gpu.available {
         let names: Vec<String> = p
@@ -193,6 +200,7 @@ fn shown(l: &crate::model::LineStats, whole_s: f64, whole_bytes: u64) -> bool {
         || (whole_bytes > 0 && m.alloc_bytes as f64 >= MIN_SHARE * whole_bytes as f64)
         || m.peak_bytes > 0
         || m.copy_bytes > 0
+        || m.mapped_peak_bytes > 0
 }
 
 /// One table per file, a row per line: time by kind (shares of the sampled time), then memory
@@ -201,14 +209,20 @@ fn shown(l: &crate::model::LineStats, whole_s: f64, whole_bytes: u64) -> bool {
 fn lines(out: &mut String, p: &Profile) {
     let whole: f64 = p.lines.iter().map(|l| total_time(&l.measures)).sum();
     let whole_bytes: u64 = p.lines.iter().map(|l| l.measures.alloc_bytes).sum();
-    if whole <= 0.0 && whole_bytes == 0 {
+    let mapped = p.lines.iter().any(|l| l.measures.mapped_peak_bytes > 0);
+    if whole <= 0.0 && whole_bytes == 0 && !mapped {
         return;
     }
     let _ = writeln!(
         out,
-        "\nBy line ({} sampled in {} samples; time as shares of it; memory sampled, held = live at the heap peak)",
+        "\nBy line ({} sampled in {} samples; time as shares of it; memory sampled, held = live at the heap peak{})",
         seconds(whole),
-        p.cpu_samples
+        p.cpu_samples,
+        if mapped {
+            ", mapped = anonymous mmap held at its own peak"
+        } else {
+            ""
+        }
     );
     let gpu = gpu_columns(p);
     let mut file = "";
@@ -218,7 +232,7 @@ fn lines(out: &mut String, p: &Profile) {
             let _ = writeln!(out, "  {}", Clean(file));
             let _ = writeln!(
                 out,
-                "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} {}source",
+                "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {}{:>10} {:<10} {:<4} {}source",
                 "line",
                 "Python",
                 "native",
@@ -227,6 +241,11 @@ fn lines(out: &mut String, p: &Profile) {
                 "allocated",
                 "Py",
                 "held",
+                if mapped {
+                    format!("{:>10} ", "mapped")
+                } else {
+                    String::new()
+                },
                 "copy/s",
                 "footprint",
                 "leak",
@@ -246,7 +265,7 @@ fn lines(out: &mut String, p: &Profile) {
         };
         let _ = writeln!(
             out,
-            "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {:>10} {:<10} {:<4} {}\u{1}{}",
+            "    {:>6} {:>6} {:>6} {:>6} {:>8} {:>10} {:>4} {:>10} {}{:>10} {:<10} {:<4} {}\u{1}{}",
             line.line,
             pct(m.cpu_python_s, whole),
             pct(m.cpu_native_s, whole),
@@ -255,6 +274,11 @@ fn lines(out: &mut String, p: &Profile) {
             bytes(m.alloc_bytes),
             python_share,
             bytes(m.peak_bytes),
+            if mapped {
+                format!("{:>10} ", bytes(m.mapped_peak_bytes))
+            } else {
+                String::new()
+            },
             rate(m.copy_bytes, p.wall_s),
             sparkline(&line.footprint_bytes),
             if m.leak.is_some() { "leak" } else { "" },

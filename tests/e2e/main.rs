@@ -14,6 +14,7 @@ mod foundation;
 mod gpu;
 mod html;
 mod linetables;
+mod mapped;
 mod memory;
 mod notebook;
 mod overhead;

@@ -22,7 +22,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
 pub const CMDLINE_BYTES: usize = 4096;
 /// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.

@@ -49,6 +49,9 @@ pub enum Kind {
     /// `c` = heap bytes now, `d` = highest heap since the region began (end and peak phases).
     /// A begin's name (UTF-8) follows in [`Kind::Data`] records.
     Region = 12,
+    /// The process's anonymous mappings (`mmap` outside the malloc family) reached a new high
+    /// (at least 1% and 1 MiB above the previous mark). `a` = mapped bytes.
+    MappedMark = 13,
 }
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
@@ -78,6 +81,9 @@ pub mod region_phase {
 pub mod alloc_flags {
     /// Allocated through Python's object / memory allocator (`PyObject_Malloc`, `PyMem_Malloc`).
     pub const PYTHON: u32 = 1;
+    /// An anonymous mapping made with `mmap` / `mremap` directly (not through malloc): counted
+    /// apart from the heap (`docs/design/mapped-memory.md`).
+    pub const MAPPED: u32 = 2;
 }
 
 /// Frames packed in one [`Kind::Frames`] record.
@@ -115,6 +121,7 @@ impl Kind {
             10 => Some(Kind::PeakMark),
             11 => Some(Kind::Copy),
             12 => Some(Kind::Region),
+            13 => Some(Kind::MappedMark),
             _ => None,
         }
     }
@@ -491,6 +498,16 @@ impl Record {
     /// The heap bytes of a [`Kind::PeakMark`] record.
     pub fn as_peak_mark(&self) -> Option<u64> {
         Some(self.words_of(Kind::PeakMark)?[0])
+    }
+
+    /// A [`Kind::MappedMark`] record: the process's anonymous mappings reached `mapped_bytes`.
+    pub fn mapped_mark(tid: u32, ts_ns: u64, mapped_bytes: u64) -> Record {
+        Record::with(Kind::MappedMark, tid, ts_ns, [mapped_bytes, 0, 0, 0, 0])
+    }
+
+    /// The mapped bytes of a [`Kind::MappedMark`] record.
+    pub fn as_mapped_mark(&self) -> Option<u64> {
+        Some(self.words_of(Kind::MappedMark)?[0])
     }
 
     /// A [`Kind::Copy`] record.

@@ -129,6 +129,9 @@ pub struct Header {
     pub signal_ns: [AtomicU64; 32],
     /// Exact heap counters.
     pub heap: HeapCounters,
+    /// Exact counters of the anonymous mappings the program made itself (`mmap`, `mremap`;
+    /// not the malloc family's, not files): bytes mapped, apart from the heap.
+    pub mapped: HeapCounters,
     /// Records dropped because the ring was full.
     pub dropped: Padded,
     /// Next slot position to reserve (writers).

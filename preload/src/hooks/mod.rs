@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod copy;
 pub mod exports;
+pub mod mmap;
 pub mod process;
 pub mod signal;
 pub mod thread;

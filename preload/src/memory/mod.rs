@@ -3,6 +3,7 @@
 //! wrapper around Python's own allocator ([`pymem`]).
 
 pub mod live;
+pub mod mapped;
 pub mod pymem;
 pub mod regions;
 pub mod sampler;

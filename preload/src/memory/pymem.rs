@@ -116,7 +116,11 @@ extern "C" fn arena_alloc(ctx: *mut c_void, size: size_t) -> *mut c_void {
     let Some(f) = orig.alloc else {
         return core::ptr::null_mut();
     };
-    let ptr = f(orig.ctx, size);
+    // Inside: the arena's own `mmap` is heap, not a mapping of the program's.
+    let ptr = local::with(|l| {
+        let _inside = l.hold();
+        f(orig.ctx, size)
+    });
     if !ptr.is_null() && super::regions::insert(ptr as usize, size) {
         let now = crate::heap::counters().add(size as u64);
         crate::marks::allocated(now);
@@ -132,8 +136,20 @@ extern "C" fn arena_free(ctx: *mut c_void, ptr: *mut c_void, size: size_t) {
         crate::heap::counters().sub(counted as u64);
     }
     if let Some(f) = orig.free {
-        f(orig.ctx, ptr, size);
+        // Inside, as in `arena_alloc`: its `munmap` is no concern of the mapping hooks.
+        local::with(|l| {
+            let _inside = l.hold();
+            f(orig.ctx, ptr, size)
+        });
     }
+}
+
+/// Whether Python's arenas are mapped uncounted: the interpreter's arena allocator exists and
+/// is not wrapped yet, so a mapping now may be one of its arenas (which count in the heap once
+/// wrapped), not the program's own.
+#[inline]
+pub fn arenas_uncounted() -> bool {
+    GET_ARENA.load(Ordering::Relaxed) != 0 && !INSTALLED.load(Ordering::Acquire)
 }
 
 /// Install the wrapper if it is not yet and this is the moment (interpreter initialised, GIL

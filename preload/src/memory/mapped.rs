@@ -1,0 +1,288 @@
+//! Anonymous mappings the program makes itself (`mmap`, `munmap`, `mremap` called directly:
+//! allocators linked into wheels, Python's `mmap` module, array libraries' buffers), counted
+//! apart from the heap: exact bytes mapped now and at most, peak marks, and sampled with their
+//! Python line like allocations (flag `MAPPED`). glibc's malloc maps its large blocks through
+//! internal calls these hooks never see, so nothing is counted twice. Not counted: mappings
+//! that cannot hold data yet (`PROT_NONE` reservations, `MAP_NORESERVE`), files, Python's own
+//! arenas (in the heap already), and mappings made before Python's allocator was wrapped.
+//! See docs/design/mapped-memory.md. Runs inside hooks: no allocation, no locks.
+
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicUsize, Ordering};
+
+use mlprof_wire::{alloc_flags, HeapCounters, Record};
+
+use super::{pymem, sampler};
+use crate::{channel, clock, local};
+
+const SLOTS: usize = 1 << 12;
+const PROBES: usize = 64;
+const EMPTY: usize = 0;
+const GONE: usize = 1;
+const PAGE: usize = 4096;
+/// A new mark needs the mapped bytes at least this far above the last one (and 1% above it).
+const MIN_STEP: i64 = 1 << 20;
+
+/// The mappings counted now: (start, length), by start address.
+static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
+static LENGTHS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// Entries in the table: unmapping costs nothing while it is empty.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+static BOOT: HeapCounters = HeapCounters::new();
+static COUNTERS: AtomicPtr<HeapCounters> = AtomicPtr::new(&BOOT as *const _ as *mut _);
+/// Mapped bytes of the last mark sent.
+static LAST_MARK: AtomicI64 = AtomicI64::new(0);
+
+/// The counters of mapped bytes (process-local until the channel exists, then its header's).
+#[inline]
+pub fn counters() -> &'static HeapCounters {
+    // SAFETY: COUNTERS points to BOOT or to a channel header's counters, which stay mapped for
+    // the rest of the process (as `heap::counters`).
+    unsafe { &*COUNTERS.load(Ordering::Acquire) }
+}
+
+/// Count in `shared` (a freshly attached channel's header) from now on, with what was counted
+/// so far.
+pub fn publish(shared: &'static HeapCounters) {
+    let old = counters();
+    for (to, from) in [(&shared.current, &old.current), (&shared.peak, &old.peak)] {
+        to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    shared
+        .total
+        .store(old.total.load(Ordering::Relaxed), Ordering::Relaxed);
+    shared
+        .count
+        .store(old.count.load(Ordering::Relaxed), Ordering::Relaxed);
+    COUNTERS.store(shared as *const _ as *mut _, Ordering::Release);
+}
+
+/// A fork child: the mappings it inherited are its parent's. Starts from nothing, counting in
+/// this process only until it has a channel of its own.
+pub fn forget_in_child() {
+    for (start, len) in STARTS.iter().zip(LENGTHS.iter()) {
+        start.store(EMPTY, Ordering::Relaxed);
+        len.store(0, Ordering::Relaxed);
+    }
+    LIVE.store(0, Ordering::Relaxed);
+    LAST_MARK.store(0, Ordering::Relaxed);
+    BOOT.reset_to(0);
+    COUNTERS.store(&BOOT as *const _ as *mut _, Ordering::Release);
+}
+
+#[inline]
+fn pages(len: usize) -> usize {
+    len.saturating_add(PAGE - 1) & !(PAGE - 1)
+}
+
+/// `mmap` returned `addr` for `len` bytes with these `prot` and `flags`.
+pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32) {
+    if flags & libc::MAP_FIXED != 0 {
+        unmapped(addr, len); // the kernel replaced whatever was there
+    }
+    if flags & libc::MAP_ANONYMOUS == 0
+        || flags & libc::MAP_NORESERVE != 0
+        || prot == libc::PROT_NONE
+        || len == 0
+    {
+        return;
+    }
+    local::with(|l| {
+        // Inside mlprof, or inside Python's arena allocator (arenas are heap): not counted.
+        let Some(_entered) = l.enter() else { return };
+        if pymem::arenas_uncounted() {
+            return; // Python's own arenas cannot be told apart yet
+        }
+        add(l, addr, pages(len));
+    });
+}
+
+/// Count a new mapping and sample it.
+fn add(l: &local::Local, addr: usize, len: usize) {
+    if !insert(addr, len) {
+        return; // table full: a mapping we could not follow to its unmapping is not counted
+    }
+    let now = counters().add(len as u64);
+    if let Some(weight) = sampler::alloc_due(l, len) {
+        let gil = crate::python::runtime::holds_gil();
+        sampler::record_alloc(addr, len, weight, alloc_flags::MAPPED, sampler::reads(gil));
+    }
+    let last = LAST_MARK.load(Ordering::Relaxed);
+    if now > last + (last / 100).max(MIN_STEP)
+        && LAST_MARK
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let mark = Record::mapped_mark(clock::tid(), clock::monotonic_ns(), now as u64);
+        channel::send(&mark);
+    }
+}
+
+/// `munmap(addr, len)` succeeded: forget what it covered. A mapping cut in part keeps its
+/// other parts, sampled again at the caller's line.
+pub fn unmapped(addr: usize, len: usize) {
+    if LIVE.load(Ordering::Relaxed) == 0 || len == 0 {
+        return;
+    }
+    let (lo, hi) = (addr, addr.saturating_add(pages(len)));
+    let mut left = [(0usize, 0usize); 2];
+    let mut n = 0;
+    let mut cut = |start: usize, length: usize| {
+        let end = start + length;
+        counters().sub((end.min(hi) - start.max(lo)) as u64);
+        sampler::record_free(start);
+        for (a, b) in [(start, lo.min(end)), (hi.max(start), end)] {
+            if a < b && n < left.len() {
+                left[n] = (a, b - a);
+                n += 1;
+            }
+        }
+    };
+    match take(lo) {
+        Some(length) => cut(lo, length),
+        // Not a start: the tail or middle of a mapping, or several mappings.
+        None => scan(lo, hi, &mut cut),
+    }
+    // What is left of cut mappings stays counted (already), under a new start.
+    for &(start, length) in &left[..n] {
+        if !insert(start, length) {
+            counters().sub(length as u64);
+            continue;
+        }
+        local::with(|l| {
+            if let Some(_entered) = l.enter() {
+                if let Some(weight) = sampler::alloc_due(l, length) {
+                    let reads = sampler::reads(crate::python::runtime::holds_gil());
+                    sampler::record_alloc(start, length, weight, alloc_flags::MAPPED, reads);
+                }
+            }
+        });
+    }
+}
+
+/// `mremap` moved or resized the mapping at `old` (`old_len` bytes) to `new` (`new_len`).
+/// Counted only if the old one was.
+pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
+    if LIVE.load(Ordering::Relaxed) == 0 || old_len == 0 {
+        return;
+    }
+    let Some(length) = take(old) else { return };
+    let moved = pages(old_len).min(length);
+    if length > moved && !insert(old + moved, length - moved) {
+        counters().sub((length - moved) as u64); // the part beyond `old_len` stays where it was
+    }
+    counters().sub(moved as u64);
+    sampler::record_free(old);
+    local::with(|l| {
+        if let Some(_entered) = l.enter() {
+            add(l, new, pages(new_len));
+        }
+    });
+}
+
+/// Remember a counted mapping; `false` if the table is full.
+fn insert(start: usize, len: usize) -> bool {
+    let h = hash(start);
+    for probe in 0..PROBES {
+        let i = (h + probe) & (SLOTS - 1);
+        let key = STARTS[i].load(Ordering::Relaxed);
+        if (key == EMPTY || key == GONE)
+            && STARTS[i]
+                .compare_exchange(key, start, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            LENGTHS[i].store(len, Ordering::Release);
+            LIVE.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+/// Forget the counted mapping starting at `start`; its length, if it was counted.
+fn take(start: usize) -> Option<usize> {
+    let h = hash(start);
+    for probe in 0..PROBES {
+        let i = (h + probe) & (SLOTS - 1);
+        let key = STARTS[i].load(Ordering::Acquire);
+        if key == EMPTY {
+            return None;
+        }
+        if key == start {
+            return remove_slot(i, start);
+        }
+    }
+    None
+}
+
+/// Every counted mapping that overlaps `lo..hi`, forgotten and handed to `cut`.
+fn scan(lo: usize, hi: usize, cut: &mut dyn FnMut(usize, usize)) {
+    for i in 0..SLOTS {
+        let start = STARTS[i].load(Ordering::Acquire);
+        if start == EMPTY || start == GONE || start >= hi {
+            continue;
+        }
+        let len = LENGTHS[i].load(Ordering::Acquire);
+        if start.saturating_add(len) <= lo {
+            continue;
+        }
+        if let Some(len) = remove_slot(i, start) {
+            cut(start, len);
+        }
+    }
+}
+
+fn remove_slot(i: usize, start: usize) -> Option<usize> {
+    STARTS[i]
+        .compare_exchange(start, GONE, Ordering::AcqRel, Ordering::Relaxed)
+        .ok()?;
+    LIVE.fetch_sub(1, Ordering::Relaxed);
+    Some(LENGTHS[i].load(Ordering::Acquire))
+}
+
+#[inline]
+fn hash(addr: usize) -> usize {
+    (addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current() -> i64 {
+        counters().current.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn mappings_are_counted_until_unmapped_in_whole_or_in_part() {
+        forget_in_child();
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // Apart from the addresses other tests use (the live set is shared).
+        let base = 0x5a00_0000_0000usize;
+        mapped(base, 10 * PAGE, rw, anon);
+        assert_eq!(current(), 10 * PAGE as i64);
+        // Reservations and files are not memory yet.
+        mapped(base + (1 << 30), 1 << 30, libc::PROT_NONE, anon);
+        mapped(base + (2 << 30), 1 << 30, rw, anon | libc::MAP_NORESERVE);
+        mapped(base + (3 << 30), 1 << 20, rw, libc::MAP_PRIVATE);
+        assert_eq!(current(), 10 * PAGE as i64);
+        // Head, tail and middle cut off: the rest stays counted.
+        unmapped(base, PAGE);
+        unmapped(base + 9 * PAGE, PAGE);
+        unmapped(base + 4 * PAGE, 2 * PAGE);
+        assert_eq!(current(), 6 * PAGE as i64);
+        // Moved and grown.
+        remapped(base + PAGE, 3 * PAGE, base + (4 << 30), 8 * PAGE);
+        assert_eq!(current(), 11 * PAGE as i64);
+        // One call over several mappings, and over memory never counted.
+        unmapped(base, 1 << 30);
+        assert_eq!(current(), 8 * PAGE as i64);
+        unmapped(base + (4 << 30), 8 * PAGE);
+        assert_eq!(current(), 0);
+        assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+        assert_eq!(counters().peak.load(Ordering::Relaxed), 11 * PAGE as i64);
+        forget_in_child();
+        assert_eq!(counters().peak.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,122 @@
+//! Anonymous mappings outside malloc (issue 15): counted apart from the heap, attributed to
+//! the lines holding them at their peak, each process counting its own, on every Python.
+
+use mlprof::model::Profile;
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os, within};
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn run(py: &fixture::Python, scenario: &str) -> Profile {
+    let script = fixture::script("mapped.py");
+    let run = fixture::profile(&[os(&py.exe), os(&script), os(scenario)]);
+    assert!(
+        run.output.status.success(),
+        "{}: {}",
+        py.minor,
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    run.profile
+}
+
+#[test]
+fn mappings_are_held_at_their_lines_and_unmapped_ones_are_gone() {
+    let m = markers("mapped.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let p = run(py, "lines");
+        let peak = p.memory.peak_mapped_bytes as f64;
+        assert!(within(peak, 168.0 * MIB, 0.10), "{v}: mapped peak {peak}");
+        let held =
+            |marker: &str| line(&p, "mapped.py", m[marker]).measures.mapped_peak_bytes as f64 / MIB;
+        for (marker, mib) in [("python-mmap", 60.0), ("mmap", 45.0), ("mremap", 63.0)] {
+            let got = held(marker);
+            assert!(
+                within(got, mib, 0.10),
+                "{v}: {marker} holds {got} MiB, not {mib}"
+            );
+        }
+        let lines_of = |marker: &str| {
+            p.lines
+                .iter()
+                .filter(|l| l.file.ends_with("mapped.py") && l.line == m[marker])
+                .map(|l| l.measures.mapped_peak_bytes)
+                .sum::<u64>()
+        };
+        for marker in ["closed", "unmapped", "reservation"] {
+            assert_eq!(
+                lines_of(marker),
+                0,
+                "{v}: {marker} holds nothing at the peak"
+            );
+        }
+        // Mappings are not heap: the heap peak is the interpreter's few MiB.
+        assert!(
+            (p.memory.peak_heap_bytes as f64) < 40.0 * MIB,
+            "{v}: heap {}",
+            p.memory.peak_heap_bytes
+        );
+        let main = &p.processes[0];
+        assert!(
+            within(main.peak_mapped_bytes as f64, 168.0 * MIB, 0.10),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn a_fork_child_counts_the_mappings_it_makes_not_those_it_inherited() {
+    let m = markers("mapped.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let p = run(py, "fork");
+        let python: Vec<_> = p.processes.iter().filter(|p| p.python.is_some()).collect();
+        assert_eq!(python.len(), 2, "{v}: {:?}", p.processes);
+        let (parent, child) = (python[0], python[1]);
+        assert!(child.forked, "{v}");
+        assert!(
+            within(parent.peak_mapped_bytes as f64, 60.0 * MIB, 0.05),
+            "{v}"
+        );
+        assert!(
+            within(child.peak_mapped_bytes as f64, 40.0 * MIB, 0.05),
+            "{v}"
+        );
+        assert!(
+            within(p.memory.peak_mapped_bytes as f64, 100.0 * MIB, 0.05),
+            "{v}"
+        );
+        let child_line = line(&p, "mapped.py", m["child-map"]);
+        assert!(
+            within(
+                child_line.measures.mapped_peak_bytes as f64,
+                40.0 * MIB,
+                0.10
+            ),
+            "{v}: {:?}",
+            child_line.measures
+        );
+    }
+}
+
+#[test]
+fn openblas_buffers_are_mapped_not_heap_and_the_heap_stays_below_rss() {
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "openblas");
+        let mem = &p.memory;
+        assert!(
+            mem.peak_heap_bytes <= mem.peak_rss_bytes,
+            "{v}: heap {} above RSS {}",
+            mem.peak_heap_bytes,
+            mem.peak_rss_bytes
+        );
+        for proc in &p.processes {
+            assert!(
+                proc.peak_heap_bytes <= proc.peak_rss_bytes.max(1),
+                "{v}: {proc:?}"
+            );
+        }
+    }
+}
