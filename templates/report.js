@@ -101,6 +101,8 @@ function gpuTimeline() {
 }
 
 const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.gpu_memory_bytes > 0);
+// Anonymous mappings outside malloc held at their own peak: a column only when some line has them.
+const mappedLines = P.lines.some((l) => (l.mapped_peak_bytes || 0) > 0);
 
 function lines() {
   const box = $("lines");
@@ -108,16 +110,18 @@ function lines() {
   const heldMax = Math.max(1, ...P.lines.map((l) => l.peak_bytes));
   const byFile = new Map();
   for (const l of P.lines) {
-    if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0) continue;
+    if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0 && !(l.mapped_peak_bytes > 0)) continue;
     if (!byFile.has(l.file)) byFile.set(l.file, []);
     byFile.get(l.file).push(l);
   }
   const scale = 160;
   // Sort keys of the columns (null: not sortable); rows keep their native-function rows.
   const keys = [(l) => l.line, cpu, (l) => l.cpu_python_s + l.cpu_native_s, (l) => l.alloc_bytes,
-    (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes, (l) => l.copy_bytes,
+    (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes,
+    ...(mappedLines ? [(l) => l.mapped_peak_bytes || 0] : []), (l) => l.copy_bytes,
     (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []), null];
-  const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak", "copied", "",
+  const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
+    ...(mappedLines ? ["mapped at its peak"] : []), "copied", "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
@@ -149,13 +153,15 @@ function lineRows(l, whole, heldMax, scale) {
     el("td", {}, l.line), el("td", {}, secs(cpu(l))),
     el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
     el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
-    el("td", {}, held, " ", bytes(l.peak_bytes)), el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
+    el("td", {}, held, " ", bytes(l.peak_bytes)),
+    ...(mappedLines ? [el("td", {}, bytes(l.mapped_peak_bytes || 0))] : []),
+    el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
     ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
     el("td", { class: "src" }, l.source || l.function))];
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: gpuLines ? 9 : 7 }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (mappedLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }

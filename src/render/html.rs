@@ -86,6 +86,10 @@ fn cards(p: &Profile) -> Vec<(String, String)> {
         ),
         ("peak RSS".into(), bytes(m.peak_rss_bytes)),
         ("RSS not in heap".into(), bytes(m.unaccounted_bytes)),
+        (
+            "peak mapped (apart from the heap)".into(),
+            bytes(m.peak_mapped_bytes),
+        ),
         ("processes".into(), p.processes.len().to_string()),
         ("GPU".into(), gpu),
         ("dropped events".into(), p.dropped_events.to_string()),
