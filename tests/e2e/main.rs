@@ -11,6 +11,7 @@ mod export;
 mod faults;
 mod fixture;
 mod foundation;
+mod frameworks;
 mod gpu;
 mod html;
 mod linetables;

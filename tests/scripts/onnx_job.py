@@ -1,0 +1,22 @@
+"""onnxruntime inference on its own intra-op thread pool, when onnx and onnxruntime are
+importable (else it says it skipped). The model is the benchmark's MLP
+(bench/workloads/_onnx_common.py, built in memory). Known truth: the `@run` line causes all
+the CPU of onnxruntime's pool (its MLAS GEMM kernels), calling thread and pool threads alike."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "workloads"))
+import _onnx_common as common  # noqa: E402
+
+np, onnx, helper, TensorProto, ort = common.import_or_skip()
+model = common.build_model(np, onnx, helper, TensorProto)
+opts = ort.SessionOptions()
+opts.intra_op_num_threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+session = ort.InferenceSession(model.SerializeToString(), opts,
+                               providers=["CPUExecutionProvider"])
+x = np.random.default_rng(1).standard_normal((common.BATCH, common.IN_FEATURES)).astype(np.float32)
+start = time.perf_counter()
+while time.perf_counter() - start < 2.0:
+    (out,) = session.run(None, {"x": x})  # @run
+print("ran", out.shape, flush=True)
