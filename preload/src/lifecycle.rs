@@ -110,6 +110,10 @@ extern "C" fn on_fork_child() {
     memory::reset_marks(HEAP_AT_FORK.load(Ordering::Relaxed));
     header.python_status.store(parent, Ordering::Relaxed);
     publish_addresses(header);
+    // The frames this child inherited: the collector tells its own code from its parent's.
+    header
+        .fork_depth
+        .store(crate::python::stack::depth(), Ordering::Relaxed);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork
     sampler::timer::arm_this_thread();
     header

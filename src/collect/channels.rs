@@ -519,6 +519,10 @@ impl Channel {
             );
         }
         s.python_status = header.python_status.load(Ordering::Relaxed);
+        s.fork_depth = header
+            .fork_depth
+            .load(Ordering::Relaxed)
+            .min(mlprof_wire::MAX_FRAMES as u32);
         s.py_runtime = header.py_runtime.load(Ordering::Relaxed);
         s.py_code_type = header.py_code_type.load(Ordering::Relaxed);
         s.sample_interval_ns = header.sample_interval_ns.load(Ordering::Relaxed) as u64;

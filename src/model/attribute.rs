@@ -22,7 +22,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let tree: std::collections::BTreeSet<u32> = processes.iter().map(|p| p.pid).collect();
     let mut gpu_join = super::gpu::Joiner::new(&rec.gpu, &tree);
     let sample_places = super::cpu::places(rec, filter);
-    let counted = super::idle::counted(rec, filter.idle, &sample_places);
+    let counted = super::idle::counted(rec, filter, &sample_places);
     let threads = super::cpu::add(
         rec,
         natives,

@@ -16,7 +16,8 @@
 
 use mlprof_wire::sample_flags;
 
-use super::places::{Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
+use super::filter::Filter;
+use super::places::{place_of, Lines, Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
 use crate::recording::{ChannelSummary, CpuSample, Recording};
 
 /// Shortest bucket: five collector ticks.
@@ -25,7 +26,8 @@ const MIN_BUCKET_NS: u64 = 100_000_000;
 /// How much of each sample's weight counts on lines: `[channel][sample]`, in nanoseconds. CPU
 /// samples count in full; waiting samples by the convention above (`all`: in full). `places`
 /// is where each sample goes by its own frames (`cpu::places`).
-pub fn counted(rec: &Recording, all: bool, places: &[Vec<Place>]) -> Vec<Vec<u64>> {
+pub fn counted(rec: &Recording, filter: &Filter, places: &[Vec<Place>]) -> Vec<Vec<u64>> {
+    let all = filter.idle;
     let bucket = rec
         .channels
         .iter()
@@ -41,6 +43,7 @@ pub fn counted(rec: &Recording, all: bool, places: &[Vec<Place>]) -> Vec<Vec<u64
             let mut weights = counted_in(c, all, bucket);
             if !all {
                 outside_profiled_code(rec, ci, &places[ci], &mut weights);
+                inherited_frames_only(rec, ci, filter, &mut weights);
             }
             weights
         })
@@ -56,6 +59,27 @@ fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: 
             && !root_main
             && [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str())
         {
+            *w = 0;
+        }
+    }
+}
+
+/// A fork child's waiting whose profiled frames are all inherited (below the frame that
+/// forked) is a helper idling in a library's machinery: it counts 0.
+fn inherited_frames_only(rec: &Recording, ci: usize, filter: &Filter, weights: &mut [u64]) {
+    let channel = &rec.channels[ci];
+    let depth = channel.fork_depth as usize;
+    if !channel.forked || depth == 0 {
+        return;
+    }
+    let mut lines = Lines::new(rec, ci);
+    for (s, w) in channel.samples.iter().zip(weights) {
+        // Inherited: the outermost `depth - 1` frames (the forking frame goes on in the child).
+        if !waiting(s) || *w == 0 || s.frames.len() < depth {
+            continue;
+        }
+        let own = &s.frames[..s.frames.len() - (depth - 1)];
+        if place_of(own, s.tid, channel.pid, &mut lines, filter).file == OUTSIDE {
             *w = 0;
         }
     }
@@ -128,7 +152,7 @@ mod tests {
     use crate::model::Filter;
 
     fn counted_with(rec: &Recording, filter: &Filter) -> Vec<Vec<u64>> {
-        super::counted(rec, filter.idle, &crate::model::cpu::places(rec, filter))
+        super::counted(rec, filter, &crate::model::cpu::places(rec, filter))
     }
 
     /// A sample at a line of the user's code (code object 1).

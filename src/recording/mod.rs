@@ -80,6 +80,9 @@ pub struct ChannelSummary {
     pub forked: bool,
     /// Heap bytes inherited at the fork.
     pub inherited_heap: u64,
+    /// Fork child: Python frames of the forking thread at the fork, the outermost of its
+    /// stacks that it inherited (0: unknown, or not a fork child).
+    pub fork_depth: u32,
     /// Exit code, if it recorded an exit.
     pub exit_code: Option<i32>,
     /// Nanoseconds from launch of the exit.
@@ -189,6 +192,7 @@ impl ChannelSummary {
             python: self.python.clone(),
             forked: self.forked,
             inherited_heap: self.inherited_heap,
+            fork_depth: self.fork_depth,
             exit_code: self.exit_code,
             exit_ns: self.exit_ns,
             heap_peak: self.heap_peak,

@@ -388,6 +388,45 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
 }
 
 #[test]
+fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_idle() {
+    let m = markers("idle_workers.py");
+    let script = fixture::script("idle_workers.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let args = [os(&py.exe), os(&script)];
+        let p = fixture::profile_args(&[], &args, &[]).profile;
+        let all_lines: f64 = p.lines.iter().map(total).sum();
+        let compute = total(line(&p, "idle_workers.py", m["compute"]));
+        assert!(
+            compute >= 0.8 * all_lines,
+            "{v}: the compute line has {compute:.2} s of {all_lines:.2} s on lines"
+        );
+        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
+        assert!(
+            pool_wait <= 0.5,
+            "{v}: idle workers charge {pool_wait:.2} s of waiting to the line that forked them"
+        );
+        let workers: f64 = p
+            .threads
+            .iter()
+            .filter(|t| t.pid != p.processes[0].pid)
+            .map(|t| t.cpu_system_s)
+            .sum();
+        assert!(
+            workers >= 2.0,
+            "{v}: the workers' waiting is kept per thread ({workers:.2} s)"
+        );
+
+        let p = fixture::profile_args(&["--idle"], &args, &[]).profile;
+        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
+        assert!(
+            pool_wait >= 2.0,
+            "{v}: with --idle the workers' waiting shows under the pool line: {pool_wait:.2} s"
+        );
+    }
+}
+
+#[test]
 fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
     let dir = fixture::tempdir();
     let lib = dir.join("libomp_work.so");

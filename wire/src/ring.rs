@@ -96,6 +96,12 @@ pub struct Header {
     pub region_requests: AtomicU32,
     /// Heap bytes a fork child inherited from its parent (0 otherwise).
     pub inherited_heap: u64,
+    /// For a fork child: Python frames of the forking thread at the fork (the frame that
+    /// called `fork` and those below it, inherited from the parent); 0 if unknown or not a
+    /// fork child.
+    pub fork_depth: AtomicU32,
+    /// Unused (keeps the next fields' alignment explicit).
+    pub reserved: u32,
     /// One of [`crate::state`].
     pub state: AtomicU32,
     /// Exit code, valid when `state` is `EXITED`.

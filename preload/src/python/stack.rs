@@ -33,6 +33,28 @@ pub enum Reads {
     Trusted,
 }
 
+/// Python frames on this thread's stack now (0 without Python, or if the walk failed or
+/// was cut at the depth limit).
+pub fn depth() -> u32 {
+    let Some(rt) = runtime::get() else { return 0 };
+    let tstate = rt.this_thread_state();
+    if tstate == 0 {
+        return 0;
+    }
+    let mut frames = [walk::Frame::default(); MAX_DEPTH];
+    let w = walk::walk(
+        &read::Windowed::new(),
+        &rt.interpreter(),
+        tstate,
+        &mut frames,
+    );
+    if w.truncated || w.failed {
+        0
+    } else {
+        w.depth as u32
+    }
+}
+
 /// Send the head record `head(tid, ts_ns, stack)` makes, followed by this thread's Python
 /// frames.
 pub fn send(reads: Reads, head: impl FnOnce(u32, u64, Stack) -> Record) {
