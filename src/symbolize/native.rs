@@ -11,8 +11,11 @@
 //!    turns it into an ELF virtual address (`vaddr = file_offset - p_offset + p_vaddr`), which
 //!    is right for PIE executables, shared objects and fixed-address executables alike;
 //! 3. the function symbol (`STT_FUNC`, `STT_GNU_IFUNC`) containing that address is found by
-//!    binary search in the file's `.symtab` (or `.dynsym` when `.symtab` has no functions);
-//!    a size-0 symbol extends to the next symbol; names are demangled (Itanium C++, Rust).
+//!    binary search in the file's `.symtab` (or `.dynsym` when `.symtab` has no functions,
+//!    together with the `.symtab` of its MiniDebugInfo, the xz-compressed ELF in
+//!    `.gnu_debugdata` that Fedora/RHEL builds carry and manylinux wheels copy along: libgomp's
+//!    internal functions are named there); a size-0 symbol extends to the next symbol; names
+//!    are demangled (Itanium C++, Rust).
 //!
 //! Choices:
 //! * files are cached per (device, inode, size, mtime), so a file is parsed once per run even
@@ -296,12 +299,82 @@ fn load_elf<Elf: FileHeader<Endian = Endianness>>(
     let wanted = wanted.as_deref();
     let table = read_functions(&sections, endian, data, elf::SHT_SYMTAB, wanted)
         .filter(|(syms, _)| !syms.is_empty())
-        .or_else(|| read_functions(&sections, endian, data, elf::SHT_DYNSYM, wanted));
+        .or_else(|| {
+            let dynamic = read_functions(&sections, endian, data, elf::SHT_DYNSYM, wanted);
+            match mini_debuginfo(&sections, endian, data, wanted) {
+                Some(mini) => Some(merge_tables(dynamic.unwrap_or_default(), mini)),
+                None => dynamic,
+            }
+        });
     if let Some((syms, names)) = table {
         out.syms = syms;
         out.names = names;
     }
     Some(out)
+}
+
+/// Most bytes a `.gnu_debugdata` section may decompress to (real ones are tens of KiB).
+const MAX_MINI_DEBUGINFO: usize = 64 << 20;
+
+/// The function symbols of the file's MiniDebugInfo: `.gnu_debugdata`, an xz-compressed ELF
+/// whose `.symtab` holds the functions `.dynsym` lacks, at the same addresses.
+fn mini_debuginfo<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
+    endian: Endianness,
+    data: R,
+    wanted: Option<&[u64]>,
+) -> Option<(Vec<Sym>, Vec<u8>)> {
+    let (_, section) = sections.section_by_name(endian, b".gnu_debugdata")?;
+    let compressed = section.data(endian, data).ok()?;
+    let mut elf = Capped(Vec::new());
+    lzma_rs::xz_decompress(&mut std::io::BufReader::new(compressed), &mut elf).ok()?;
+    let bytes = elf.0.as_slice();
+    let inner = Elf::parse(bytes).ok()?;
+    let inner_endian = inner.endian().ok()?;
+    let inner_sections = inner.sections(inner_endian, bytes).ok()?;
+    read_functions(
+        &inner_sections,
+        inner_endian,
+        bytes,
+        elf::SHT_SYMTAB,
+        wanted,
+    )
+}
+
+/// A buffer that refuses to grow past [`MAX_MINI_DEBUGINFO`] (a hostile section is not a
+/// reason to exhaust memory).
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_MINI_DEBUGINFO {
+            return Err(std::io::Error::other("MiniDebugInfo too large"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two symbol tables as one, sorted by address; at an address both name, `first`'s symbol.
+fn merge_tables(first: (Vec<Sym>, Vec<u8>), second: (Vec<Sym>, Vec<u8>)) -> (Vec<Sym>, Vec<u8>) {
+    let (mut syms, mut names) = first;
+    let Ok(base) = u32::try_from(names.len()) else {
+        return (syms, names);
+    };
+    names.extend_from_slice(&second.1);
+    syms.extend(second.0.into_iter().filter_map(|s| {
+        Some(Sym {
+            name: s.name.checked_add(base)?,
+            ..s
+        })
+    }));
+    syms.sort_by_key(|s| s.start); // stable: `first`'s symbol stays ahead at equal starts
+    syms.dedup_by_key(|s| s.start);
+    (syms, names)
 }
 
 fn find_build_id<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
@@ -879,5 +952,101 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             .count();
         assert!(named > 0, "none of 10,000 addresses in its text named");
         assert_eq!(symbolizer.files.len(), 1);
+    }
+
+    /// Runs a build tool, failing the test with its output if it fails.
+    fn tool(program: &str, args: &[&std::ffi::OsStr]) {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{program} is needed by this test: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn functions_only_in_the_mini_debuginfo_are_named() {
+        // A stripped library whose internal function is named only in `.gnu_debugdata`, made
+        // as Fedora's build tools make MiniDebugInfo (an xz-compressed ELF with `.symtab`).
+        let dir = std::env::temp_dir().join(format!("mlprof-minidebug-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = |name: &str| dir.join(name);
+        std::fs::write(
+            path("lib.c"),
+            "__attribute__((noinline)) static int spin_inside(int n) {\n\
+             volatile int s = 0; for (int i = 0; i < n; i++) s += i; return s; }\n\
+             int exported(int n) { return spin_inside(n) + 1; }\n",
+        )
+        .unwrap();
+        let os = |p: &std::path::PathBuf| p.clone().into_os_string();
+        let (full, mini, stripped, bare) = (
+            path("full.so"),
+            path("mini"),
+            path("stripped.so"),
+            path("bare.so"),
+        );
+        tool(
+            "cc",
+            &[
+                "-shared".as_ref(),
+                "-fPIC".as_ref(),
+                "-O1".as_ref(),
+                "-o".as_ref(),
+                &os(&full),
+                &os(&path("lib.c")),
+            ],
+        );
+        tool(
+            "objcopy",
+            &["--only-keep-debug".as_ref(), &os(&full), &os(&mini)],
+        );
+        tool("xz", &["-f".as_ref(), &os(&mini)]);
+        tool(
+            "strip",
+            &[
+                "--strip-all".as_ref(),
+                "-o".as_ref(),
+                &os(&bare),
+                &os(&full),
+            ],
+        );
+        let section = format!(".gnu_debugdata={}", path("mini.xz").display());
+        tool(
+            "objcopy",
+            &[
+                "--add-section".as_ref(),
+                section.as_ref(),
+                &os(&bare),
+                &os(&stripped),
+            ],
+        );
+        let nm = std::process::Command::new("nm")
+            .arg(&full)
+            .output()
+            .unwrap();
+        let nm = String::from_utf8_lossy(&nm.stdout);
+        let vaddr = nm
+            .lines()
+            .find(|l| l.ends_with(" spin_inside"))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .expect("spin_inside in the full library's symbols");
+        let named = |file: &std::path::PathBuf, wanted: Option<&[u64]>| {
+            let mut symbols = FileSymbols::load(File::open(file).unwrap(), wanted).unwrap();
+            symbols.lookup(vaddr + 4).map(|i| symbols.demangled_name(i))
+        };
+        assert_eq!(named(&stripped, None).as_deref(), Some("spin_inside"));
+        // Through the wanted-offsets path too (what a run uses): text offset = vaddr here.
+        let wanted = [vaddr + 4];
+        assert_eq!(
+            named(&stripped, Some(&wanted)).as_deref(),
+            Some("spin_inside")
+        );
+        // Without the section the internal function is not named (so the names above came
+        // from `.gnu_debugdata`).
+        assert_ne!(named(&bare, None).as_deref(), Some("spin_inside"));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

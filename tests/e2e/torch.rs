@@ -60,6 +60,16 @@ fn a_pytorch_job_is_reported_on_its_own_lines() {
         fwd + bwd >= 0.4 * all,
         "forward {fwd:.2} s + backward {bwd:.2} s of {all:.2} s"
     );
+    // torch's OpenMP pool (its bundled libgomp, spinning at barriers) is named, from the
+    // library's MiniDebugInfo: no `libgomp.so.1+0x...` under the training lines.
+    for marker in ["forward", "backward", "step"] {
+        let l = crate::cpu::line(p, "torch_job.py", m[marker]);
+        assert!(
+            l.measures.native.iter().all(|n| !n.symbol.contains("+0x")),
+            "{marker}: {:?}",
+            l.measures.native
+        );
+    }
     // Against the job's own clock: a line holds at least the main thread's wall time in it
     // (busy or waiting), and at most that plus what torch's intra-op threads can add.
     let stdout = String::from_utf8_lossy(&run.output.stdout);
