@@ -153,6 +153,16 @@ fn attach(forked: bool) -> Option<&'static Header> {
 fn fill_identity(h: &mut Header, forked: bool) {
     // SAFETY: getppid has no preconditions.
     h.ppid = unsafe { libc::getppid() } as u32;
+    (h.rank, h.local_rank, h.world_size) = (-1, -1, -1);
+    // The first launcher whose rank variable is set names rank, local rank and world size.
+    if let Some((rank, local, size)) = mlprof_wire::RANK_VARIABLES
+        .iter()
+        .find_map(|&(r, l, w)| Some((env_int(r)?, l, w)))
+    {
+        h.rank = rank;
+        h.local_rank = env_int(local).unwrap_or(-1);
+        h.world_size = env_int(size).unwrap_or(-1);
+    }
     h.forked = forked as u32;
     let (len, truncated) = read_cmdline(&mut h.cmdline);
     h.cmdline_len = len as u32;
@@ -269,6 +279,26 @@ fn copy_env(name: &core::ffi::CStr, out: &mut [u8]) -> Option<()> {
     out[..bytes.len()].copy_from_slice(bytes);
     out[bytes.len()] = 0;
     Some(())
+}
+
+/// A non-negative decimal integer from the environment variable `name`.
+fn env_int(name: &str) -> Option<i32> {
+    let mut cname = [0u8; 64];
+    cname
+        .get_mut(..name.len())?
+        .copy_from_slice(name.as_bytes());
+    let cname = core::ffi::CStr::from_bytes_until_nul(&cname).ok()?;
+    let mut value = [0u8; 16];
+    copy_env(cname, &mut value)?;
+    let digits = value.split(|&b| b == 0).next()?;
+    let mut n: i32 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(i32::from(d - b'0'))?;
+    }
+    (!digits.is_empty()).then_some(n)
 }
 
 /// Read `/proc/self/cmdline` into `out`. Returns (bytes, truncated).

@@ -86,7 +86,13 @@ impl Local {
     /// Enter mlprof on this thread, or `None` if it is already inside.
     #[inline]
     pub fn enter(&self) -> Option<Entered<'_>> {
-        (self.busy.replace(1) == 0).then_some(Entered(self, 0))
+        // Not `then_some`: its argument is built either way, and dropping that guard would
+        // mark the thread not busy while the outer one still holds it.
+        if self.busy.replace(1) == 0 {
+            Some(Entered(self, 0))
+        } else {
+            None
+        }
     }
 
     /// Mark the thread busy whatever it was; dropping restores the previous state.
@@ -119,6 +125,12 @@ mod tests {
             let outer = l.enter();
             assert!(outer.is_some() && l.busy());
             assert!(l.enter().is_none());
+            assert!(l.busy(), "a refused entry leaves the thread inside");
+            {
+                let _held = l.hold();
+                assert!(l.enter().is_none());
+            }
+            assert!(l.busy(), "nor does a hold inside an entry end it");
             drop(outer);
             assert!(!l.busy());
             {

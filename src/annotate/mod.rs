@@ -32,6 +32,32 @@ pub fn attach(profile: &mut Profile) {
             line.source = text.chars().take(MAX_CHARS).collect();
         }
     }
+    // Stragglers and memory imbalance name lines of the table (or lines read the same way).
+    let known: HashMap<(String, u32), String> = profile
+        .lines
+        .iter()
+        .map(|l| ((l.file.clone(), l.line), l.source.clone()))
+        .collect();
+    let mut source_of = |file: &str, line: u32| {
+        known
+            .get(&(file.to_string(), line))
+            .cloned()
+            .unwrap_or_else(|| {
+                files
+                    .entry(file.to_string())
+                    .or_insert_with(|| read_lines(file))
+                    .as_ref()
+                    .and_then(|t| t.get((line as usize).checked_sub(1)?))
+                    .map(|t| t.chars().take(MAX_CHARS).collect())
+                    .unwrap_or_default()
+            })
+    };
+    for s in &mut profile.stragglers {
+        s.source = source_of(&s.file, s.line);
+    }
+    for m in &mut profile.memory_imbalance {
+        m.source = source_of(&m.file, m.line);
+    }
 }
 
 fn read_lines(path: &str) -> Option<Vec<String>> {

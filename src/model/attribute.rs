@@ -37,6 +37,17 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     for p in &mut processes {
         p.peak_gpu_memory_bytes = gpu_peaks.get(&p.pid).copied().unwrap_or(0);
     }
+    if !filter.idle {
+        for (ci, c) in rec.channels.iter().enumerate() {
+            let waited: u64 = super::idle::launcher_waits(rec, ci)
+                .iter()
+                .map(|w| w.1)
+                .sum();
+            if let Some(p) = processes.iter_mut().find(|p| p.pid == c.pid) {
+                p.waiting_for_children_s += waited as f64 / NS;
+            }
+        }
+    }
     super::memory::add(rec, filter, &mut places);
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);
@@ -50,7 +61,8 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             rec.child_pid
         ));
     }
-    Profile {
+    let ranks = super::ranks::of_run(rec, natives, filter, &processes);
+    let mut profile = Profile {
         schema: SCHEMA.to_string(),
         command: rec.command.clone(),
         exit: Exit {
@@ -94,10 +106,14 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         labels: rec.labels.clone(),
         violations: Vec::new(),
         warnings,
-        ranks: Vec::new(),
+        ranks,
+        stragglers: Vec::new(),
+        memory_imbalance: Vec::new(),
         regions: super::regions::summarize(rec, natives, filter),
         attached: false,
-    }
+    };
+    super::ranks::compare(&mut profile);
+    profile
 }
 
 /// One process per pid: exec'd images of the same pid are merged (the last image names it).
@@ -168,7 +184,11 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         peak_mapped_bytes: images.iter().map(|i| i.mapped.peak).max().unwrap_or(0),
         peak_gpu_memory_bytes: 0, // from the GPU polls, in `attribute`
         still_running: last.is_some_and(|l| l.still_running),
-        rank: None,
+        local_rank: last.and_then(|l| l.rank).and_then(|r| r.local_rank),
+        waiting_for_children_s: 0.0, // from the launcher waits, in `attribute`
+        rank: last
+            .and_then(|l| l.rank)
+            .map(|r| format!("rank {}", r.rank)),
     }
 }
 

@@ -44,6 +44,9 @@ pub fn counted(rec: &Recording, filter: &Filter, places: &[Vec<Place>]) -> Vec<V
             if !all {
                 outside_profiled_code(rec, ci, &places[ci], &mut weights);
                 inherited_frames_only(rec, ci, filter, &mut weights);
+                for (i, _) in launcher_waits(rec, ci) {
+                    weights[i] = 0;
+                }
             }
             weights
         })
@@ -62,6 +65,60 @@ fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: 
             *w = 0;
         }
     }
+}
+
+/// A launcher waits for its children, and that is not cost of its lines (torchrun's agent,
+/// `mpirun`, a parent in `join`): a process whose main thread, while any of its descendants
+/// was alive, spent at least 90% of its sampled time waiting. Its main thread's waiting
+/// samples in those stretches: (index, nanoseconds).
+pub fn launcher_waits(rec: &Recording, ci: usize) -> Vec<(usize, u64)> {
+    let channel = &rec.channels[ci];
+    let alive = descendants_alive(rec, channel.pid);
+    if alive.is_empty() {
+        return Vec::new();
+    }
+    let inside = |t: u64| alive.iter().any(|&(from, to)| from <= t && t < to);
+    let main: Vec<(usize, &CpuSample)> = channel
+        .samples
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.tid == channel.pid && inside(s.t_ns))
+        .collect();
+    let total: u64 = main.iter().map(|(_, s)| s.weight_ns).sum();
+    let waited: u64 = main
+        .iter()
+        .filter(|(_, s)| waiting(s))
+        .map(|(_, s)| s.weight_ns)
+        .sum();
+    if total == 0 || (waited as f64) < 0.9 * total as f64 {
+        return Vec::new();
+    }
+    main.into_iter()
+        .filter(|(_, s)| waiting(s))
+        .map(|(i, s)| (i, s.weight_ns))
+        .collect()
+}
+
+/// When the descendants of `pid` (by the channels' parent ids) were alive: (from, to) in ns
+/// from launch.
+fn descendants_alive(rec: &Recording, pid: u32) -> Vec<(u64, u64)> {
+    let parent: std::collections::HashMap<u32, u32> =
+        rec.channels.iter().map(|c| (c.pid, c.ppid)).collect();
+    let descends = |mut p: u32| {
+        for _ in 0..64 {
+            match parent.get(&p) {
+                Some(&pp) if pp == pid => return true,
+                Some(&pp) if pp != p => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    rec.channels
+        .iter()
+        .filter(|c| c.pid != pid && descends(c.pid))
+        .map(|c| (c.start_ns, c.exit_ns.unwrap_or(rec.wall_ns).max(c.start_ns)))
+        .collect()
 }
 
 /// A fork child's waiting whose profiled frames are all inherited (below the frame that

@@ -16,6 +16,7 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
+
         for a in &channel.allocs {
             let live_at_peak =
                 peak_ns.is_some_and(|p| a.t_ns <= p && a.freed_ns.is_none_or(|f| f > p));

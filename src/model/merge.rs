@@ -31,7 +31,15 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
     let mut largest_peak = 0;
     for (input, name) in inputs.into_iter().zip(names) {
         let p = input.profile;
-        out.ranks.push(rank(&p, &name, &input.source));
+        if p.ranks.len() >= 2 {
+            // A run of several ranks (one node's): its ranks, each as it was.
+            out.ranks.extend(p.ranks.iter().cloned().map(|r| Rank {
+                source: input.source.clone(),
+                ..r
+            }));
+        } else {
+            out.ranks.push(rank(&p, &name, &input.source));
+        }
         let success = |e: &Exit| e.code == Some(0) && e.signal.is_none();
         if out.ranks.len() == 1 || (success(&out.exit) && !success(&p.exit)) {
             out.exit = p.exit;
@@ -44,7 +52,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.cpu_kernel_s += p.cpu_kernel_s;
         out.processes
             .extend(p.processes.iter().cloned().map(|proc| Process {
-                rank: Some(name.clone()),
+                rank: proc.rank.or_else(|| Some(name.clone())),
                 ..proc
             }));
         add_memory(&mut out.memory, &p.memory, &mut largest_peak);
@@ -143,6 +151,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
     ordered.sort_by_key(|(_, id)| *id);
     out.stack_frames = ordered.into_iter().map(|(f, _)| f).collect();
     out.labels = common_labels(&out.ranks);
+    super::ranks::compare(&mut out);
     out
 }
 
@@ -189,6 +198,13 @@ fn rank(p: &Profile, name: &str, source: &str) -> Rank {
         alloc_bytes: p.lines.iter().map(|l| l.measures.alloc_bytes).sum(),
         processes: p.processes.len(),
         dropped_events: p.dropped_events,
+        rank: p.labels.get("rank").and_then(|r| r.parse().ok()),
+        pids: p.processes.iter().map(|q| q.pid).collect(),
+        cpu_python_s: p.lines.iter().map(|l| l.measures.cpu_python_s).sum(),
+        cpu_native_s: p.lines.iter().map(|l| l.measures.cpu_native_s).sum(),
+        cpu_system_s: p.lines.iter().map(|l| l.measures.cpu_system_s).sum(),
+        collective_s: super::ranks::collective_s(p),
+        lines: super::ranks::rank_lines(&p.lines),
     }
 }
 

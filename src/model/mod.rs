@@ -11,6 +11,7 @@ pub mod memory;
 pub mod merge;
 pub mod places;
 pub mod profile;
+pub mod ranks;
 pub mod regions;
 pub mod stacks;
 #[cfg(test)]

@@ -77,10 +77,18 @@ pub struct Profile {
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
-    /// For a profile made by `mlprof merge`: one entry per merged profile (host or rank), in
-    /// the order given; empty for a single run.
+    /// The ranks of a distributed job: in a single run, one per rank its processes' environment
+    /// named (`RANK`, `SLURM_PROCID`, ...) when there are two or more; in a profile made by
+    /// `mlprof merge`, one per merged profile (or per rank inside it), in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<Rank>,
+    /// Lines where one rank spends meaningfully more than the other ranks' median (beyond
+    /// sampling noise), largest excess first; empty with fewer than two ranks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stragglers: Vec<Straggler>,
+    /// Ranks whose heap peak is meaningfully above the others', largest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_imbalance: Vec<MemoryImbalance>,
     /// Regions the program marked itself (`mlprof.mark(...)`, one per test under the pytest
     /// plugin), in begin order; empty (and absent from the JSON) if none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -126,6 +134,111 @@ pub struct Rank {
     pub processes: usize,
     /// Its dropped events.
     pub dropped_events: u64,
+    /// Its rank number, when its processes' environment (or the `RANK` label) gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Its processes' ids (in a merged profile: as on its host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+    /// CPU seconds interpreting Python, on its lines.
+    #[serde(default)]
+    pub cpu_python_s: f64,
+    /// CPU seconds in native code, on its lines.
+    #[serde(default)]
+    pub cpu_native_s: f64,
+    /// Waiting seconds on its lines.
+    #[serde(default)]
+    pub cpu_system_s: f64,
+    /// Seconds (CPU and waiting) inside collective communication: torch.distributed
+    /// collectives (all-reduce, barrier, broadcast, all-gather, ...), gloo, NCCL and MPI.
+    #[serde(default)]
+    pub collective_s: f64,
+    /// Its lines, most time first (at most 200, and those holding memory at its peak): the
+    /// figures the ranks are compared by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<RankLine>,
+}
+
+/// One line of one rank ([`Rank::lines`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankLine {
+    /// Source file.
+    pub file: String,
+    /// Line number.
+    pub line: u32,
+    /// Function.
+    pub function: String,
+    /// Seconds on the line: CPU (Python and native) and waiting.
+    pub time_s: f64,
+    /// The waiting part of `time_s`.
+    pub waiting_s: f64,
+    /// Bytes the line held at the rank's heap peak.
+    pub peak_bytes: u64,
+}
+
+/// A line where one rank spends meaningfully more time than the other ranks' median.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    /// Source file.
+    pub file: String,
+    /// Line number.
+    pub line: u32,
+    /// Function.
+    pub function: String,
+    /// The line's source text.
+    #[serde(default)]
+    pub source: String,
+    /// The rank's number (or its position among the ranks when it has none).
+    pub rank: u32,
+    /// The rank's name (`rank 1`, or a host).
+    pub name: String,
+    /// Seconds beyond the median of the other ranks on this line.
+    pub excess_s: f64,
+    /// The other ranks' median seconds on this line.
+    pub median_s: f64,
+    /// Whether the excess is mostly waiting (a rank held up, at a collective or a barrier,
+    /// typically by another rank's excess elsewhere).
+    pub waiting: bool,
+}
+
+/// A rank whose heap peak is meaningfully above the other ranks' median, and the line that
+/// holds most of the difference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryImbalance {
+    /// The rank's number (or position).
+    pub rank: u32,
+    /// The rank's name.
+    pub name: String,
+    /// Its heap peak beyond the other ranks' median.
+    pub excess_bytes: u64,
+    /// The other ranks' median heap peak.
+    pub median_bytes: u64,
+    /// The line holding the most more than the other ranks' median at their peaks.
+    pub file: String,
+    /// Line number.
+    pub line: u32,
+    /// Function.
+    pub function: String,
+    /// The line's source text.
+    #[serde(default)]
+    pub source: String,
+    /// Bytes that line holds beyond the other ranks' median for it.
+    pub line_excess_bytes: u64,
+}
+
+/// How one line's time spreads across ranks ([`LineStats::ranks`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// The least seconds a rank spent on the line.
+    pub min_s: f64,
+    /// The median over ranks.
+    pub median_s: f64,
+    /// The most seconds a rank spent on it.
+    pub max_s: f64,
+    /// The rank with the least.
+    pub min_rank: u32,
+    /// The rank with the most.
+    pub max_rank: u32,
 }
 
 /// How a process ended. Both `None`: still running when profiling stopped, or killed by a
@@ -188,7 +301,15 @@ pub struct Process {
     /// `--wait-children`); its figures cover the time until then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub still_running: bool,
-    /// In a merged profile: the name of the rank (or host) the process ran in.
+    /// Its local rank on its node, when its environment named one (`LOCAL_RANK`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// Seconds its main thread waited for its child processes while it did nothing else (a
+    /// launcher: torchrun's agent, `mpirun`, a parent in `join`); not charged to its lines.
+    #[serde(default)]
+    pub waiting_for_children_s: f64,
+    /// The rank it ran as (`rank N`, from its environment: `RANK`, `SLURM_PROCID`, ...); in a
+    /// merged profile without one, the name of the merged profile (rank or host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<String>,
 }
@@ -341,6 +462,9 @@ pub struct LineStats {
     /// the end (sparkline data; sampled).
     #[serde(default)]
     pub footprint_bytes: Vec<u64>,
+    /// How its time spreads across ranks (two or more ranks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Spread>,
     /// The measures.
     #[serde(flatten)]
     pub measures: Measures,

@@ -80,6 +80,8 @@ pub struct ChannelSummary {
     pub forked: bool,
     /// Heap bytes inherited at the fork.
     pub inherited_heap: u64,
+    /// Its place in a distributed job, from its environment (`RANK` and the like).
+    pub rank: Option<Ranked>,
     /// Fork child: Python frames of the forking thread at the fork, the outermost of its
     /// stacks that it inherited (0: unknown, or not a fork child).
     pub fork_depth: u32,
@@ -141,6 +143,30 @@ pub struct ChannelSummary {
     pub mapped: MappedMemory,
 }
 
+/// A process's place in a distributed job (`mlprof_wire::RANK_VARIABLES`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ranked {
+    /// Its rank.
+    pub rank: u32,
+    /// Its rank on its node, if the launcher said.
+    pub local_rank: Option<u32>,
+    /// The number of ranks, if the launcher said.
+    pub world_size: Option<u32>,
+}
+
+impl Ranked {
+    /// From the header's fields (-1: not set); `None` without a rank. Values a real launcher
+    /// cannot give (beyond a million ranks) are dropped.
+    pub fn from_header(rank: i32, local_rank: i32, world_size: i32) -> Option<Ranked> {
+        let valid = |v: i32| u32::try_from(v).ok().filter(|&v| v < 1 << 20);
+        Some(Ranked {
+            rank: valid(rank)?,
+            local_rank: valid(local_rank),
+            world_size: valid(world_size),
+        })
+    }
+}
+
 /// Anonymous mappings a process made itself (`mmap` and `mremap` outside the malloc family):
 /// exact counters from its header, and the sampled mappings that matter for the lines holding
 /// them at their peak (`docs/design/mapped-memory.md`).
@@ -193,6 +219,7 @@ impl ChannelSummary {
             forked: self.forked,
             inherited_heap: self.inherited_heap,
             fork_depth: self.fork_depth,
+            rank: self.rank,
             exit_code: self.exit_code,
             exit_ns: self.exit_ns,
             heap_peak: self.heap_peak,
@@ -436,6 +463,7 @@ impl ChannelSummary {
             python,
             forked: h.forked != 0,
             inherited_heap: h.inherited_heap,
+            rank: Ranked::from_header(h.rank, h.local_rank, h.world_size),
             python_status: h.python_status.load(Ordering::Relaxed),
             sample_interval_ns: h.sample_interval_ns.load(Ordering::Relaxed) as u64,
             ..ChannelSummary::default()

@@ -20,6 +20,7 @@ mod memory;
 mod notebook;
 mod overhead;
 mod pytest_plugin;
+mod ranks;
 mod snapshot;
 mod symbolize;
 mod torch;

@@ -52,6 +52,24 @@ fn peak_heap_is_exact_and_the_kept_array_is_the_top_holder() {
 }
 
 #[test]
+fn a_large_python_object_is_held_at_its_line_at_the_peak() {
+    // Python's allocator sends a big block on to malloc: the block must be sampled before the
+    // heap's peak mark it causes, or it is not held at the peak.
+    let m = markers("memory_lines.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let p = run(py, "pyobject");
+        let kept = line(&p, "memory_lines.py", m["pyobject"]);
+        assert!(
+            within(kept.measures.peak_bytes as f64, 300.0 * MB, 0.05),
+            "{v}: {:?}",
+            kept.measures
+        );
+        assert!(kept.measures.alloc_python_bytes > 0, "{v}: Python bytes");
+    }
+}
+
+#[test]
 fn churning_line_allocates_a_gigabyte_and_holds_nothing_at_the_peak() {
     let m = markers("memory_lines.py");
     for py in fixture::numpy_pythons() {

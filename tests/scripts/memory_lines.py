@@ -43,3 +43,8 @@ elif scenario == "copy":
     for _ in range(40):
         dst = np.copy(src)  # @copy
         del dst
+elif scenario == "pyobject":
+    # Truth: a 300 MB bytearray (Python's allocator, which forwards to malloc) is kept while
+    # the work below allocates small objects: it is what the heap holds at its peak.
+    kept = bytearray(300 * MB)  # @pyobject
+    total = sum(len(str(i)) for i in range(300_000))

@@ -23,6 +23,25 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
 pub const VERSION: u32 = 5;
+
+/// Environment variables naming a process's rank in a distributed job, most specific first
+/// (torchrun sets `RANK` in workers that Slurm also numbers by node), each with the local rank
+/// and world size of the same launcher: (rank, local rank, world size).
+pub const RANK_VARIABLES: [(&str, &str, &str); 5] = [
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+    ),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    (
+        "JAX_PROCESS_ID",
+        "JAX_LOCAL_PROCESS_ID",
+        "JAX_NUM_PROCESSES",
+    ),
+];
 /// Bytes reserved for the command line (NUL-separated, as in `/proc/PID/cmdline`).
 pub const CMDLINE_BYTES: usize = 4096;
 /// Bytes reserved for the Python version string (`3.11.7`), NUL-padded.

@@ -100,8 +100,16 @@ pub struct Header {
     /// called `fork` and those below it, inherited from the parent); 0 if unknown or not a
     /// fork child.
     pub fork_depth: AtomicU32,
-    /// Unused (keeps the next fields' alignment explicit).
-    pub reserved: u32,
+    /// The process's rank in a distributed job, from its environment when it attached
+    /// (`RANK`, else `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `JAX_PROCESS_ID`);
+    /// -1 if none. See [`crate::RANK_VARIABLES`].
+    pub rank: i32,
+    /// Its local rank on the node (`LOCAL_RANK`, `SLURM_LOCALID`, `OMPI_COMM_WORLD_LOCAL_RANK`,
+    /// `MPI_LOCALRANKID`); -1 if none.
+    pub local_rank: i32,
+    /// The job's number of ranks (`WORLD_SIZE`, `SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE`,
+    /// `PMI_SIZE`, `JAX_NUM_PROCESSES`); -1 if none.
+    pub world_size: i32,
     /// One of [`crate::state`].
     pub state: AtomicU32,
     /// Exit code, valid when `state` is `EXITED`.

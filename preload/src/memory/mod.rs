@@ -36,11 +36,31 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
         });
     }
     crate::marks::allocated(now);
+    mark_if_due(now);
+}
+
+/// Send a peak mark if the heap, now `now`, passed the last mark by 1% and 1 MiB.
+#[inline(always)]
+pub fn mark_if_due(now: i64) {
     let last = LAST_MARK.load(Ordering::Relaxed);
-    if now > last + (last / 100).max(MIN_STEP)
-        && LAST_MARK
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+    if now > last + (last / 100).max(MIN_STEP) {
+        mark(last, now);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn mark(last: i64, now: i64) {
+    // Inside Python's allocator wrapper: the block is sampled after this malloc returns, and
+    // the wrapper marks then (`pymem::allocate`), so that a block that makes the peak is
+    // sampled before its mark (else it would not count as held at the peak).
+    if local::with(|l| l.busy()) {
+        return;
+    }
+
+    if LAST_MARK
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
     {
         let mark = Record::peak_mark(clock::tid(), clock::monotonic_ns(), now as u64);
         channel::send(&mark);

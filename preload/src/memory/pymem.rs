@@ -222,6 +222,8 @@ fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
         if let Some(weight) = sampler::alloc_due(l, size) {
             sample(l, ptr, size, weight);
         }
+        // The peak mark the malloc inside held back, now that the block is sampled.
+        super::mark_if_due(crate::heap::counters().current.load(Ordering::Relaxed));
         ptr
     })
 }

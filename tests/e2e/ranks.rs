@@ -1,0 +1,91 @@
+//! Distributed jobs in one run (issue 20): ranks named from their processes' environment,
+//! the straggler and the memory imbalance found, the launcher's waiting kept off its lines.
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os, within};
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+#[test]
+fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
+    let m = markers("ranks.py");
+    let script = fixture::script("ranks.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let run = fixture::profile(&[os(&py.exe), os(&script)]);
+        assert!(run.output.status.success(), "{v}");
+        let p = &run.profile;
+        let numbers: Vec<Option<u32>> = p.ranks.iter().map(|r| r.rank).collect();
+        assert_eq!(numbers, [Some(0), Some(1), Some(2), Some(3)], "{v}");
+        for r in &p.ranks {
+            let n = r.rank.unwrap();
+            let own: Vec<u32> = p
+                .processes
+                .iter()
+                .filter(|q| q.rank.as_deref() == Some(r.name.as_str()))
+                .map(|q| q.pid)
+                .collect();
+            assert_eq!(r.pids, own, "{v}: rank {n}'s processes");
+            assert!(
+                p.processes
+                    .iter()
+                    .filter(|q| r.pids.contains(&q.pid))
+                    .all(|q| q.local_rank == Some(n)),
+                "{v}: local ranks"
+            );
+            assert_eq!(r.labels.get("world_size").map(String::as_str), Some("4"));
+            assert!(r.cpu_python_s >= 0.8, "{v}: rank {n}: {r:?}");
+        }
+        let first = p.stragglers.first().expect("a straggler");
+        assert_eq!(
+            (first.rank, first.line),
+            (2, m["extra"]),
+            "{v}: {:?}",
+            p.stragglers
+        );
+        assert!(
+            within(first.excess_s, 0.8, 0.25) && !first.waiting,
+            "{v}: {first:?}"
+        );
+        assert!(first.source.contains("while"), "{v}: {first:?}");
+        assert!(
+            p.stragglers.iter().all(|s| s.line != m["work"]),
+            "{v}: the shared work is no straggler: {:?}",
+            p.stragglers
+        );
+        let imbalance = p.memory_imbalance.first().expect("a memory imbalance");
+        assert_eq!((imbalance.rank, imbalance.line), (3, m["held"]), "{v}");
+        assert!(
+            within(imbalance.excess_bytes as f64, 200.0 * MIB, 0.10),
+            "{v}: {imbalance:?}"
+        );
+        assert_eq!(p.memory_imbalance.len(), 1, "{v}: {:?}", p.memory_imbalance);
+        // The launcher only waits for its ranks: on its process row, not on its lines.
+        let launcher = p.processes.iter().find(|q| q.rank.is_none()).unwrap();
+        assert!(launcher.waiting_for_children_s >= 1.0, "{v}: {launcher:?}");
+        let all: f64 = p
+            .lines
+            .iter()
+            .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s)
+            .sum();
+        let waited: f64 = p
+            .lines
+            .iter()
+            .filter(|l| l.file.ends_with("ranks.py") && l.line == m["wait"])
+            .map(|l| l.measures.cpu_system_s)
+            .sum();
+        assert!(
+            waited <= 0.1 * all,
+            "{v}: the launcher's wait line has {waited:.2} s of {all:.2} s"
+        );
+        let work = line(p, "ranks.py", m["work"]);
+        let spread = work
+            .ranks
+            .as_ref()
+            .expect("the work line's spread across ranks");
+        assert!(
+            spread.min_s >= 0.8 && spread.max_s <= 1.3,
+            "{v}: {spread:?}"
+        );
+    }
+}
