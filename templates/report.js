@@ -101,6 +101,8 @@ function gpuTimeline() {
 }
 
 const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.gpu_memory_bytes > 0);
+// How each line's time spreads across ranks: a column only for a job of several ranks.
+const rankLines = P.lines.some((l) => l.ranks);
 // Anonymous mappings outside malloc held at their own peak: a column only when some line has them.
 const mappedLines = P.lines.some((l) => (l.mapped_peak_bytes || 0) > 0);
 
@@ -119,9 +121,11 @@ function lines() {
   const keys = [(l) => l.line, cpu, (l) => l.cpu_python_s + l.cpu_native_s, (l) => l.alloc_bytes,
     (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes,
     ...(mappedLines ? [(l) => l.mapped_peak_bytes || 0] : []), (l) => l.copy_bytes,
+    ...(rankLines ? [(l) => (l.ranks ? l.ranks.max_s - l.ranks.median_s : 0)] : []),
     (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []), null];
   const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
-    ...(mappedLines ? ["mapped at its peak"] : []), "copied", "",
+    ...(mappedLines ? ["mapped at its peak"] : []), "copied",
+    ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
@@ -155,13 +159,15 @@ function lineRows(l, whole, heldMax, scale) {
     el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
     el("td", {}, held, " ", bytes(l.peak_bytes)),
     ...(mappedLines ? [el("td", {}, bytes(l.mapped_peak_bytes || 0))] : []),
-    el("td", {}, bytes(l.copy_bytes)), el("td", {}, leak),
+    el("td", {}, bytes(l.copy_bytes)),
+    ...(rankLines ? [el("td", {}, l.ranks ? `${secs(l.ranks.median_s)} / ${secs(l.ranks.max_s)} (rank ${l.ranks.max_rank})` : "")] : []),
+    el("td", {}, leak),
     ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
     el("td", { class: "src" }, l.source || l.function))];
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (mappedLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }
@@ -273,13 +279,35 @@ function processChooser() {
 function ranks() {
   if (!P.ranks || !P.ranks.length) return;
   $("ranks-part").hidden = false;
-  table("ranks", [["rank", (r) => r.name, (r) => r.name, true], ["peak heap", (r) => r.peak_heap_bytes, (r) => bytes(r.peak_heap_bytes)],
-    ["peak RSS", (r) => r.peak_rss_bytes, (r) => bytes(r.peak_rss_bytes)], ["allocated", (r) => r.alloc_bytes, (r) => bytes(r.alloc_bytes)],
+  const box = $("stragglers");
+  for (const s of P.stragglers || []) {
+    box.append(el("li", {}, `${s.name} ${s.waiting ? "waits" : "spends"} ${secs(s.excess_s)} more than the other ranks' median (${secs(s.median_s)}) at ${short(s.file)}:${s.line} `,
+      el("code", {}, s.source || s.function)));
+  }
+  for (const m of P.memory_imbalance || []) {
+    box.append(el("li", {}, `${m.name} holds ${bytes(m.excess_bytes)} more at its heap peak than the other ranks' median (${bytes(m.median_bytes)}); ${bytes(m.line_excess_bytes)} of it at ${short(m.file)}:${m.line} `,
+      el("code", {}, m.source || m.function)));
+  }
+  table("ranks", [["rank", (r) => -(r.rank ?? P.ranks.indexOf(r)), (r) => r.name, true],
+    ["Python", (r) => r.cpu_python_s || 0, (r) => secs(r.cpu_python_s || 0)], ["native", (r) => r.cpu_native_s || 0, (r) => secs(r.cpu_native_s || 0)],
+    ["waiting", (r) => r.cpu_system_s || 0, (r) => secs(r.cpu_system_s || 0)], ["collective", (r) => r.collective_s || 0, (r) => secs(r.collective_s || 0)],
+    ["peak heap", (r) => r.peak_heap_bytes, (r) => bytes(r.peak_heap_bytes)],
+    ["peak RSS", (r) => r.peak_rss_bytes, (r) => bytes(r.peak_rss_bytes)],
     ["GPU memory", (r) => r.peak_gpu_memory_bytes, (r) => bytes(r.peak_gpu_memory_bytes)],
-    ["CPU", (r) => r.cpu_s, (r) => secs(r.cpu_s)], ["wall", (r) => r.wall_s, (r) => secs(r.wall_s)],
+    ["wall", (r) => r.wall_s, (r) => secs(r.wall_s)],
     ["processes", (r) => r.processes, (r) => r.processes],
     ["exit", (r) => r.exit.code ?? -1, (r) => r.exit.code !== null ? r.exit.code : r.exit.signal !== null ? `signal ${r.exit.signal}` : "?"],
-    ["source", (r) => r.source, (r) => r.source, true]], P.ranks, 1);
+    ["pids / source", (r) => r.source || (r.pids || []).join(" "), (r) => r.source || (r.pids || []).join(" "), true]], P.ranks, 0);
+  const sel = $("rank-select");
+  P.ranks.forEach((r, i) => sel.append(el("option", { value: String(i) }, r.name)));
+  const showRank = () => {
+    const r = P.ranks[Number(sel.value)];
+    table("rank-lines", [["time", (l) => l.time_s, (l) => secs(l.time_s)], ["waiting", (l) => l.waiting_s, (l) => secs(l.waiting_s)],
+      ["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)],
+      ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line} ${l.function}`, true]], (r && r.lines) || [], 0);
+  };
+  sel.addEventListener("change", showRank);
+  showRank();
 }
 
 timeline();

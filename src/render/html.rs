@@ -38,8 +38,24 @@ pub fn render(p: &Profile) -> Result<String> {
         .map_err(|e| Error::new(format!("HTML report: {e}")))
 }
 
+/// Lines of each rank the page carries.
+const RANK_LINES_SHOWN: usize = 25;
+
 /// The profile as JSON that is safe inside a `<script>` element.
 fn embedded_json(p: &Profile) -> Result<String> {
+    // The page shows each rank's top lines (its chooser), not all of them: a job of many
+    // ranks stays a light page.
+    let light;
+    let p = if p.ranks.iter().any(|r| r.lines.len() > RANK_LINES_SHOWN) {
+        let mut copy = p.clone();
+        for r in &mut copy.ranks {
+            r.lines.truncate(RANK_LINES_SHOWN);
+        }
+        light = copy;
+        &light
+    } else {
+        p
+    };
     let json = serde_json::to_string(p)
         .map_err(|e| Error::new(format!("serialising the profile: {e}")))?;
     Ok(json

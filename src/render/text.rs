@@ -559,38 +559,76 @@ fn threads(out: &mut String, p: &Profile) {
 
 /// A merged profile's inputs, then their sum.
 fn ranks(out: &mut String, p: &Profile) {
-    let _ = writeln!(out, "\nRanks ({}, merged)", p.ranks.len());
+    let merged = p.ranks.iter().any(|r| !r.source.is_empty());
     let _ = writeln!(
         out,
-        "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5} {:>10}  source",
-        "rank", "peak heap", "peak RSS", "allocated", "CPU", "wall", "procs", "exit"
+        "\nRanks ({}{})",
+        p.ranks.len(),
+        if merged { ", merged" } else { "" }
     );
-    for r in &p.ranks {
+    for s in p.stragglers.iter().take(5) {
+        let what = if s.waiting { "waits" } else { "spends" };
         let _ = writeln!(
             out,
-            "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5} {:>10}  {}",
-            Clean(&r.name),
-            bytes(r.peak_heap_bytes),
-            bytes(r.peak_rss_bytes),
-            bytes(r.alloc_bytes),
-            seconds(r.cpu_s),
-            seconds(r.wall_s),
-            r.processes,
-            exit(&r.exit),
-            Clean(&r.source)
+            "  {} {what} {} more than the other ranks' median ({}) at {}:{}  {}\u{1}",
+            Clean(&s.name),
+            seconds(s.excess_s),
+            seconds(s.median_s),
+            Clean(&s.file),
+            s.line,
+            source_text(&s.source)
+        );
+    }
+    for m in p.memory_imbalance.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "  {} holds {} more at its heap peak than the other ranks' median ({}); {} of it at {}:{}  {}\u{1}",
+            Clean(&m.name),
+            bytes(m.excess_bytes),
+            bytes(m.median_bytes),
+            bytes(m.line_excess_bytes),
+            Clean(&m.file),
+            m.line,
+            source_text(&m.source)
         );
     }
     let _ = writeln!(
         out,
-        "  {:<16} {:>11} {:>11} {:>11} {:>9} {:>9} {:>5}",
-        "sum",
-        bytes(p.ranks.iter().map(|r| r.peak_heap_bytes).sum()),
-        bytes(p.ranks.iter().map(|r| r.peak_rss_bytes).sum()),
-        bytes(p.ranks.iter().map(|r| r.alloc_bytes).sum()),
-        seconds(p.ranks.iter().map(|r| r.cpu_s).sum()),
-        seconds(p.wall_s),
-        p.ranks.iter().map(|r| r.processes).sum::<usize>(),
+        "  {:<16} {:>8} {:>8} {:>8} {:>10} {:>11} {:>11} {:>9} {:>5} {:>8}  {}",
+        "rank",
+        "Python",
+        "native",
+        "waiting",
+        "collective",
+        "peak heap",
+        "peak RSS",
+        "wall",
+        "procs",
+        "exit",
+        if merged { "source" } else { "pids" }
     );
+    for r in &p.ranks {
+        let pids: Vec<String> = r.pids.iter().map(|p| p.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>8} {:>8} {:>8} {:>10} {:>11} {:>11} {:>9} {:>5} {:>8}  {}",
+            Clean(&r.name),
+            seconds(r.cpu_python_s),
+            seconds(r.cpu_native_s),
+            seconds(r.cpu_system_s),
+            seconds(r.collective_s),
+            bytes(r.peak_heap_bytes),
+            bytes(r.peak_rss_bytes),
+            seconds(r.wall_s),
+            r.processes,
+            exit(&r.exit),
+            if merged {
+                Clean(&r.source).to_string()
+            } else {
+                pids.join(" ")
+            }
+        );
+    }
 }
 
 fn processes(out: &mut String, p: &Profile) {
@@ -632,6 +670,12 @@ fn processes(out: &mut String, p: &Profile) {
                 format!(
                     "(fork: {} of the peak heap inherited) {}",
                     bytes(proc.inherited_heap_bytes),
+                    Clean(&proc.command.join(" "))
+                )
+            } else if proc.waiting_for_children_s > 0.0 {
+                format!(
+                    "(waited {} for its children) {}",
+                    seconds(proc.waiting_for_children_s),
                     Clean(&proc.command.join(" "))
                 )
             } else {
