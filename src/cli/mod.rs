@@ -399,7 +399,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
             crate::error::EXIT_USAGE,
         ));
     }
-    let (format, destination) = destination(&args.output, args.format.chosen(), false);
+    let (format, destination) = destination(&args.output, args.format.chosen(), false)?;
     if let Destination::File(path) = &destination {
         file_write(path)?;
     }
@@ -467,7 +467,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         ));
     }
     let gate = Arc::new(args.gate.load()?);
-    let (format, destination) = run_destination(&args);
+    let (format, destination) = run_destination(&args)?;
     // Nothing has run yet: a report that cannot be written is an error now, not once the
     // program has run.
     if let Destination::File(path) = &destination {
@@ -739,7 +739,7 @@ fn seconds(text: &str) -> std::result::Result<f64, String> {
     }
 }
 
-fn run_destination(args: &RunArgs) -> (Format, Destination) {
+fn run_destination(args: &RunArgs) -> Result<(Format, Destination)> {
     destination(&args.output, args.format.chosen(), args.quiet)
 }
 
@@ -750,15 +750,66 @@ fn destination(
     output: &Option<PathBuf>,
     chosen: Option<Format>,
     quiet: bool,
-) -> (Format, Destination) {
-    match (output, chosen) {
-        (Some(path), format) => (
-            format.unwrap_or_else(|| format_for(path)),
-            Destination::File(path.clone()),
-        ),
+) -> Result<(Format, Destination)> {
+    Ok(match (output, chosen) {
+        (Some(path), format) => {
+            let path = placeholders(path)?;
+            (
+                format.unwrap_or_else(|| format_for(&path)),
+                Destination::File(path),
+            )
+        }
         (None, _) if quiet => (Format::Text, Destination::Nowhere),
         (None, Some(format)) => (format, Destination::Stdout),
         (None, None) => (Format::Text, Destination::Stderr),
+    })
+}
+
+/// `-o` with `{host}`, `{rank}` and `{pid}` replaced, so that each node or rank of a job
+/// writes its own file: the host name, the rank from the environment (`norank` without one),
+/// mlprof's process id.
+fn placeholders(path: &Path) -> Result<PathBuf> {
+    let Some(text) = path.to_str().filter(|t| t.contains('{')) else {
+        return Ok(path.to_path_buf());
+    };
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or_else(|| placeholder_error(text))?;
+        let value = match &after[..close] {
+            "host" => host_name(),
+            "rank" => crate::launch::env_rank().map_or_else(|| "norank".to_string(), |r| r.0),
+            "pid" => std::process::id().to_string(),
+            _ => return Err(placeholder_error(text)),
+        };
+        // A value names a file, never a directory.
+        out.push_str(&value.replace(['/', '\0'], "_"));
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(PathBuf::from(out))
+}
+
+fn placeholder_error(text: &str) -> Error {
+    Error::with_code(
+        format!("-o {text}: placeholders are {{host}}, {{rank}} and {{pid}}"),
+        crate::error::EXIT_USAGE,
+    )
+}
+
+/// This machine's host name (`unknown-host` if it cannot be read), safe in a file name.
+fn host_name() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
+    let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let host = String::from_utf8_lossy(&name[..len]).into_owned();
+    if ok && !host.is_empty() {
+        host
+    } else {
+        "unknown-host".to_string()
     }
 }
 

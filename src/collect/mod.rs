@@ -643,10 +643,10 @@ fn labels() -> BTreeMap<String, String> {
             String::from_utf8_lossy(&name[..len]).into_owned(),
         );
     }
-    for var in ["RANK", "LOCAL_RANK", "WORLD_SIZE"] {
-        if let Ok(value) = std::env::var(var) {
-            out.insert(var.to_ascii_lowercase(), value);
-        }
+    if let Some((rank, local, size)) = crate::launch::env_rank() {
+        out.insert("rank".to_string(), rank);
+        out.extend(local.map(|l| ("local_rank".to_string(), l)));
+        out.extend(size.map(|w| ("world_size".to_string(), w)));
     }
     out
 }

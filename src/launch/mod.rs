@@ -41,6 +41,16 @@ pub struct Launched {
 /// Start `command` under the preload library, sampling as `sampling` says. With
 /// `stdout_to_stderr`, the command's stdout goes to our stderr (so our stdout carries only
 /// the report).
+/// This process's place in a distributed job from its environment, by the first launcher
+/// whose rank variable is set (`mlprof_wire::RANK_VARIABLES`: torchrun, Open MPI, MPICH, Slurm,
+/// JAX): (rank, local rank, world size), as written.
+pub fn env_rank() -> Option<(String, Option<String>, Option<String>)> {
+    let get = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    mlprof_wire::RANK_VARIABLES
+        .iter()
+        .find_map(|&(rank, local, size)| Some((get(rank)?, get(local), get(size))))
+}
+
 pub fn spawn(
     session: &Session,
     command: &[OsString],

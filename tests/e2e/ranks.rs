@@ -89,3 +89,78 @@ fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
         );
     }
 }
+
+#[test]
+fn each_rank_writes_its_own_file_by_placeholders_and_merge_names_the_straggler() {
+    // As `srun mlprof run -o prof-{host}-{rank}.json -- python train.py` on every node.
+    let m = markers("ranks.py");
+    let script = fixture::script("ranks.py");
+    let py = fixture::pythons().last().expect("a Python");
+    let dir = fixture::tempdir();
+    let pattern = dir.join("prof-{host}-{rank}.json");
+    for rank in 0..3 {
+        let status = fixture::mlprof()
+            .args(["run", "-q", "-o"])
+            .arg(&pattern)
+            .arg("--")
+            .arg(&py.exe)
+            .arg(&script)
+            .arg("rank")
+            .env("SLURM_PROCID", rank.to_string())
+            .env("SLURM_NTASKS", "3")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let mut files = fixture::dir_entries(&dir);
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    for (rank, name) in files.iter().enumerate() {
+        assert!(
+            name.starts_with("prof-") && name.ends_with(&format!("-{rank}.json")),
+            "{name}"
+        );
+        assert!(!name.contains('{'), "{name}");
+    }
+    let merged = dir.join("merged.json");
+    let out = fixture::mlprof()
+        .arg("merge")
+        .args(files.iter().map(|f| dir.join(f)))
+        .arg("-o")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = fixture::check_profile(&std::fs::read_to_string(&merged).unwrap());
+    let numbers: Vec<Option<u32>> = p.ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(numbers, [Some(0), Some(1), Some(2)]);
+    let first = p
+        .stragglers
+        .first()
+        .expect("a straggler across the merged ranks");
+    assert_eq!(
+        (first.rank, first.line),
+        (2, m["extra"]),
+        "{:?}",
+        p.stragglers
+    );
+    assert!(within(first.excess_s, 0.8, 0.25), "{first:?}");
+    // A placeholder mlprof does not know is a usage error before anything runs.
+    let out = fixture::mlprof()
+        .args(["run", "-o"])
+        .arg(dir.join("p-{nodename}.json"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("{host}, {rank} and {pid}") && err.lines().count() == 1,
+        "{err}"
+    );
+}

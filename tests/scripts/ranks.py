@@ -2,7 +2,8 @@
 one's environment) and waiting for them. Known truth: every rank computes 1 s of CPU at the
 `@work` line; rank 2 computes 0.8 s more at the `@extra` line (the straggler); rank 3 holds
 200 MiB more than the others at the `@held` line (the memory imbalance); the launcher's
-main thread only waits for its children (`@wait`)."""
+main thread only waits for its children (`@wait`). With an argument it runs one rank, its
+number from RANK or SLURM_PROCID (as `srun mlprof run -- python ranks.py rank` does)."""
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def rank_main(rank):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        rank_main(int(os.environ["RANK"]))
+        rank_main(int(os.environ.get("RANK") or os.environ["SLURM_PROCID"]))
         sys.exit(0)
     children = []
     for rank in range(4):
