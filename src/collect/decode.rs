@@ -91,12 +91,33 @@ pub struct Decoded {
     shared: Arc<Events>,
     /// Frees of allocations in `shared` since the last snapshot: (index, time).
     shared_frees: Vec<(usize, u64)>,
+    /// Each thread's clocks at the collector's last look at it (`collect::waits`).
+    pub clocks: HashMap<u32, super::waits::ThreadClocks>,
     /// Index in `samples` of each thread's latest waiting sample ([`Decoded::push_waiting`]).
     waiting_at: HashMap<u32, usize>,
     /// Time of the newest event decoded (ns from launch).
     newest_ns: u64,
     /// Events held after the last compaction ([`Decoded::compact_if_due`]).
     held_after_compaction: usize,
+}
+
+/// Scale each thread's waiting samples so that they add up to no more than the time the
+/// kernel says it was blocked (`collect::waits`): the looks that take them come more often
+/// while threads block, so their intervals overstate the waiting.
+fn scale_waiting(samples: &mut [CpuSample], clocks: &HashMap<u32, super::waits::ThreadClocks>) {
+    let waiting = |s: &CpuSample| s.flags & mlprof_wire::sample_flags::WAITING != 0;
+    let mut sampled: HashMap<u32, u64> = HashMap::new();
+    for s in samples.iter().filter(|s| waiting(s)) {
+        *sampled.entry(s.tid).or_default() += s.weight_ns;
+    }
+    for s in samples.iter_mut().filter(|s| waiting(s)) {
+        let (Some(c), Some(&total)) = (clocks.get(&s.tid), sampled.get(&s.tid)) else {
+            continue;
+        };
+        if c.blocked_ns < total {
+            s.weight_ns = (s.weight_ns as u128 * c.blocked_ns as u128 / total as u128) as u64;
+        }
+    }
 }
 
 /// Sampled mappings held before the unmapped ones are pruned.
@@ -163,12 +184,14 @@ impl Decoded {
         self.shared.clone()
     }
 
-    /// Every event decoded, in arrival order, with free times (leaves none here).
+    /// Every event decoded, in arrival order, with free times (leaves none here); each
+    /// thread's waiting samples scaled down to the time it was blocked, where the kernel said.
     pub fn take_events(&mut self) -> Events {
         let mut all = Arc::try_unwrap(std::mem::take(&mut self.shared))
             .unwrap_or_else(|shared| (*shared).clone());
         self.add_to(&mut all);
         self.live.clear();
+        scale_waiting(&mut all.samples, &self.clocks);
         all
     }
 

@@ -35,8 +35,26 @@ pub struct Target<'a> {
     pub code_type: usize,
 }
 
-/// Every thread of `pid`: (kernel tid, state letter of `/proc/PID/task/TID/stat`).
-fn tasks(pid: u32) -> Vec<(u32, char)> {
+/// A thread's clocks at the collector's last look at it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadClocks {
+    /// When (ns from launch).
+    pub at_ns: u64,
+    /// Nanoseconds it had run.
+    pub ran_ns: u64,
+    /// Nanoseconds it had waited for a CPU.
+    pub queued_ns: u64,
+    /// Nanoseconds it was blocked (neither running nor waiting for a CPU) between the first
+    /// look and the last.
+    pub blocked_ns: u64,
+}
+
+/// A thread: (kernel tid, state letter, `schedstat` clocks: ns run, ns waited for a CPU).
+type Task = (u32, char, Option<(u64, u64)>);
+
+/// Every thread of `pid`: (kernel tid, state letter of `/proc/PID/task/TID/stat`, its clocks
+/// from `schedstat`: nanoseconds run and waited for a CPU, when the kernel keeps them).
+fn tasks(pid: u32) -> Vec<Task> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -49,18 +67,42 @@ fn tasks(pid: u32) -> Vec<(u32, char)> {
             let state = stat
                 .rfind(')')
                 .and_then(|i| stat[i + 1..].trim_start().chars().next())?;
-            Some((tid, state))
+            let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+                .ok()
+                .and_then(|s| {
+                    let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+                    Some((f.next()??, f.next()??))
+                });
+            Some((tid, state, sched))
         })
         .collect()
 }
 
-/// Add one waiting sample (of `weight_ns`) per waiting Python thread of `target` to `out`.
+/// Add one waiting sample (of `weight_ns`, the time since the previous look) per waiting
+/// Python thread of `target` to `out`, and, with the kernel's per-thread clocks (`schedstat`),
+/// add to each thread's exact blocked time: the time between looks less what it ran and waited
+/// for a CPU. Looks tend to come when a CPU frees up, which is when a thread blocks, so the
+/// intervals overstate its waiting; [`super::decode::Decoded::take_events`] scales each
+/// thread's waiting samples down to its blocked time.
 pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) {
     let all = tasks(target.pid);
+    for &(tid, _, sched) in &all {
+        let Some((ran, queued)) = sched else { continue };
+        let clocks = out.clocks.entry(tid).or_insert(ThreadClocks {
+            at_ns: now_ns,
+            ran_ns: ran,
+            queued_ns: queued,
+            blocked_ns: 0,
+        });
+        let wall = now_ns.saturating_sub(clocks.at_ns);
+        let busy = ran.saturating_sub(clocks.ran_ns) + queued.saturating_sub(clocks.queued_ns);
+        clocks.blocked_ns += wall.saturating_sub(busy);
+        (clocks.at_ns, clocks.ran_ns, clocks.queued_ns) = (now_ns, ran, queued);
+    }
     let waiting: Vec<u32> = all
         .iter()
-        .filter(|&&(_, state)| matches!(state, 'S' | 'D'))
-        .map(|&(tid, _)| tid)
+        .filter(|&&(_, state, _)| matches!(state, 'S' | 'D'))
+        .map(|&(tid, _, _)| tid)
         .collect();
     if waiting.is_empty() {
         return;
@@ -84,7 +126,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
     for &(tstate, pthread, native_tid) in &states[..n] {
         // The thread's own announcement first: after a fork, CPython (3.11 at least) keeps
         // the parent's `native_thread_id` in the surviving thread state.
-        let own = native_tid.filter(|t| all.iter().any(|&(tid, _)| tid == *t));
+        let own = native_tid.filter(|t| all.iter().any(|&(tid, _, _)| tid == *t));
         let Some(tid) = by_pthread.get(&(pthread as u64)).copied().or(own) else {
             continue;
         };

@@ -629,6 +629,20 @@ fn ranks(out: &mut String, p: &Profile) {
             }
         );
     }
+    let sum = |f: fn(&crate::model::Rank) -> f64| p.ranks.iter().map(f).sum::<f64>();
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>8} {:>8} {:>8} {:>10} {:>11} {:>11} {:>9} {:>5}",
+        "sum",
+        seconds(sum(|r| r.cpu_python_s)),
+        seconds(sum(|r| r.cpu_native_s)),
+        seconds(sum(|r| r.cpu_system_s)),
+        seconds(sum(|r| r.collective_s)),
+        bytes(p.ranks.iter().map(|r| r.peak_heap_bytes).sum()),
+        bytes(p.ranks.iter().map(|r| r.peak_rss_bytes).sum()),
+        seconds(p.wall_s),
+        p.ranks.iter().map(|r| r.processes).sum::<usize>(),
+    );
 }
 
 fn processes(out: &mut String, p: &Profile) {

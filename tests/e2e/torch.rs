@@ -118,3 +118,96 @@ fn phases(stdout: &str) -> std::collections::HashMap<&str, f64> {
         .map(|(k, v)| (k, v.parse().unwrap()))
         .collect()
 }
+
+#[test]
+fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
+    // `torchrun --standalone --nproc_per_node=2` of a DDP job on the CPU with gloo, where rank 1
+    // sleeps 10 ms a step (60 steps) and holds 200 MiB more (tests/scripts/ddp_job.py).
+    let venv = fixture::root().join("target/torch-venv/bin");
+    let has_torch = std::process::Command::new(venv.join("python"))
+        .args(["-c", "import torch.distributed"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_torch {
+        eprintln!("skipped: no torch in target/torch-venv (see bench/README.md)");
+        return;
+    }
+    let script = fixture::script("ddp_job.py");
+    let torchrun = venv.join("torchrun");
+    let args = [
+        os(&torchrun),
+        os("--standalone"),
+        os("--nproc_per_node=2"),
+        os(&script),
+    ];
+    let run = fixture::profile(&args);
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let m = crate::cpu::markers("ddp_job.py");
+    // Ranks 0 and 1, each with the pid of the process that ran as it.
+    assert_eq!(
+        p.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        [Some(0), Some(1)]
+    );
+    for r in &p.ranks {
+        let own: Vec<u32> = p
+            .processes
+            .iter()
+            .filter(|q| q.rank.as_deref() == Some(r.name.as_str()))
+            .map(|q| q.pid)
+            .collect();
+        assert_eq!(r.pids, own, "{}", r.name);
+    }
+    // The straggler: rank 1's sleep line, 0.6 s beyond rank 0. Off-CPU time is sampled by the
+    // collector, whose looks come more often when CPUs free up: on a 2-core machine that is
+    // while both ranks block (rank 1 asleep, rank 0 waiting for it), so the sleep line gets
+    // more than its share of rank 1's (exactly measured) blocked time. Measured: 0.54-0.74 s
+    // with this test alone, 0.87-0.89 s with another torch test beside it.
+    let sleep = p
+        .stragglers
+        .iter()
+        .find(|s| s.line == m["sleep"])
+        .unwrap_or_else(|| panic!("the sleep line is a straggler: {:?}", p.stragglers));
+    assert_eq!(sleep.rank, 1);
+    assert!(
+        (0.45..=0.9).contains(&sleep.excess_s),
+        "excess {:.2} s, truth 0.6 s",
+        sleep.excess_s
+    );
+    // Rank 0 waits for it in the all-reduce, which counts as collective time.
+    let waits = p.stragglers.iter().find(|s| s.line == m["collective"]);
+    assert!(
+        waits.is_some_and(|s| s.rank == 0 && s.waiting),
+        "{:?}",
+        p.stragglers
+    );
+    assert!(
+        p.ranks[0].collective_s > p.ranks[1].collective_s + 0.2,
+        "{:?}",
+        p.ranks
+    );
+    // Rank 1 holds 200 MiB more, at its line.
+    let heavy = p.memory_imbalance.first().expect("a memory imbalance");
+    assert_eq!((heavy.rank, heavy.line), (1, m["extra"]));
+    assert!(
+        (0.9..=1.1).contains(&(heavy.excess_bytes as f64 / (200u64 << 20) as f64)),
+        "{heavy:?}"
+    );
+    // torchrun's agent only waits for its workers: at most 10% of line time on its lines.
+    let time = |l: &mlprof::model::LineStats| {
+        l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s
+    };
+    let all: f64 = p.lines.iter().map(time).sum();
+    let agent = p.processes.iter().find(|q| q.rank.is_none()).unwrap();
+    assert!(agent.waiting_for_children_s >= 1.0, "{agent:?}");
+    let agent_lines: f64 = p
+        .lines
+        .iter()
+        .filter(|l| l.file.ends_with("/torchrun") || l.file.ends_with("distributed/run.py"))
+        .map(time)
+        .sum();
+    assert!(
+        agent_lines <= 0.1 * all,
+        "agent lines {agent_lines:.2} s of {all:.2} s"
+    );
+}
