@@ -265,7 +265,8 @@ function showProcess(choice) {
 }
 
 function processChooser() {
-  if (P.processes.length < 2) return;
+  // A profile of many ranks carries the job's flame graphs, not each process's.
+  if (P.processes.length < 2 || (P.ranks && P.ranks.length > 8)) return;
   const sel = $("process-select");
   sel.append(el("option", { value: "" }, "all processes"));
   for (const p of P.processes) {

@@ -151,6 +151,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
     ordered.sort_by_key(|(_, id)| *id);
     out.stack_frames = ordered.into_iter().map(|(f, _)| f).collect();
     out.labels = common_labels(&out.ranks);
+    out.samples = super::stacks::thin(std::mem::take(&mut out.samples), super::stacks::MAX_SAMPLES);
     super::ranks::compare(&mut out);
     out
 }

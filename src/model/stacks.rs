@@ -156,6 +156,24 @@ pub fn build(
     (t.frames, stacks, samples)
 }
 
+/// Samples in time order, thinned evenly to at most `max` (each kept one standing for the CPU
+/// of those skipped with it): for merged profiles, whose inputs each kept up to
+/// [`MAX_SAMPLES`].
+pub fn thin(mut samples: Vec<TimedSample>, max: usize) -> Vec<TimedSample> {
+    samples.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    let step = samples.len().div_ceil(max.max(1)).max(1);
+    if step == 1 {
+        return samples;
+    }
+    samples
+        .chunks(step)
+        .map(|chunk| TimedSample {
+            cpu_s: chunk.iter().map(|c| c.cpu_s).sum(),
+            ..chunk[0]
+        })
+        .collect()
+}
+
 /// CPU samples in time order, thinned evenly to [`MAX_SAMPLES`] (each kept one standing for
 /// those skipped), referring to kept stacks only.
 fn timeline(stacks: &[StackStats], mut timed: Vec<Timed>) -> Vec<TimedSample> {

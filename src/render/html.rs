@@ -38,6 +38,38 @@ pub fn render(p: &Profile) -> Result<String> {
         .map_err(|e| Error::new(format!("HTML report: {e}")))
 }
 
+/// Above this many ranks the page's flame graphs are the job's, not each process's: stacks
+/// of all processes with the same frames are one (the JSON keeps them apart).
+const RANKS_WITH_OWN_STACKS: usize = 8;
+
+/// Timeline samples the page of a many-rank profile carries.
+const PAGE_SAMPLES: usize = 5_000;
+
+/// Stacks with the same frames added together, as one process's (pid 0), and where each old
+/// stack went.
+fn fold_stacks(stacks: Vec<crate::model::StackStats>) -> (Vec<crate::model::StackStats>, Vec<u32>) {
+    let mut out: Vec<crate::model::StackStats> = Vec::new();
+    let mut by_frames: std::collections::HashMap<Vec<u32>, u32> = Default::default();
+    let mut index = Vec::with_capacity(stacks.len());
+    for s in stacks {
+        let i = *by_frames.entry(s.frames.clone()).or_insert_with(|| {
+            out.push(crate::model::StackStats {
+                frames: s.frames.clone(),
+                ..Default::default()
+            });
+            (out.len() - 1) as u32
+        });
+        let into = &mut out[i as usize];
+        into.cpu_python_s += s.cpu_python_s;
+        into.cpu_native_s += s.cpu_native_s;
+        into.cpu_system_s += s.cpu_system_s;
+        into.alloc_bytes += s.alloc_bytes;
+        into.peak_bytes += s.peak_bytes;
+        index.push(i);
+    }
+    (out, index)
+}
+
 /// Lines of each rank the page carries.
 const RANK_LINES_SHOWN: usize = 25;
 
@@ -46,10 +78,26 @@ fn embedded_json(p: &Profile) -> Result<String> {
     // The page shows each rank's top lines (its chooser), not all of them: a job of many
     // ranks stays a light page.
     let light;
-    let p = if p.ranks.iter().any(|r| r.lines.len() > RANK_LINES_SHOWN) {
+    let many = p.ranks.len() > RANKS_WITH_OWN_STACKS;
+    let p = if many || p.ranks.iter().any(|r| r.lines.len() > RANK_LINES_SHOWN) {
         let mut copy = p.clone();
         for r in &mut copy.ranks {
             r.lines.truncate(RANK_LINES_SHOWN);
+        }
+        if many {
+            let (stacks, index) = fold_stacks(std::mem::take(&mut copy.stacks));
+            copy.stacks = stacks;
+            let samples = std::mem::take(&mut copy.samples)
+                .into_iter()
+                .filter_map(|s| {
+                    Some(crate::model::TimedSample {
+                        stack: *index.get(s.stack as usize)?,
+                        pid: 0,
+                        ..s
+                    })
+                })
+                .collect();
+            copy.samples = crate::model::stacks::thin(samples, PAGE_SAMPLES);
         }
         light = copy;
         &light

@@ -164,3 +164,80 @@ fn each_rank_writes_its_own_file_by_placeholders_and_merge_names_the_straggler()
         "{err}"
     );
 }
+
+#[test]
+fn merge_of_64_rank_profiles_keeps_every_rank_and_a_light_page() {
+    // Two real runs (a plain rank, and one with extra work) stand for 64 ranks of a job.
+    let m = markers("ranks.py");
+    let script = fixture::script("ranks.py");
+    let py = fixture::pythons().last().expect("a Python");
+    let dir = fixture::tempdir();
+    let mut runs = Vec::new();
+    for rank in ["0", "2"] {
+        let path = dir.join(format!("run{rank}.json"));
+        let status = fixture::mlprof()
+            .args(["run", "-q", "-o"])
+            .arg(&path)
+            .arg("--")
+            .arg(&py.exe)
+            .arg(&script)
+            .arg("rank")
+            .env("RANK", rank)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        runs.push(std::fs::read_to_string(&path).unwrap());
+    }
+    let mut paths = Vec::new();
+    for rank in 0..64u32 {
+        let text = if rank == 17 { &runs[1] } else { &runs[0] };
+        let mut profile: serde_json::Value = serde_json::from_str(text).unwrap();
+        profile["labels"]["rank"] = serde_json::Value::String(rank.to_string());
+        let path = dir.join(format!("rank{rank}.json"));
+        std::fs::write(&path, profile.to_string()).unwrap();
+        paths.push(path);
+    }
+    let merged = dir.join("all.json");
+    let out = fixture::mlprof()
+        .arg("merge")
+        .args(&paths)
+        .arg("-o")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = fixture::check_profile(&std::fs::read_to_string(&merged).unwrap());
+    assert_eq!(p.ranks.len(), 64);
+    assert!(p
+        .ranks
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.rank == Some(i as u32)));
+    let first = p.stragglers.first().expect("the straggler among 64 ranks");
+    assert_eq!(
+        (first.rank, first.line),
+        (17, m["extra"]),
+        "{:?}",
+        p.stragglers
+    );
+    assert!(within(first.excess_s, 0.8, 0.25), "{first:?}");
+    // The page carries aggregates and each rank's top lines, not 64 profiles.
+    let html = dir.join("all.html");
+    let out = fixture::mlprof()
+        .arg("merge")
+        .args(&paths)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let size = std::fs::metadata(&html).unwrap().len();
+    assert!(size < 1 << 20, "the 64-rank page is {size} bytes");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("rank-select") && page.contains("rank 17"));
+}
