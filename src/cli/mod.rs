@@ -16,6 +16,7 @@ use crate::{annotate, collect, launch, model, symbolize};
 
 mod jupyter;
 mod regions;
+mod sweep;
 
 /// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
 pub const DEFAULT_RATE_HZ: u32 = 100;
@@ -47,6 +48,10 @@ enum Command {
     Check(CheckArgs),
     /// Combine profiles of several hosts or ranks into one, with a per-rank breakdown.
     Merge(MergeArgs),
+    /// Compare two saved profiles: per line and function, what changed beyond sampling noise.
+    Diff(DiffArgs),
+    /// Run a command at several values of a parameter and fit how each line grows with it.
+    Sweep(sweep::SweepArgs),
     /// Profile a running Python process from outside (CPU and waiting per line, RSS; no
     /// memory per line), without restarting or stopping it.
     Attach(AttachArgs),
@@ -117,6 +122,20 @@ struct MergeArgs {
     format: FormatArgs,
     /// Write the merged profile (or report) to FILE: format from --text/--json/--html, else
     /// from the extension (.html, .txt, otherwise JSON). Without it, a terminal report.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DiffArgs {
+    /// The profile compared against (`mlprof run -o BASE.json`).
+    base: PathBuf,
+    /// The profile compared.
+    new: PathBuf,
+    #[command(flatten)]
+    format: FormatArgs,
+    /// Write the comparison to FILE: format from --text/--json/--html, else from the extension
+    /// (.html, .txt, otherwise JSON). Without it, a terminal table.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 }
@@ -365,6 +384,8 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Export(args) => export(args),
         Command::Check(args) => check(args),
         Command::Merge(args) => merge(args),
+        Command::Diff(args) => diff(args),
+        Command::Sweep(args) => sweep::sweep(args),
         Command::Attach(args) => attach(args),
         Command::Jupyter(JupyterArgs {
             action: JupyterAction::Install(args),
@@ -522,6 +543,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
             filter: filter.clone(),
             gate: gate.clone(),
             gpu: gpu.view(),
+            sampling,
         })),
         _ => None,
     };
@@ -555,6 +577,8 @@ fn run_command(args: RunArgs) -> Result<i32> {
     recording.command = command;
     let natives = symbolize::native_names(&recording);
     let mut profile = model::attribute(&recording, &natives, &filter);
+    profile.memory_sample_bytes = sampling.memory_sample_bytes;
+    profile.copy_sample_bytes = sampling.copy_sample_bytes;
     annotate::attach(&mut profile);
     profile.violations = gate.verdicts(&profile);
     let status = match (profile.exit.code, profile.exit.signal) {
@@ -610,6 +634,7 @@ struct SnapshotJob {
     filter: model::Filter,
     gate: Arc<Gate>,
     gpu: collect::gpu::GpuView,
+    sampling: launch::Sampling,
 }
 
 /// Snapshots of the profile while the command runs (`--snapshot-every`,
@@ -693,6 +718,8 @@ impl SnapshotJob {
         recording.gpu = self.gpu.current();
         let natives = symbolize::native_names(&recording);
         let mut profile = model::attribute(&recording, &natives, &self.filter);
+        profile.memory_sample_bytes = self.sampling.memory_sample_bytes;
+        profile.copy_sample_bytes = self.sampling.copy_sample_bytes;
         annotate::attach(&mut profile);
         profile.violations = self.gate.verdicts(&profile);
         let text = render::render_for(&profile, self.format, render::text::Style::default())?;
@@ -855,6 +882,34 @@ fn merge(args: MergeArgs) -> Result<i32> {
         ),
     };
     emit(&merged, format, destination)?;
+    Ok(0)
+}
+
+fn diff(args: DiffArgs) -> Result<i32> {
+    let base = read_profile(&args.base)?;
+    let new = read_profile(&args.new)?;
+    let d = model::diff::compare(
+        &base,
+        &args.base.display().to_string(),
+        &new,
+        &args.new.display().to_string(),
+    );
+    let (format, destination) = match args.output {
+        Some(path) => (
+            args.format.chosen().unwrap_or_else(|| format_for(&path)),
+            Destination::File(path),
+        ),
+        None => (
+            args.format.chosen().unwrap_or(Format::Text),
+            Destination::Stdout,
+        ),
+    };
+    let text = match format {
+        Format::Text => render::diff::text(&d),
+        Format::Json => render::diff::json(&d)?,
+        Format::Html => render::diff::html(&d, &base, &new)?,
+    };
+    write_text(&text, destination)?;
     Ok(0)
 }
 

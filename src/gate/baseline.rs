@@ -1,8 +1,7 @@
 //! Regressions against a saved profile (`--baseline PROFILE`): a measure fails when it grew by
 //! more than a percentage *and* an absolute floor, so noise never fails a build. Compared: the
-//! tree's peak heap, and each line's bytes allocated (lines matched by file name and line).
-
-use std::collections::HashMap;
+//! tree's peak heap, and each line's bytes allocated and held at the peak (lines matched and noise
+//! judged as `mlprof diff` does: `model::diff`).
 
 use crate::model::{Profile, Violation};
 use crate::units::bytes;
@@ -52,24 +51,39 @@ pub fn regressions(now: &Profile, base: &Profile, t: &Tolerance) -> Vec<Violatio
             None,
         ));
     }
-    let key = |file: &str, line: u32| (file.rsplit('/').next().unwrap_or(file).to_string(), line);
-    let old: HashMap<(String, u32), u64> = base
+    // Lines matched as `mlprof diff` matches them (moved lines are the same line), and a
+    // line's growth must also be beyond its sampling noise.
+    let diff = crate::model::diff::compare(base, "", now, "");
+    for l in diff
         .lines
         .iter()
-        .map(|l| (key(&l.file, l.line), l.measures.alloc_bytes))
-        .collect();
-    for l in now.lines.iter().filter(|l| l.line > 0) {
-        let before = old.get(&key(&l.file, l.line)).copied().unwrap_or(0);
-        if t.exceeded(before, l.measures.alloc_bytes) {
-            let what = format!("{}:{} allocated", key(&l.file, l.line).0, l.line);
-            out.push(regression(
-                "baseline_line",
-                &what,
-                before,
-                l.measures.alloc_bytes,
-                Some(&l.file),
-                Some(l.line),
-            ));
+        .filter(|l| l.line > 0 && l.status != "gone")
+    {
+        let name = l.file.rsplit('/').next().unwrap_or(&l.file);
+        for (figure, what, before, after) in [
+            (
+                "alloc_bytes",
+                "allocated",
+                l.base.alloc_bytes,
+                l.new.alloc_bytes,
+            ),
+            (
+                "peak_bytes",
+                "held at the peak",
+                l.base.peak_bytes,
+                l.new.peak_bytes,
+            ),
+        ] {
+            if l.is_meaningful(figure) && t.exceeded(before, after) {
+                out.push(regression(
+                    "baseline_line",
+                    &format!("{name}:{} {what}", l.line),
+                    before,
+                    after,
+                    Some(&l.file),
+                    Some(l.line),
+                ));
+            }
         }
     }
     out

@@ -89,6 +89,8 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .max()
             .unwrap_or(0) as f64
             / NS,
+        memory_sample_bytes: 0,
+        copy_sample_bytes: 0,
         cpu_samples: rec
             .channels
             .iter()

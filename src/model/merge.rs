@@ -110,6 +110,8 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         if out.sample_interval_s == 0.0 {
             out.sample_interval_s = p.sample_interval_s;
         }
+        out.memory_sample_bytes = out.memory_sample_bytes.max(p.memory_sample_bytes);
+        out.copy_sample_bytes = out.copy_sample_bytes.max(p.copy_sample_bytes);
         out.warnings
             .extend(p.warnings.into_iter().map(|w| format!("{name}: {w}")));
         out.violations

@@ -2,6 +2,7 @@
 
 pub mod attribute;
 pub mod cpu;
+pub mod diff;
 pub mod filter;
 pub mod gpu;
 pub mod idle;
@@ -14,6 +15,7 @@ pub mod profile;
 pub mod ranks;
 pub mod regions;
 pub mod stacks;
+pub mod sweep;
 #[cfg(test)]
 mod tests;
 pub mod timeline;

@@ -54,6 +54,13 @@ pub struct Profile {
     /// Mean CPU sampling interval in seconds (0: CPU sampling was off).
     #[serde(default)]
     pub sample_interval_s: f64,
+    /// Mean bytes allocated between two allocation samples (`--memory-sample-bytes`; 0: not
+    /// recorded, in profiles older than `mlprof diff`, or memory was not sampled).
+    #[serde(default)]
+    pub memory_sample_bytes: u64,
+    /// Mean bytes copied between two copy samples (`--copy-sample-bytes`; 0 as above).
+    #[serde(default)]
+    pub copy_sample_bytes: u64,
     /// CPU samples taken (all processes and threads).
     #[serde(default)]
     pub cpu_samples: u64,

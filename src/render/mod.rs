@@ -2,11 +2,13 @@
 //! Formats never import each other.
 
 pub mod chrome;
+pub mod diff;
 pub mod folded;
 pub mod html;
 pub mod json;
 pub mod pprof;
 pub mod speedscope;
+pub mod sweep;
 pub mod text;
 
 use crate::error::Result;

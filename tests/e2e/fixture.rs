@@ -26,6 +26,16 @@ pub fn script(name: &str) -> PathBuf {
     root().join("tests/scripts").join(name)
 }
 
+/// A test script (`tests/scripts/NAME`) or, when there is none, an example (`examples/NAME`).
+pub fn script_or_example(name: &str) -> PathBuf {
+    let path = script(name);
+    if path.exists() {
+        path
+    } else {
+        root().join("examples").join(name)
+    }
+}
+
 /// One interpreter to test with.
 #[derive(Clone, Debug)]
 pub struct Python {

@@ -1,0 +1,389 @@
+//! `mlprof sweep`: profiles of one command at several values of a parameter, and per line a
+//! growth law fitted on log-log axes (`y = c * x^k`: the exponent `k`, the constant `c` and the
+//! fit's R²) for bytes held at the heap peak, bytes allocated and time; projections of each
+//! line and of the whole peak to a value not run. Pure: the runs are made by the CLI.
+//!
+//! A figure too small to be measured well (under four sampling means of bytes, two CPU samples)
+//! is left out of its line's fit; a fit needs two such points. The whole peak at a projected
+//! value is the peak of the largest run plus, for each line with a memory fit, its projected
+//! growth beyond what it held there (what does not grow stays as it was).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{LineStats, Profile};
+
+/// Schema identifier of a sweep document.
+pub const SCHEMA: &str = "mlprof-sweep/1";
+
+/// Lines a sweep document keeps (those with the largest figures).
+const LINES_KEPT: usize = 200;
+
+/// One run of the sweep, as the CLI made it.
+pub struct Outcome {
+    /// The parameter's value, as given.
+    pub text: String,
+    /// The value as a number.
+    pub value: f64,
+    /// The values of the other parameters in this run.
+    pub fixed: BTreeMap<String, String>,
+    /// The run's profile, when one was written.
+    pub profile: Option<Profile>,
+    /// Where the profile was kept (`--runs-dir`), if it was.
+    pub path: Option<String>,
+    /// Why there is no profile, when there is none.
+    pub error: Option<String>,
+}
+
+/// A sweep over one parameter.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sweep {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// The parameter swept.
+    pub param: String,
+    /// Its values, in the order run.
+    pub values: Vec<f64>,
+    /// The other parameters, held at their first values.
+    pub fixed: BTreeMap<String, String>,
+    /// Each run: its status and summary.
+    pub runs: Vec<RunSummary>,
+    /// The tree's peak heap against the parameter.
+    pub peak: Growth,
+    /// The value projected to (`--project`), if any.
+    pub project_value: Option<f64>,
+    /// The whole peak projected to `project_value`.
+    pub projected_peak_bytes: Option<u64>,
+    /// Lines, largest (projected, else largest measured) peak first.
+    pub lines: Vec<LineGrowth>,
+    /// Sweeps of the other parameters (`--param` given more than once), each around the first
+    /// values of the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<Sweep>,
+}
+
+/// How one run went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The parameter's value.
+    pub value: f64,
+    /// `"ok"` (exit 0), `"failed"` (non-zero exit, a signal, or no profile): failed runs are
+    /// reported and left out of the fits.
+    pub status: String,
+    /// Exit code of the command.
+    pub exit_code: Option<i32>,
+    /// Signal that ended the command.
+    pub exit_signal: Option<i32>,
+    /// Why the run failed, in words.
+    pub reason: Option<String>,
+    /// Peak heap of the tree (as far as it got, for a failed run).
+    pub peak_heap_bytes: u64,
+    /// Peak RSS of the tree.
+    pub peak_rss_bytes: u64,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// The run's profile, when kept (`--runs-dir`).
+    pub profile: Option<String>,
+}
+
+/// A power law fitted to one figure: `y = constant * x^exponent`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Growth {
+    /// The exponent (1: linear, 2: quadratic); absent when fewer than two runs measured it.
+    pub exponent: Option<f64>,
+    /// Goodness of the fit on log-log axes (1 with exactly two points).
+    pub r2: Option<f64>,
+    /// The fitted constant.
+    pub constant: Option<f64>,
+}
+
+impl Growth {
+    /// The fitted figure at `x`.
+    pub fn at(&self, x: f64) -> Option<f64> {
+        Some(self.constant? * x.powf(self.exponent?))
+    }
+}
+
+/// A line's figures across the runs and their growth.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LineGrowth {
+    /// Source file.
+    pub file: String,
+    /// Line number.
+    pub line: u32,
+    /// Enclosing function.
+    pub function: String,
+    /// Source text.
+    pub source: String,
+    /// Exponent of bytes held at the peak.
+    pub memory_exponent: Option<f64>,
+    /// R² of that fit.
+    pub memory_r2: Option<f64>,
+    /// Its constant.
+    pub memory_constant: Option<f64>,
+    /// Exponent of bytes allocated.
+    pub alloc_exponent: Option<f64>,
+    /// R² of that fit.
+    pub alloc_r2: Option<f64>,
+    /// Exponent of time (Python + native + waiting).
+    pub cpu_exponent: Option<f64>,
+    /// R² of that fit.
+    pub cpu_r2: Option<f64>,
+    /// Bytes held at the peak, per value (null for a failed run).
+    pub peak_bytes: Vec<Option<u64>>,
+    /// Bytes allocated, per value.
+    pub alloc_bytes: Vec<Option<u64>>,
+    /// Seconds, per value.
+    pub cpu_s: Vec<Option<f64>>,
+    /// Bytes held at the peak projected to the `--project` value.
+    pub projected_peak_bytes: Option<u64>,
+}
+
+/// Least squares on log-log axes over the points with `y > 0`.
+pub fn fit(points: &[(f64, f64)]) -> Growth {
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+        .map(|(x, y)| (x.ln(), y.ln()))
+        .collect();
+    let n = pts.len() as f64;
+    let distinct = pts.iter().any(|p| (p.0 - pts[0].0).abs() > 1e-12);
+    if pts.len() < 2 || !distinct {
+        return Growth::default();
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let syy: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let k = sxy / sxx;
+    let c = (my - k * mx).exp();
+    let r2 = if syy <= 1e-24 {
+        1.0
+    } else {
+        (sxy * sxy / (sxx * syy)).clamp(0.0, 1.0)
+    };
+    Growth {
+        exponent: Some(k),
+        r2: Some(r2),
+        constant: Some(c),
+    }
+}
+
+/// The sweep of `param` from its runs (in value order), projected to `project` if given.
+pub fn analyze(
+    param: &str,
+    fixed: BTreeMap<String, String>,
+    outcomes: &[Outcome],
+    project: Option<f64>,
+) -> Sweep {
+    let ok = |o: &Outcome| {
+        o.profile
+            .as_ref()
+            .is_some_and(|p| p.exit.code == Some(0) && p.exit.signal.is_none())
+    };
+    let runs: Vec<RunSummary> = outcomes.iter().map(|o| summary(o, ok(o))).collect();
+    let good: Vec<(f64, &Profile)> = outcomes
+        .iter()
+        .filter(|o| ok(o))
+        .filter_map(|o| Some((o.value, o.profile.as_ref()?)))
+        .collect();
+    let peak = fit(&good
+        .iter()
+        .map(|(x, p)| (*x, p.memory.peak_heap_bytes as f64))
+        .collect::<Vec<_>>());
+    // Every line seen in a good run, by place.
+    let mut places: BTreeMap<(String, u32), &LineStats> = BTreeMap::new();
+    for (_, p) in &good {
+        for l in p.lines.iter().filter(|l| l.line > 0) {
+            places.entry((l.file.clone(), l.line)).or_insert(l);
+        }
+    }
+    let mut lines: Vec<LineGrowth> = places
+        .values()
+        .map(|l| line(l, outcomes, &ok, project))
+        .collect();
+    let size = |l: &LineGrowth| {
+        l.projected_peak_bytes
+            .unwrap_or_else(|| l.peak_bytes.iter().flatten().copied().max().unwrap_or(0))
+    };
+    lines.sort_by(|a, b| {
+        size(b).cmp(&size(a)).then_with(|| {
+            let cpu = |l: &LineGrowth| l.cpu_s.iter().flatten().copied().fold(0.0, f64::max);
+            cpu(b).total_cmp(&cpu(a))
+        })
+    });
+    lines.truncate(LINES_KEPT);
+    let projected_peak_bytes = project.and_then(|_| projected_peak(&good, &lines));
+    Sweep {
+        schema: SCHEMA.to_string(),
+        param: param.to_string(),
+        values: outcomes.iter().map(|o| o.value).collect(),
+        fixed,
+        runs,
+        peak,
+        project_value: project,
+        projected_peak_bytes,
+        lines,
+        more: Vec::new(),
+    }
+}
+
+fn summary(o: &Outcome, ok: bool) -> RunSummary {
+    let p = o.profile.as_ref();
+    let (code, signal) = p.map_or((None, None), |p| (p.exit.code, p.exit.signal));
+    let reason = if ok {
+        None
+    } else if let Some(e) = &o.error {
+        Some(e.clone())
+    } else {
+        Some(match (code, signal) {
+            (_, Some(s)) => format!("killed by signal {s}{}", signal_name(s)),
+            (Some(c), _) => format!("exit {c}"),
+            _ => "no exit status".into(),
+        })
+    };
+    RunSummary {
+        value: o.value,
+        status: if ok { "ok" } else { "failed" }.into(),
+        exit_code: code,
+        exit_signal: signal,
+        reason,
+        peak_heap_bytes: p.map_or(0, |p| p.memory.peak_heap_bytes),
+        peak_rss_bytes: p.map_or(0, |p| p.memory.peak_rss_bytes),
+        wall_s: p.map_or(0.0, |p| p.wall_s),
+        profile: o.path.clone(),
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        9 => " (SIGKILL: out of memory?)",
+        6 => " (SIGABRT)",
+        11 => " (SIGSEGV)",
+        15 => " (SIGTERM)",
+        _ => "",
+    }
+}
+
+/// Figures below these are too small to fit (too few samples).
+fn floors(p: &Profile) -> (f64, f64) {
+    let m = if p.memory_sample_bytes > 0 {
+        p.memory_sample_bytes
+    } else {
+        128 << 10
+    } as f64;
+    let t = if p.sample_interval_s > 0.0 {
+        p.sample_interval_s
+    } else {
+        0.01
+    };
+    (4.0 * m, 2.0 * t)
+}
+
+fn line(
+    first: &LineStats,
+    outcomes: &[Outcome],
+    ok: &dyn Fn(&Outcome) -> bool,
+    project: Option<f64>,
+) -> LineGrowth {
+    let mut peak = Vec::new();
+    let mut alloc = Vec::new();
+    let mut cpu = Vec::new();
+    let (mut peak_pts, mut alloc_pts, mut cpu_pts) = (Vec::new(), Vec::new(), Vec::new());
+    for o in outcomes {
+        let p = match (&o.profile, ok(o)) {
+            (Some(p), true) => p,
+            _ => {
+                peak.push(None);
+                alloc.push(None);
+                cpu.push(None);
+                continue;
+            }
+        };
+        let (byte_floor, time_floor) = floors(p);
+        let m = p
+            .lines
+            .iter()
+            .find(|l| l.line == first.line && l.file == first.file)
+            .map(|l| l.measures.clone())
+            .unwrap_or_default();
+        let t = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+        peak.push(Some(m.peak_bytes));
+        alloc.push(Some(m.alloc_bytes));
+        cpu.push(Some(t));
+        if m.peak_bytes as f64 >= byte_floor {
+            peak_pts.push((o.value, m.peak_bytes as f64));
+        }
+        if m.alloc_bytes as f64 >= byte_floor {
+            alloc_pts.push((o.value, m.alloc_bytes as f64));
+        }
+        if t >= time_floor {
+            cpu_pts.push((o.value, t));
+        }
+    }
+    let (mem, al, c) = (fit(&peak_pts), fit(&alloc_pts), fit(&cpu_pts));
+    let projected_peak_bytes = project.and_then(|x| mem.at(x)).map(|v| v as u64);
+    LineGrowth {
+        file: first.file.clone(),
+        line: first.line,
+        function: first.function.clone(),
+        source: first.source.clone(),
+        memory_exponent: mem.exponent,
+        memory_r2: mem.r2,
+        memory_constant: mem.constant,
+        alloc_exponent: al.exponent,
+        alloc_r2: al.r2,
+        cpu_exponent: c.exponent,
+        cpu_r2: c.r2,
+        peak_bytes: peak,
+        alloc_bytes: alloc,
+        cpu_s: cpu,
+        projected_peak_bytes,
+    }
+}
+
+/// The whole peak at the projected value: the largest good run's peak, plus each fitted line's projected
+/// growth beyond what it held in that run.
+fn projected_peak(good: &[(f64, &Profile)], lines: &[LineGrowth]) -> Option<u64> {
+    let (_, last) = good.iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let mut growth = 0.0;
+    for l in lines {
+        let Some(projected) = l.projected_peak_bytes else {
+            continue;
+        };
+        let held = last
+            .lines
+            .iter()
+            .find(|m| m.line == l.line && m.file == l.file)
+            .map_or(0, |m| m.measures.peak_bytes);
+        growth += projected as f64 - held as f64;
+    }
+    Some((last.memory.peak_heap_bytes as f64 + growth).max(0.0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_power_law_is_fitted_exactly() {
+        let pts: Vec<(f64, f64)> = [1000.0, 2000.0, 4000.0]
+            .iter()
+            .map(|&n: &f64| (n, 8.0 * n * n))
+            .collect();
+        let g = fit(&pts);
+        assert!((g.exponent.unwrap() - 2.0).abs() < 1e-9);
+        assert!((g.r2.unwrap() - 1.0).abs() < 1e-9);
+        assert!((g.at(8000.0).unwrap() / (8.0 * 64e6) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_poor_fit_says_so_and_one_point_is_no_fit() {
+        let g = fit(&[(1.0, 10.0), (2.0, 1.0), (4.0, 12.0), (8.0, 2.0)]);
+        assert!(g.r2.unwrap() < 0.5, "{g:?}");
+        assert_eq!(fit(&[(1.0, 10.0)]), Growth::default());
+        assert_eq!(fit(&[(1.0, 10.0), (1.0, 12.0)]), Growth::default());
+    }
+}

@@ -1,0 +1,319 @@
+//! `mlprof diff` documents: the terminal table, the JSON document (`mlprof-diff/1`) and the
+//! HTML page (both runs side by side, changed lines highlighted).
+
+use tera::{Context, Tera};
+
+use crate::error::{Error, Result};
+use crate::model::diff::{Change, Diff, LineDiff};
+use crate::model::Profile;
+use crate::sanitize::clean;
+use crate::units::{bytes, seconds};
+
+const BASE: &str = include_str!("../../templates/base.html");
+const PAGE: &str = include_str!("../../templates/diff.html");
+
+/// Lines and functions the terminal table shows.
+const SHOWN: usize = 25;
+
+/// A byte change with its sign: `+64.0 MiB`, `-3.0 KiB`.
+pub fn signed_bytes(d: i64) -> String {
+    let sign = if d < 0 { "-" } else { "+" };
+    format!("{sign}{}", bytes(d.unsigned_abs()))
+}
+
+fn signed_seconds(d: f64) -> String {
+    let sign = if d < 0.0 { "-" } else { "+" };
+    format!("{sign}{}", seconds(d.abs()))
+}
+
+fn percent(c: &Change) -> String {
+    if c.base > 0.0 {
+        format!(" ({:+.0}%)", 100.0 * c.delta / c.base)
+    } else {
+        String::new()
+    }
+}
+
+/// A delta as the table shows it: the change, or `·` when within noise.
+fn cell(l: &LineDiff, figure: &str) -> String {
+    if !l.is_meaningful(figure) {
+        return "·".into();
+    }
+    match figure {
+        "peak_bytes" => signed_bytes(l.peak_bytes_delta),
+        "alloc_bytes" => signed_bytes(l.alloc_bytes_delta),
+        "copy_bytes" => signed_bytes(l.copy_bytes_delta),
+        "mapped_peak_bytes" => signed_bytes(l.mapped_peak_bytes_delta),
+        "gpu_memory_bytes" => signed_bytes(l.gpu_memory_bytes_delta),
+        _ => signed_seconds(l.cpu_s_delta),
+    }
+}
+
+fn place(l: &LineDiff) -> String {
+    let name = l.file.rsplit('/').next().unwrap_or(&l.file);
+    match (l.status.as_str(), l.base_line) {
+        ("changed" | "edited", Some(b)) if b != l.line => format!("{name}:{} (was {b})", l.line),
+        ("new", _) => format!("{name}:{} (new)", l.line),
+        ("gone", _) => format!("{name}:{} (gone)", l.line),
+        _ => format!("{name}:{}", l.line),
+    }
+}
+
+/// The terminal table.
+pub fn text(d: &Diff) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "mlprof diff");
+    for (name, run) in [("base", &d.base), ("new", &d.new)] {
+        let exit = match (run.exit_code, run.exit_signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("signal {s}"),
+            _ => "exit unknown".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<5} {}  ({}, {exit}, {})",
+            clean(&run.command.join(" ")),
+            clean(&run.path),
+            seconds(run.wall_s)
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:<18} {:>12} {:>12} {:>20}",
+        "", "base", "new", "change"
+    );
+    let m = &d.memory;
+    let rows: [(&str, &Change, bool); 6] = [
+        ("peak heap", &m.peak_heap_bytes, true),
+        ("peak RSS", &m.peak_rss_bytes, true),
+        ("peak mapped", &m.peak_mapped_bytes, true),
+        ("allocated", &m.alloc_bytes, true),
+        ("peak GPU memory", &m.peak_gpu_memory_bytes, true),
+        ("wall time", &m.wall_s, false),
+    ];
+    for (name, c, is_bytes) in rows {
+        let show = |v: f64| {
+            if is_bytes {
+                bytes(v as u64)
+            } else {
+                seconds(v)
+            }
+        };
+        let change = if !c.meaningful {
+            "within noise".to_string()
+        } else if is_bytes {
+            format!("{}{}", signed_bytes(c.delta as i64), percent(c))
+        } else {
+            format!("{}{}", signed_seconds(c.delta), percent(c))
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<18} {:>12} {:>12} {change:>20}",
+            show(c.base),
+            show(c.new)
+        );
+    }
+    section(&mut out, "Lines", &d.lines, d.unchanged_lines, |l| {
+        format!("{}  {}", place(l), clean(l.source.trim()))
+    });
+    section(
+        &mut out,
+        "Functions",
+        &d.functions,
+        d.unchanged_functions,
+        |l| {
+            let name = l.file.rsplit('/').next().unwrap_or(&l.file);
+            let status = match l.status.as_str() {
+                "new" | "gone" => format!(" ({})", l.status),
+                _ => String::new(),
+            };
+            format!("{} ({name}:{}){status}", clean(&l.function), l.line)
+        },
+    );
+    out
+}
+
+fn section(
+    out: &mut String,
+    title: &str,
+    rows: &[LineDiff],
+    unchanged: usize,
+    name: impl Fn(&LineDiff) -> String,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{title} changed beyond noise: {} ({unchanged} within noise; · = within noise)",
+        rows.len()
+    );
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {:>12} {:>12} {:>12} {:>10}  where",
+        "held", "allocated", "copied", "time"
+    );
+    for l in rows.iter().take(SHOWN) {
+        let _ = writeln!(
+            out,
+            "  {:>12} {:>12} {:>12} {:>10}  {}",
+            cell(l, "peak_bytes"),
+            cell(l, "alloc_bytes"),
+            cell(l, "copy_bytes"),
+            cell(l, "cpu_s"),
+            name(l)
+        );
+    }
+    if rows.len() > SHOWN {
+        let _ = writeln!(out, "  … {} more in the JSON document", rows.len() - SHOWN);
+    }
+}
+
+/// The JSON document.
+pub fn json(d: &Diff) -> Result<String> {
+    serde_json::to_string_pretty(d)
+        .map(|mut s| {
+            s.push('\n');
+            s
+        })
+        .map_err(|e| Error::new(format!("diff as JSON: {e}")))
+}
+
+/// A row of the page's side-by-side view of the runs' top lines.
+#[derive(serde::Serialize)]
+struct Side {
+    place: String,
+    source: String,
+    peak: String,
+    time: String,
+    changed: bool,
+}
+
+/// Lines of each run the page shows side by side.
+const SIDE_ROWS: usize = 30;
+
+fn side(p: &Profile, d: &Diff, new: bool) -> Vec<Side> {
+    let mut lines: Vec<_> = p.lines.iter().filter(|l| l.line > 0).collect();
+    let weight = |m: &crate::model::Measures| {
+        (m.peak_bytes as f64 / p.memory.peak_heap_bytes.max(1) as f64)
+            .max((m.cpu_python_s + m.cpu_native_s + m.cpu_system_s) / p.wall_s.max(1e-9))
+    };
+    lines.sort_by(|a, b| weight(&b.measures).total_cmp(&weight(&a.measures)));
+    lines
+        .into_iter()
+        .take(SIDE_ROWS)
+        .map(|l| {
+            let changed = d.lines.iter().any(|c| {
+                let n = if new { Some(c.line) } else { c.base_line };
+                n == Some(l.line)
+                    && c.file.rsplit('/').next() == l.file.rsplit('/').next()
+                    && (new || c.status != "new")
+                    && (!new || c.status != "gone")
+            });
+            let m = &l.measures;
+            Side {
+                place: format!(
+                    "{}:{}",
+                    l.file.rsplit('/').next().unwrap_or(&l.file),
+                    l.line
+                ),
+                source: l.source.trim().to_string(),
+                peak: bytes(m.peak_bytes),
+                time: seconds(m.cpu_python_s + m.cpu_native_s + m.cpu_system_s),
+                changed,
+            }
+        })
+        .collect()
+}
+
+/// A changed line as the page shows it.
+#[derive(serde::Serialize)]
+struct Row {
+    place: String,
+    source: String,
+    status: String,
+    held: String,
+    held_base: String,
+    held_new: String,
+    alloc: String,
+    copy: String,
+    time: String,
+    grew: bool,
+}
+
+fn rows(v: &[LineDiff]) -> Vec<Row> {
+    v.iter()
+        .map(|l| Row {
+            place: place(l),
+            source: if l.source.is_empty() {
+                l.function.clone()
+            } else {
+                l.source.trim().to_string()
+            },
+            status: l.status.clone(),
+            held: cell(l, "peak_bytes"),
+            held_base: bytes(l.base.peak_bytes),
+            held_new: bytes(l.new.peak_bytes),
+            alloc: cell(l, "alloc_bytes"),
+            copy: cell(l, "copy_bytes"),
+            time: cell(l, "cpu_s"),
+            grew: l.peak_bytes_delta + l.alloc_bytes_delta > 0 || l.cpu_s_delta > 0.0,
+        })
+        .collect()
+}
+
+/// The page: both runs' summaries and top lines side by side, the changed lines highlighted,
+/// and the table of changes.
+pub fn html(d: &Diff, base: &Profile, new: &Profile) -> Result<String> {
+    let mut tera = Tera::default();
+    tera.autoescape_on(vec![".html"]);
+    tera.add_raw_templates(vec![("base.html", BASE), ("diff.html", PAGE)])
+        .map_err(|e| Error::new(format!("HTML templates: {e}")))?;
+    let mut ctx = Context::new();
+    let m = &d.memory;
+    let summary: Vec<[String; 4]> = [
+        ("peak heap", &m.peak_heap_bytes, true),
+        ("peak RSS", &m.peak_rss_bytes, true),
+        ("allocated", &m.alloc_bytes, true),
+        ("wall time", &m.wall_s, false),
+    ]
+    .iter()
+    .map(|(name, c, is_bytes)| {
+        let show = |v: f64| {
+            if *is_bytes {
+                bytes(v as u64)
+            } else {
+                seconds(v)
+            }
+        };
+        let change = if !c.meaningful {
+            "within noise".to_string()
+        } else if *is_bytes {
+            format!("{}{}", signed_bytes(c.delta as i64), percent(c))
+        } else {
+            format!("{}{}", signed_seconds(c.delta), percent(c))
+        };
+        [name.to_string(), show(c.base), show(c.new), change]
+    })
+    .collect();
+    ctx.insert("base_command", &d.base.command.join(" "));
+    ctx.insert("new_command", &d.new.command.join(" "));
+    ctx.insert("base_path", &d.base.path);
+    ctx.insert("new_path", &d.new.path);
+    ctx.insert("summary", &summary);
+    ctx.insert("lines", &rows(&d.lines));
+    ctx.insert("functions", &rows(&d.functions));
+    ctx.insert("unchanged_lines", &d.unchanged_lines);
+    ctx.insert("base_side", &side(base, d, false));
+    ctx.insert("new_side", &side(new, d, true));
+    ctx.insert(
+        "footer",
+        &format!("mlprof {} · {}", env!("CARGO_PKG_VERSION"), d.schema),
+    );
+    tera.render("diff.html", &ctx)
+        .map_err(|e| Error::new(format!("HTML diff: {e}")))
+}
