@@ -302,6 +302,9 @@ struct RunArgs {
     /// Write the budget verdicts as JUnit XML to FILE.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Leave out the hints (suggestions drawn from the profile).
+    #[arg(long)]
+    no_hints: bool,
     /// Profile only the launched process: not its fork children, nor programs it runs.
     #[arg(long)]
     no_follow: bool,
@@ -363,6 +366,9 @@ struct ReportArgs {
     /// Write the report to FILE instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Leave out the hints (suggestions drawn from the profile).
+    #[arg(long)]
+    no_hints: bool,
 }
 
 /// Run the command line; returns the exit code (the profiled command's, for `run`).
@@ -454,7 +460,9 @@ fn attach(args: AttachArgs) -> Result<i32> {
     };
     let mut profile = model::attribute(&recording, &natives, &filter);
     profile.attached = true;
+    profile.cpus = cpus();
     annotate::attach(&mut profile);
+    profile.hints = model::hints::of(&profile);
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             say(format_args!("warning: {}", Clean(warning)));
@@ -544,6 +552,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
             gate: gate.clone(),
             gpu: gpu.view(),
             sampling,
+            hints: !args.no_hints,
         })),
         _ => None,
     };
@@ -579,7 +588,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let mut profile = model::attribute(&recording, &natives, &filter);
     profile.memory_sample_bytes = sampling.memory_sample_bytes;
     profile.copy_sample_bytes = sampling.copy_sample_bytes;
+    profile.cpus = cpus();
     annotate::attach(&mut profile);
+    if !args.no_hints {
+        profile.hints = model::hints::of(&profile);
+    }
     profile.violations = gate.verdicts(&profile);
     let status = match (profile.exit.code, profile.exit.signal) {
         (Some(0), _) if !profile.violations.is_empty() => crate::gate::EXIT_BUDGET,
@@ -635,6 +648,7 @@ struct SnapshotJob {
     gate: Arc<Gate>,
     gpu: collect::gpu::GpuView,
     sampling: launch::Sampling,
+    hints: bool,
 }
 
 /// Snapshots of the profile while the command runs (`--snapshot-every`,
@@ -720,7 +734,11 @@ impl SnapshotJob {
         let mut profile = model::attribute(&recording, &natives, &self.filter);
         profile.memory_sample_bytes = self.sampling.memory_sample_bytes;
         profile.copy_sample_bytes = self.sampling.copy_sample_bytes;
+        profile.cpus = cpus();
         annotate::attach(&mut profile);
+        if self.hints {
+            profile.hints = model::hints::of(&profile);
+        }
         profile.violations = self.gate.verdicts(&profile);
         let text = render::render_for(&profile, self.format, render::text::Style::default())?;
         let claimed = claimed.lock().unwrap_or_else(|p| p.into_inner());
@@ -729,6 +747,11 @@ impl SnapshotJob {
         }
         write_file(&self.path, text.as_bytes())
     }
+}
+
+/// CPUs this process may run on (its affinity), as the profiled program inherits it.
+fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(0, |n| n.get() as u32)
 }
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
@@ -849,7 +872,13 @@ fn format_for(path: &Path) -> Format {
 }
 
 fn report(args: ReportArgs) -> Result<i32> {
-    let profile = read_profile(&args.profile)?;
+    let mut profile = read_profile(&args.profile)?;
+    // Hints drawn again, by this version's rules.
+    profile.hints = if args.no_hints {
+        Vec::new()
+    } else {
+        model::hints::of(&profile)
+    };
     let format = args.format.chosen().unwrap_or(Format::Text);
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
     emit(&profile, format, destination)?;
@@ -870,7 +899,8 @@ fn merge(args: MergeArgs) -> Result<i32> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let merged = model::merge::merge(inputs);
+    let mut merged = model::merge::merge(inputs);
+    merged.hints = model::hints::of(&merged);
     let (format, destination) = match args.output {
         Some(path) => (
             args.format.chosen().unwrap_or_else(|| format_for(&path)),

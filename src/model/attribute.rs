@@ -91,6 +91,8 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             / NS,
         memory_sample_bytes: 0,
         copy_sample_bytes: 0,
+        cpus: 0,
+        hints: Vec::new(),
         cpu_samples: rec
             .channels
             .iter()

@@ -26,7 +26,10 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
                 a.weight,
                 a.flags,
             );
-            acc.peak_bytes += if live_at_peak { a.weight } else { 0 };
+            if live_at_peak {
+                acc.peak_bytes += a.weight;
+                acc.peak_blocks += a.weight as f64 / a.size.max(1) as f64;
+            }
             acc.blocks.block(a.t_ns, a.freed_ns, a.weight);
         }
         for g in &channel.alloc_groups {

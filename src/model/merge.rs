@@ -111,6 +111,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
             out.sample_interval_s = p.sample_interval_s;
         }
         out.memory_sample_bytes = out.memory_sample_bytes.max(p.memory_sample_bytes);
+        out.cpus = out.cpus.max(p.cpus);
         out.copy_sample_bytes = out.copy_sample_bytes.max(p.copy_sample_bytes);
         out.warnings
             .extend(p.warnings.into_iter().map(|w| format!("{name}: {w}")));
@@ -245,6 +246,7 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     into.cpu_system_s += m.cpu_system_s;
     into.alloc_bytes += m.alloc_bytes;
     into.alloc_python_bytes += m.alloc_python_bytes;
+    into.peak_blocks += m.peak_blocks;
     into.peak_bytes += m.peak_bytes;
     into.copy_bytes += m.copy_bytes;
     into.mapped_peak_bytes += m.mapped_peak_bytes;

@@ -52,6 +52,9 @@ pub struct Acc {
     pub alloc_python_bytes: u64,
     /// Bytes allocated here and live at the process's heap peak.
     pub peak_bytes: u64,
+    /// Blocks allocated here and live at the heap peak (estimated: each sampled block stands
+    /// for `weight / size` blocks).
+    pub peak_blocks: f64,
     /// Bytes copied.
     pub copy_bytes: u64,
     /// Bytes mapped here and still mapped at the process's mapped peak.
@@ -78,6 +81,7 @@ impl Acc {
         self.alloc_bytes += other.alloc_bytes;
         self.alloc_python_bytes += other.alloc_python_bytes;
         self.peak_bytes += other.peak_bytes;
+        self.peak_blocks += other.peak_blocks;
         self.copy_bytes += other.copy_bytes;
         self.mapped_peak_bytes += other.mapped_peak_bytes;
         self.blocks.merge(other.blocks);
@@ -159,6 +163,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.alloc_bytes += acc.alloc_bytes;
     m.alloc_python_bytes += acc.alloc_python_bytes;
     m.peak_bytes += acc.peak_bytes;
+    m.peak_blocks += acc.peak_blocks.round() as u64;
     m.copy_bytes += acc.copy_bytes;
     m.mapped_peak_bytes += acc.mapped_peak_bytes;
     m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;

@@ -61,6 +61,13 @@ pub struct Profile {
     /// Mean bytes copied between two copy samples (`--copy-sample-bytes`; 0 as above).
     #[serde(default)]
     pub copy_sample_bytes: u64,
+    /// CPUs the run could use (the collector's CPU affinity; 0: not recorded).
+    #[serde(default)]
+    pub cpus: u32,
+    /// Suggestions drawn from this profile by fixed rules (`model::hints`), largest saving
+    /// first; empty with `--no-hints`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<super::hints::Hint>,
     /// CPU samples taken (all processes and threads).
     #[serde(default)]
     pub cpu_samples: u64,
@@ -556,6 +563,10 @@ pub struct Measures {
     pub alloc_python_bytes: u64,
     /// Bytes allocated here and still live at the heap peak.
     pub peak_bytes: u64,
+    /// Blocks allocated here and still live at the heap peak (estimated from the samples;
+    /// `peak_bytes / peak_blocks` is their mean size).
+    #[serde(default)]
+    pub peak_blocks: u64,
     /// Bytes copied by memcpy/memmove.
     pub copy_bytes: u64,
     /// Bytes of anonymous mappings made here (`mmap` outside the malloc family) and still

@@ -24,6 +24,7 @@ pub fn render(p: &Profile) -> Result<String> {
     ctx.insert("command", &p.command.join(" "));
     ctx.insert("cards", &cards(p));
     ctx.insert("warnings", &p.warnings);
+    ctx.insert("hints", &hints(p));
     ctx.insert(
         "footer",
         &format!(
@@ -36,6 +37,29 @@ pub fn render(p: &Profile) -> Result<String> {
     ctx.insert("script", SCRIPT);
     tera.render("report.html", &ctx)
         .map_err(|e| Error::new(format!("HTML report: {e}")))
+}
+
+/// The hints as the page lists them: (place, evidence, suggestion and saving).
+fn hints(p: &Profile) -> Vec<(String, String, String)> {
+    p.hints
+        .iter()
+        .map(|h| {
+            let place = match (&h.file, h.line, h.pid) {
+                (Some(file), Some(line), _) => format!(
+                    "{}:{line}  {}",
+                    file.rsplit('/').next().unwrap_or(file),
+                    h.source.as_deref().unwrap_or("")
+                ),
+                (_, _, Some(pid)) => format!("pid {pid}"),
+                _ => String::new(),
+            };
+            (
+                place,
+                h.evidence.clone(),
+                format!("{}; saving: {}", h.suggestion, h.saving),
+            )
+        })
+        .collect()
 }
 
 /// Above this many ranks the page's flame graphs are the job's, not each process's: stacks

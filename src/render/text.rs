@@ -101,6 +101,7 @@ fn render_marked(p: &Profile) -> String {
     memory_lines(&mut out, p);
     leaks(&mut out, p);
     regions(&mut out, p);
+    hints(&mut out, p);
     for warning in &p.warnings {
         let _ = writeln!(out, "warning: {}", Clean(warning));
     }
@@ -408,6 +409,36 @@ fn leaks(out: &mut String, p: &Profile) {
             leak.likelihood * 100.0,
             bytes(leak.bytes_per_s.max(0.0) as u64),
             Clean(l.source.trim())
+        );
+    }
+}
+
+fn hints(out: &mut String, p: &Profile) {
+    if p.hints.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nHints (--no-hints to leave out)");
+    for h in &p.hints {
+        let place = match (&h.file, h.line, h.pid) {
+            (Some(file), Some(line), _) => format!("{}:{line}", short(file)),
+            (_, _, Some(pid)) => format!("pid {pid}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  - {}{}: {}",
+            Clean(&place),
+            h.source
+                .as_deref()
+                .map(|s| format!("  `{}`", Clean(s)))
+                .unwrap_or_default(),
+            Clean(&h.evidence)
+        );
+        let _ = writeln!(
+            out,
+            "    {}; saving: {}",
+            Clean(&h.suggestion),
+            Clean(&h.saving)
         );
     }
 }

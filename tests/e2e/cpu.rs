@@ -426,10 +426,9 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
     }
 }
 
-#[test]
-fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
-    let dir = fixture::tempdir();
-    let lib = dir.join("libomp_work.so");
+/// tests/native/omp_work.c built into a fresh directory (`cc -fopenmp`).
+pub fn omp_lib() -> std::path::PathBuf {
+    let lib = fixture::tempdir().join("libomp_work.so");
     let cc = std::process::Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-fopenmp", "-o"])
         .arg(&lib)
@@ -438,6 +437,12 @@ fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
         .status()
         .expect("cc is needed to build the test library");
     assert!(cc.success(), "cc -fopenmp failed (is libgomp installed?)");
+    lib
+}
+
+#[test]
+fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
+    let lib = omp_lib();
     let m = markers("omp_lines.py");
     let script = fixture::script("omp_lines.py");
     for py in fixture::pythons() {

@@ -14,6 +14,7 @@ mod fixture;
 mod foundation;
 mod frameworks;
 mod gpu;
+mod hints;
 mod html;
 mod linetables;
 mod mapped;

@@ -1,0 +1,363 @@
+//! Hints: short suggestions drawn from a profile by fixed rules (no network, no model), each
+//! naming its line (or process), the figure that triggered it and the saving to expect. Run
+//! on a finished profile (sources attached, since one rule reads the line's text). Pure.
+//!
+//! The rules and their thresholds are in `docs/design/hints.md`; each has a workload that
+//! triggers it and one that must not in `tests/e2e/hints.rs`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{LineStats, Profile};
+use crate::units::{bytes, seconds};
+
+const MIB: u64 = 1 << 20;
+/// Hints a profile carries at most.
+const MAX_HINTS: usize = 10;
+
+/// One suggestion.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Hint {
+    /// The rule: `"copies"`, `"float64"`, `"growing"`, `"python_objects"`, `"threads"`,
+    /// `"fork_inherits"`.
+    pub kind: String,
+    /// The line it is about (absent for a process-wide hint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Line number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Enclosing function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Source text of the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The process it is about, for a process-wide hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The figure that triggered it, in words (`"copies 1.2 GiB, allocates 1.2 GiB"`).
+    pub evidence: String,
+    /// What to do, in one or two sentences.
+    pub suggestion: String,
+    /// Bytes the suggestion would save (of the peak, or of copies, as `evidence` says), at
+    /// most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saving_bytes: Option<u64>,
+    /// Seconds it would save, at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saving_s: Option<f64>,
+    /// The saving in words.
+    pub saving: String,
+}
+
+impl Hint {
+    fn at(kind: &str, l: &LineStats) -> Hint {
+        Hint {
+            kind: kind.to_string(),
+            file: Some(l.file.clone()),
+            line: Some(l.line),
+            function: Some(l.function.clone()),
+            source: Some(l.source.trim().to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// Every hint the profile supports, largest saving first.
+pub fn of(p: &Profile) -> Vec<Hint> {
+    let mut out = Vec::new();
+    let real: Vec<&LineStats> = p.lines.iter().filter(|l| l.line > 0).collect();
+    for l in &real {
+        out.extend(copies(l));
+        out.extend(float64(p, l));
+        out.extend(growing(l));
+        out.extend(python_objects(p, l));
+    }
+    out.extend(threads(p));
+    out.extend(fork_inherits(p));
+    out.sort_by(|a, b| {
+        b.saving_bytes
+            .unwrap_or(0)
+            .cmp(&a.saving_bytes.unwrap_or(0))
+            .then(
+                b.saving_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&a.saving_s.unwrap_or(0.0)),
+            )
+    });
+    out.truncate(MAX_HINTS);
+    out
+}
+
+/// Copies below this volume are not worth a hint.
+const COPY_MIN: u64 = 64 * MIB;
+
+/// A line whose every allocated byte is a copy of existing data.
+fn copies(l: &LineStats) -> Option<Hint> {
+    let m = &l.measures;
+    if m.copy_bytes < COPY_MIN || (m.copy_bytes as f64) < 0.9 * m.alloc_bytes as f64 {
+        return None;
+    }
+    let copy_s: f64 = m
+        .native
+        .iter()
+        .filter(|n| n.symbol.contains("memcpy") || n.symbol.contains("memmove"))
+        .map(|n| n.cpu_s)
+        .sum();
+    let mut h = Hint::at("copies", l);
+    h.evidence = format!(
+        "copies {} and allocates {}: what it allocates is filled by copying",
+        bytes(m.copy_bytes),
+        bytes(m.alloc_bytes)
+    );
+    h.suggestion = "work in place (`a += b`, `out=`), use `np.asarray` (no copy of an array) \
+                    instead of `np.array`, or a view (slicing, `reshape`) instead of a copy"
+        .into();
+    h.saving_bytes = Some(m.copy_bytes);
+    h.saving_s = (copy_s > 0.0).then_some(copy_s);
+    h.saving = if copy_s > 0.0 {
+        format!(
+            "up to {} of copies and {} of copying",
+            bytes(m.copy_bytes),
+            seconds(copy_s)
+        )
+    } else {
+        format!("up to {} of copies", bytes(m.copy_bytes))
+    };
+    Some(h)
+}
+
+/// A line among the peak's top holders: at least this share of the peak and `floor` bytes.
+fn top_holder(p: &Profile, l: &LineStats, floor: u64) -> bool {
+    let held = l.measures.peak_bytes;
+    held >= floor && held as f64 >= 0.2 * p.memory.peak_heap_bytes as f64
+}
+
+/// numpy constructors whose default dtype is float64.
+const FLOAT64_DEFAULTS: [&str; 14] = [
+    "np.zeros(",
+    "np.ones(",
+    "np.empty(",
+    "np.full(",
+    "np.eye(",
+    "np.identity(",
+    "np.linspace(",
+    "np.random.rand(",
+    "np.random.randn(",
+    "np.random.random(",
+    "np.random.normal(",
+    ".standard_normal(",
+    ".normal(",
+    ".random(",
+];
+
+/// The code of a line, without its comment (a `#` outside quotes ends it).
+fn code(source: &str) -> &str {
+    let mut quote: Option<char> = None;
+    for (i, c) in source.char_indices() {
+        match (quote, c) {
+            (None, '#') => return &source[..i],
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+    }
+    source
+}
+
+/// A top holder made in float64 (said in its text, or numpy's default).
+fn float64(p: &Profile, l: &LineStats) -> Option<Hint> {
+    if !top_holder(p, l, 64 * MIB) {
+        return None;
+    }
+    let text = code(&l.source);
+    let named = text.contains("float64") || text.contains("np.double");
+    let default = !text.contains("dtype") && FLOAT64_DEFAULTS.iter().any(|f| text.contains(f));
+    if !named && !default {
+        return None;
+    }
+    let held = l.measures.peak_bytes;
+    let mut h = Hint::at("float64", l);
+    h.evidence = format!(
+        "holds {} at the peak ({:.0}% of it) in float64{}",
+        bytes(held),
+        100.0 * held as f64 / p.memory.peak_heap_bytes.max(1) as f64,
+        if named {
+            ""
+        } else {
+            " (numpy's default dtype)"
+        }
+    );
+    h.suggestion =
+        "if float32 precision is enough (it usually is for features, activations and weights), \
+         make it `dtype=np.float32`"
+            .into();
+    h.saving_bytes = Some(held / 2);
+    h.saving = format!("{} less at the peak", bytes(held / 2));
+    Some(h)
+}
+
+/// A line whose live memory keeps growing (flagged as a likely leak).
+fn growing(l: &LineStats) -> Option<Hint> {
+    let leak = l.measures.leak?;
+    let held = l.measures.peak_bytes;
+    if held < 16 * MIB {
+        return None;
+    }
+    let mut h = Hint::at("growing", l);
+    h.evidence = format!(
+        "its memory grew all run ({}/s, {} held at the peak) and is rarely freed (likelihood {:.2})",
+        bytes(leak.bytes_per_s as u64),
+        bytes(held),
+        leak.likelihood
+    );
+    h.suggestion = "something keeps every item made here (a list appended to each step, a \
+                    cache): keep only what is needed (`loss.item()`, `t.detach()`), bound it \
+                    (`collections.deque(maxlen=...)`) or clear it"
+        .into();
+    h.saving_bytes = Some(held);
+    h.saving = format!("up to {} at the peak, more on longer runs", bytes(held));
+    Some(h)
+}
+
+/// Python objects held at the peak no larger than this on average are "small".
+const SMALL_OBJECT: u64 = 256;
+
+/// A top holder made of many small Python objects.
+fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
+    let m = &l.measures;
+    if !top_holder(p, l, 32 * MIB)
+        || (m.alloc_python_bytes as f64) < 0.8 * m.alloc_bytes as f64
+        || m.peak_blocks == 0
+        || m.peak_bytes / m.peak_blocks > SMALL_OBJECT
+    {
+        return None;
+    }
+    let mut h = Hint::at("python_objects", l);
+    h.evidence = format!(
+        "holds {} at the peak in about {} Python objects of {} on average",
+        bytes(m.peak_bytes),
+        m.peak_blocks,
+        bytes(m.peak_bytes / m.peak_blocks),
+    );
+    h.suggestion = "numbers in lists, tuples or dicts cost about 32 bytes each (a pointer and \
+                    an object); a numpy array (or `array.array`) stores them in 8"
+        .into();
+    let saving = m.peak_bytes / 4 * 3;
+    h.saving_bytes = Some(saving);
+    h.saving = format!("about {} less at the peak", bytes(saving));
+    Some(h)
+}
+
+/// Busy threads beyond this many per CPU make a hint.
+const BUSY_THREAD_CPU_S: f64 = 0.05;
+
+/// A process running more busy threads than there are CPUs (OpenMP, BLAS or intra-op pools).
+fn threads(p: &Profile) -> Vec<Hint> {
+    if p.cpus == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for proc in &p.processes {
+        let busy: Vec<_> = p
+            .threads
+            .iter()
+            .filter(|t| t.pid == proc.pid && t.cpu_python_s + t.cpu_native_s >= BUSY_THREAD_CPU_S)
+            .collect();
+        let n = busy.len() as u32;
+        if n <= p.cpus {
+            continue;
+        }
+        let pool: Vec<_> = busy.iter().filter(|t| !t.python).collect();
+        let pool_cpu: f64 = pool.iter().map(|t| t.cpu_native_s + t.cpu_python_s).sum();
+        let all_cpu: f64 = busy.iter().map(|t| t.cpu_native_s + t.cpu_python_s).sum();
+        if pool.is_empty() || pool_cpu < 0.1 * all_cpu {
+            continue;
+        }
+        let surplus = (n - p.cpus) as f64 / n as f64;
+        let saving = pool_cpu * surplus;
+        out.push(Hint {
+            kind: "threads".into(),
+            pid: Some(proc.pid),
+            evidence: format!(
+                "pid {} ran {n} busy threads ({} of them native pool threads, {} of CPU) on {} \
+                 CPUs",
+                proc.pid,
+                pool.len(),
+                seconds(pool_cpu),
+                p.cpus
+            ),
+            suggestion: format!(
+                "threads beyond the CPUs wait for each other and spin: set OMP_NUM_THREADS \
+                 (and MKL_NUM_THREADS / OPENBLAS_NUM_THREADS), `torch.set_num_threads` or \
+                 threadpoolctl to at most {} (divided among processes that run at once)",
+                p.cpus
+            ),
+            saving_s: Some(saving),
+            saving: format!(
+                "up to {} of CPU spent by the surplus threads",
+                seconds(saving)
+            ),
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Fork workers that inherited a large heap.
+fn fork_inherits(p: &Profile) -> Vec<Hint> {
+    let workers: Vec<_> = p
+        .processes
+        .iter()
+        .filter(|q| q.forked && q.inherited_heap_bytes >= 128 * MIB)
+        .collect();
+    if workers.len() < 2 {
+        return Vec::new();
+    }
+    let inherited = workers
+        .iter()
+        .map(|q| q.inherited_heap_bytes)
+        .max()
+        .unwrap_or(0);
+    let total: u64 = workers.iter().map(|q| q.inherited_heap_bytes).sum();
+    // Where the parent's memory was allocated: its largest holder at the peak.
+    let holder = p
+        .lines
+        .iter()
+        .filter(|l| l.line > 0)
+        .max_by_key(|l| l.measures.peak_bytes);
+    let mut h = match holder {
+        Some(l) if l.measures.peak_bytes >= 64 * MIB => Hint::at("fork_inherits", l),
+        _ => Hint {
+            kind: "fork_inherits".into(),
+            ..Default::default()
+        },
+    };
+    h.kind = "fork_inherits".into();
+    h.pid = workers.first().map(|q| q.ppid);
+    h.evidence = format!(
+        "{} fork workers each inherited up to {} of their parent's heap",
+        workers.len(),
+        bytes(inherited)
+    );
+    h.suggestion = "a worker copies every inherited page it touches (reading Python objects \
+                    writes their reference counts): start workers (DataLoader iterators, \
+                    pools) before loading the data, keep the data in numpy arrays rather than \
+                    Python objects, or use the 'forkserver' or 'spawn' start method"
+        .into();
+    h.saving_bytes = Some(total);
+    h.saving = format!("up to {} of copied pages across the workers", bytes(total));
+    vec![h]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_not_code() {
+        assert_eq!(code("x = np.ones(3)  # float64"), "x = np.ones(3)  ");
+        assert_eq!(code("s = '#' + f(x)  # c"), "s = '#' + f(x)  ");
+        assert_eq!(code("x = 1"), "x = 1");
+    }
+}
