@@ -33,9 +33,35 @@ pub enum Reads {
     Trusted,
 }
 
+/// Stack bytes a walk may use below its caller: `send_with` and what it calls take about
+/// 9 KiB (frames, the frames sent, read windows); four times that is kept free.
+const STACK_NEEDED: usize = 36 << 10;
+
+/// Whether this thread has room for a walk: always on its own stack (the SIGPROF handler does
+/// not run on the alternate signal stack), but not necessarily while it runs on one (another
+/// handler's, e.g. faulthandler's 10 KB stack, where a walk would write below it into the
+/// program's heap). Async-signal-safe: one `sigaltstack` query.
+#[inline(never)]
+pub fn room() -> bool {
+    // SAFETY: stack_t is plain data.
+    let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: a query (no new stack), into a valid out-pointer; async-signal-safe.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) } != 0 {
+        return true;
+    }
+    if ss.ss_flags & libc::SS_ONSTACK == 0 {
+        return true;
+    }
+    let here = &ss as *const libc::stack_t as usize;
+    here.saturating_sub(ss.ss_sp as usize) >= STACK_NEEDED
+}
+
 /// Python frames on this thread's stack now (0 without Python, or if the walk failed or
 /// was cut at the depth limit).
 pub fn depth() -> u32 {
+    if !room() {
+        return 0;
+    }
     let Some(rt) = runtime::get() else { return 0 };
     let tstate = rt.this_thread_state();
     if tstate == 0 {
@@ -58,12 +84,16 @@ pub fn depth() -> u32 {
 /// Send the head record `head(tid, ts_ns, stack)` makes, followed by this thread's Python
 /// frames.
 pub fn send(reads: Reads, head: impl FnOnce(u32, u64, Stack) -> Record) {
+    if !room() {
+        return;
+    }
     match reads {
         Reads::Checked => send_with(&read::Windowed::new(), head),
         Reads::Trusted => send_with(&read::Trusted, head),
     }
 }
 
+#[inline(never)]
 fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     let Some(ring) = channel::ring() else { return };
     let mut frames = [walk::Frame::default(); MAX_DEPTH];

@@ -20,7 +20,10 @@ pub fn install() -> bool {
     // SAFETY: sigaction is plain data; zeroed then filled.
     let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
     action.sa_sigaction = on_sigprof as *const () as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    // Not SA_ONSTACK: the program's alternate signal stack (faulthandler's is 10 KB, in the
+    // heap) is too small for a walk, which would write below it into the program's memory.
+    // The thread's own stack is used; on an alternate stack already, `stack::room` decides.
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: a valid sigaction and out-pointer; SIGPROF is a valid signal.
     let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
     // SAFETY: as above; sa_mask is emptied before use.

@@ -54,6 +54,27 @@ fn ppoll_and_pselect_with_a_timeout_of_long_max_seconds_wait_as_asked() {
 }
 
 #[test]
+fn the_programs_alternate_signal_stack_is_never_overrun() {
+    // faulthandler (enabled by pytest) gives each thread a 10 KB alternate stack in the heap;
+    // a sampler running there wrote below it into the program's heap (crashes in pytest).
+    each_python("altstack.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(
+            out.contains("canary bytes touched: 0"),
+            "{}: {out}",
+            py.minor
+        );
+        let p = run.profile();
+        assert!(
+            p.cpu_samples >= 50,
+            "{}: sampled all along: {}",
+            py.minor,
+            p.cpu_samples
+        );
+    });
+}
+
+#[test]
 fn errno_is_unchanged_by_sampled_allocations() {
     each_python("errno_kept.py", &[], |py, run| {
         let out = String::from_utf8_lossy(&run.output.stdout);
