@@ -380,6 +380,17 @@ mod tests {
     }
 
     #[test]
+    fn a_constant_part_pulls_the_exponent_below_the_growing_parts() {
+        // 8000 N bytes plus 1.6 MiB made once: fitted as N^0.9, not N^1.
+        let pts: Vec<(f64, f64)> = [1000.0, 2000.0, 4000.0]
+            .iter()
+            .map(|&n: &f64| (n, 8000.0 * n + 1.6 * 1048576.0))
+            .collect();
+        let k = fit(&pts).exponent.unwrap();
+        assert!((0.85..0.95).contains(&k), "{k}");
+    }
+
+    #[test]
     fn a_poor_fit_says_so_and_one_point_is_no_fit() {
         let g = fit(&[(1.0, 10.0), (2.0, 1.0), (4.0, 12.0), (8.0, 2.0)]);
         assert!(g.r2.unwrap() < 0.5, "{g:?}");

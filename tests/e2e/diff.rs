@@ -198,6 +198,12 @@ fn a_moved_line_is_the_same_line_and_the_baseline_gate_agrees() {
         stderr.contains(&format!("regression: growth.py:{square} held at the peak")),
         "{stderr}"
     );
+    let grown = dir.join("grown.json");
+    let (_, text) = diff(&[os(&base), os(&grown)]);
+    assert!(
+        text.contains(&format!("growth.py:{square} (was {})", square - 3)),
+        "{text}"
+    );
 }
 
 #[test]

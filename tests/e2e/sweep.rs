@@ -216,3 +216,37 @@ fn bad_parameters_are_usage_errors_before_anything_runs() {
         assert!(!marker.exists(), "{bad:?}: nothing runs");
     }
 }
+
+#[test]
+fn the_readme_example_finds_its_quadratic_line() {
+    let py = &fixture::numpy_pythons()[0];
+    let script = fixture::root().join("examples/grow.py");
+    let (out, json) = sweep(
+        &[
+            os("--param"),
+            os("N=1000,2000,4000"),
+            os("--project"),
+            os("N=16000"),
+            os("--json"),
+            os("--"),
+            os(&py.exe),
+            os(&script),
+            os("{N}"),
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Sweep = serde_json::from_str(&json).unwrap();
+    let top = &s.lines[0];
+    assert!(top.source.contains("features @ features.T"), "{top:?}");
+    assert!(within(top.memory_exponent.unwrap(), 2.0, 0.05), "{top:?}");
+    // 8 * 16000^2 bytes.
+    assert!(
+        within(top.projected_peak_bytes.unwrap() as f64, 2.048e9, 0.1),
+        "{top:?}"
+    );
+}
