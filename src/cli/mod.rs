@@ -901,18 +901,21 @@ fn merge(args: MergeArgs) -> Result<i32> {
         .collect::<Result<Vec<_>>>()?;
     let mut merged = model::merge::merge(inputs);
     merged.hints = model::hints::of(&merged);
-    let (format, destination) = match args.output {
-        Some(path) => (
-            args.format.chosen().unwrap_or_else(|| format_for(&path)),
-            Destination::File(path),
-        ),
-        None => (
-            args.format.chosen().unwrap_or(Format::Text),
-            Destination::Stdout,
-        ),
-    };
+    let (format, destination) = document_output(args.output, args.format.chosen());
     emit(&merged, format, destination)?;
     Ok(0)
+}
+
+/// Where a document made from saved files (`merge`, `diff`, `sweep`) goes: `-o FILE` (format
+/// from the flag, else the extension), else stdout (format from the flag, else text).
+fn document_output(output: Option<PathBuf>, chosen: Option<Format>) -> (Format, Destination) {
+    match output {
+        Some(path) => (
+            chosen.unwrap_or_else(|| format_for(&path)),
+            Destination::File(path),
+        ),
+        None => (chosen.unwrap_or(Format::Text), Destination::Stdout),
+    }
 }
 
 fn diff(args: DiffArgs) -> Result<i32> {
@@ -924,16 +927,7 @@ fn diff(args: DiffArgs) -> Result<i32> {
         &new,
         &args.new.display().to_string(),
     );
-    let (format, destination) = match args.output {
-        Some(path) => (
-            args.format.chosen().unwrap_or_else(|| format_for(&path)),
-            Destination::File(path),
-        ),
-        None => (
-            args.format.chosen().unwrap_or(Format::Text),
-            Destination::Stdout,
-        ),
-    };
+    let (format, destination) = document_output(args.output, args.format.chosen());
     let text = match format {
         Format::Text => render::diff::text(&d),
         Format::Json => render::diff::json(&d)?,

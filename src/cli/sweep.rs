@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use clap::Args;
 
-use super::{format_for, read_profile, write_text, Destination, FormatArgs};
+use super::{read_profile, write_text, Destination, FormatArgs};
 use crate::error::{Error, Result, EXIT_USAGE};
 use crate::model::sweep::{self, Outcome};
 use crate::render::{self, Format};
@@ -277,16 +277,7 @@ pub(super) fn sweep(args: SweepArgs) -> Result<i32> {
         }
     }
     let project = projections(&args.project, &params)?;
-    let (format, destination) = match &args.output {
-        Some(path) => (
-            args.format.chosen().unwrap_or_else(|| format_for(path)),
-            Destination::File(path.clone()),
-        ),
-        None => (
-            args.format.chosen().unwrap_or(Format::Text),
-            Destination::Stdout,
-        ),
-    };
+    let (format, destination) = super::document_output(args.output.clone(), args.format.chosen());
     if let Destination::File(path) = &destination {
         super::file_write(path)?;
     }
