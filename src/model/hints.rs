@@ -17,8 +17,8 @@ const MAX_HINTS: usize = 10;
 /// One suggestion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hint {
-    /// The rule: `"copies"`, `"float64"`, `"growing"`, `"python_objects"`, `"threads"`,
-    /// `"fork_inherits"`.
+    /// The rule: `"copies"`, `"float64"`, `"growing"`, `"python_objects"`, `"onnx_arena"`,
+    /// `"threads"`, `"fork_inherits"`.
     pub kind: String,
     /// The line it is about (absent for a process-wide hint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,6 +72,7 @@ pub fn of(p: &Profile) -> Vec<Hint> {
         out.extend(float64(p, l));
         out.extend(growing(l));
         out.extend(python_objects(p, l));
+        out.extend(onnx_arena(l));
     }
     out.extend(threads(p));
     out.extend(fork_inherits(p));
@@ -246,6 +247,31 @@ fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
     let saving = m.peak_bytes / 4 * 3;
     h.saving_bytes = Some(saving);
     h.saving = format!("about {} less at the peak", bytes(saving));
+    Some(h)
+}
+
+/// A line running onnxruntime that still holds a large share of what it grew to at the end of
+/// the run: the session's CPU arena keeps the chunks it grew for its largest input.
+fn onnx_arena(l: &LineStats) -> Option<Hint> {
+    let m = &l.measures;
+    if !m.native.iter().any(|n| n.library.contains("onnxruntime")) {
+        return None;
+    }
+    let kept = *l.footprint_bytes.last()?;
+    let most = l.footprint_bytes.iter().copied().max().unwrap_or(0);
+    if kept < 32 * MIB || (kept as f64) < 0.5 * most as f64 {
+        return None;
+    }
+    let mut h = Hint::at("onnx_arena", l);
+    h.evidence = format!(
+        "onnxruntime runs here and the line still holds {} at the end of the run (at most {}):          its CPU memory arena keeps what it grew to for the largest input",
+        bytes(kept),
+        bytes(most)
+    );
+    h.suggestion = "if inputs vary in size, give the CPU provider                     `arena_extend_strategy: \"kSameAsRequested\"` (growth by what is asked, not                     powers of two), shrink it after large runs with the run option                     `memory.enable_memory_arena_shrinkage = \"cpu:0\"`, or turn it off                     (`SessionOptions.enable_cpu_mem_arena = False`, at some allocation cost)"
+        .into();
+    h.saving_bytes = Some(kept);
+    h.saving = format!("up to {} held between runs", bytes(kept));
     Some(h)
 }
 

@@ -10,7 +10,7 @@ use crate::cpu::{line, markers};
 use crate::fixture::{self, os};
 
 /// The benchmark venv's Python, if it can import `modules`.
-fn framework_python(modules: &str) -> Option<std::path::PathBuf> {
+pub fn framework_python(modules: &str) -> Option<std::path::PathBuf> {
     let python = fixture::root().join("target/bench-venv/bin/python");
     let ok = std::process::Command::new(&python)
         .args(["-c", &format!("import {modules}")])

@@ -152,3 +152,21 @@ fn no_hints_leaves_them_out_and_the_reports_show_them() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&quiet.stdout).contains("Hints"));
 }
+
+#[test]
+fn an_onnxruntime_arena_kept_after_a_large_input_makes_a_hint_and_no_arena_does_not() {
+    let Some(python) = crate::frameworks::framework_python("numpy, onnx, onnxruntime") else {
+        return;
+    };
+    let m = markers("onnx_arena.py");
+    let script = fixture::script("onnx_arena.py");
+    let p = hints_of(&[os(&python), os(&script), os("on")], &[]);
+    let h = find(&p, "onnx_arena").unwrap_or_else(|| panic!("{:#?}", p.hints));
+    assert_eq!(h.line, Some(m["run"]), "{h:?}");
+    assert!(h.suggestion.contains("kSameAsRequested"), "{h:?}");
+    // Two 32 MiB activations of the 8192-row batch, kept by the arena.
+    let kept = h.saving_bytes.unwrap() as f64;
+    assert!(kept >= 48.0 * MIB && kept <= 160.0 * MIB, "{h:?}");
+    let p = hints_of(&[os(&python), os(&script), os("off")], &[]);
+    assert!(find(&p, "onnx_arena").is_none(), "{:#?}", p.hints);
+}
