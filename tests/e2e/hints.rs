@@ -166,7 +166,7 @@ fn an_onnxruntime_arena_kept_after_a_large_input_makes_a_hint_and_no_arena_does_
     assert!(h.suggestion.contains("kSameAsRequested"), "{h:?}");
     // Two 32 MiB activations of the 8192-row batch, kept by the arena.
     let kept = h.saving_bytes.unwrap() as f64;
-    assert!(kept >= 48.0 * MIB && kept <= 160.0 * MIB, "{h:?}");
+    assert!((48.0 * MIB..=160.0 * MIB).contains(&kept), "{h:?}");
     let p = hints_of(&[os(&python), os(&script), os("off")], &[]);
     assert!(find(&p, "onnx_arena").is_none(), "{:#?}", p.hints);
 }
