@@ -391,6 +391,46 @@ mod tests {
     }
 
     #[test]
+    fn a_run_killed_for_memory_is_reported_and_left_out_of_the_fits() {
+        let run = |n: f64, signal: Option<i32>| {
+            let mut p = Profile {
+                memory_sample_bytes: 128 << 10,
+                ..Default::default()
+            };
+            p.exit.code = if signal.is_some() { None } else { Some(0) };
+            p.exit.signal = signal;
+            p.lines.push(LineStats {
+                file: "t.py".into(),
+                line: 3,
+                measures: super::super::Measures {
+                    peak_bytes: (8.0 * n * n) as u64,
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            Outcome {
+                text: n.to_string(),
+                value: n,
+                fixed: BTreeMap::new(),
+                profile: Some(p),
+                path: None,
+                error: None,
+            }
+        };
+        let outcomes = [
+            run(1000.0, None),
+            run(2000.0, None),
+            run(4000.0, None),
+            run(64000.0, Some(9)),
+        ];
+        let s = analyze("N", BTreeMap::new(), &outcomes, None);
+        assert_eq!(s.runs[3].status, "failed");
+        assert!(s.runs[3].reason.as_deref().unwrap().contains("SIGKILL"));
+        assert_eq!(s.lines[0].peak_bytes[3], None);
+        assert!((s.lines[0].memory_exponent.unwrap() - 2.0).abs() < 1e-6);
+    }
+
+    #[test]
     fn a_poor_fit_says_so_and_one_point_is_no_fit() {
         let g = fit(&[(1.0, 10.0), (2.0, 1.0), (4.0, 12.0), (8.0, 2.0)]);
         assert!(g.r2.unwrap() < 0.5, "{g:?}");
