@@ -228,13 +228,22 @@ fn run_once(
         .map_err(|e| Error::new(format!("sweep: cannot start mlprof run: {e}")))?;
     let (profile, error) = match read_profile(&path) {
         Ok(p) => (Some(p), None),
-        Err(e) => (
-            None,
-            Some(format!(
-                "no profile ({}; mlprof run ended with {status})",
-                e
-            )),
-        ),
+        Err(_) => {
+            let code = status.code();
+            if let Some(c @ (crate::error::EXIT_NOT_FOUND | crate::error::EXIT_NOT_EXECUTABLE)) =
+                code
+            {
+                // The command cannot start: no value will do better.
+                return Err(Error::with_code(
+                    "sweep: the command could not be started (see above); nothing was run",
+                    c,
+                ));
+            }
+            (
+                None,
+                Some(format!("no profile (mlprof run ended with {status})")),
+            )
+        }
     };
     let what = match &profile {
         Some(p) => match (p.exit.code, p.exit.signal) {
@@ -342,6 +351,10 @@ pub(super) fn sweep(args: SweepArgs) -> Result<i32> {
         Format::Html => render::sweep::html(&doc)?,
     };
     write_text(&text, destination)?;
+    let good = |s: &sweep::Sweep| s.runs.iter().any(|r| r.status == "ok");
+    if !good(&doc) && !doc.more.iter().any(good) {
+        return Err(Error::new("sweep: no run succeeded, so nothing was fitted"));
+    }
     Ok(0)
 }
 

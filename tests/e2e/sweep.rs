@@ -215,6 +215,36 @@ fn bad_parameters_are_usage_errors_before_anything_runs() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(!marker.exists(), "{bad:?}: nothing runs");
     }
+    // A command that cannot start stops the sweep at once, with the shell's status.
+    let (out, _) = sweep(
+        &[
+            os("--param"),
+            os("N=1,2"),
+            os("--"),
+            os(&dir.join("missing")),
+            os("{N}"),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert_eq!(
+        stderr.matches("cannot run").count(),
+        1,
+        "one value tried: {stderr}"
+    );
+    // Every run failing is a failed sweep, after its report.
+    let (out, text) = sweep(
+        &[os("--param"), os("N=1,2"), os("--"), os("false"), os("{N}")],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("failed: exit 1").count(), 2, "{text}");
 }
 
 #[test]
