@@ -215,11 +215,15 @@ struct Plot {
     measured: Vec<(f64, f64)>,
     fitted: Vec<(f64, f64)>,
     labels: Vec<String>,
+    /// (x position, parameter value) under the plot.
+    ticks: Vec<(f64, String)>,
 }
 
 const W: f64 = 220.0;
 const H: f64 = 120.0;
 const PAD: f64 = 14.0;
+/// The steepest growth (exponent) a plot's height holds.
+const SLOPES: f64 = 2.5;
 
 fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
     let pts: Vec<(f64, f64)> = s
@@ -237,9 +241,15 @@ fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
     let mut ys: Vec<f64> = pts.iter().map(|p| p.1).collect();
     ys.extend(xs.iter().filter_map(|&x| fit(x)));
     let (x0, x1) = range(xs.iter().copied());
-    let (y0, y1) = range(ys.iter().copied());
-    let px = |x: f64| PAD + (W - 2.0 * PAD) * (x.ln() - x0) / (x1 - x0).max(1e-9);
-    let py = |y: f64| H - PAD - (H - 2.0 * PAD) * (y.ln() - y0) / (y1 - y0).max(1e-9);
+    let (y0, _) = range(ys.iter().copied());
+    // One scale for every plot: the height spans SLOPES times the decades of the width, so a
+    // quadratic line looks twice as steep as a linear one (each plot starts at its lowest
+    // point; steeper than that leaves the top).
+    let decades = (x1 - x0).max(1e-9);
+    let px = |x: f64| PAD + (W - 2.0 * PAD) * (x.ln() - x0) / decades;
+    let py = |y: f64| {
+        (H - PAD - (H - 2.0 * PAD) * (y.ln() - y0) / (SLOPES * decades)).clamp(PAD / 2.0, H)
+    };
     let measured = pts.iter().map(|&(x, y)| (px(x), py(y))).collect();
     let mut fx: Vec<f64> = xs.clone();
     fx.sort_by(f64::total_cmp);
@@ -258,6 +268,7 @@ fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
         measured,
         fitted,
         labels: pts.iter().map(|p| bytes(p.1 as u64)).collect(),
+        ticks: xs.iter().map(|&x| (px(x), value(x))).collect(),
     }
 }
 
