@@ -10,7 +10,7 @@
 
 use core::cell::Cell;
 
-/// The calling thread's state (64 bytes, all-zero to start).
+/// The calling thread's state (at most 128 bytes, all-zero to start).
 #[repr(C)]
 pub struct Local {
     busy: Cell<u64>,
@@ -28,14 +28,18 @@ pub struct Local {
     pub timer_rng: Cell<u64>,
     /// Our sampling signals handled on this thread.
     pub taken: Cell<u64>,
+    /// CLOCK_MONOTONIC (ns) at which the thread entered a wait it times itself (0: none). The
+    /// collector reads it from outside (its address goes out with the thread-start record) to
+    /// leave such a wait out of its own looks.
+    pub waiting_since: Cell<u64>,
 }
 
-const _: () = assert!(core::mem::size_of::<Local>() <= 64 && core::mem::align_of::<Local>() <= 16);
+const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);
 // `csrc/local.c`'s `mlprof_signals_taken` (read by the C wait hooks) reads the eighth u64.
 const _: () = assert!(core::mem::offset_of!(Local, taken) == 7 * 8);
 
 extern "C" {
-    /// This thread's 64-byte, 16-aligned, zero-initialised state block (the accessor, where
+    /// This thread's 128-byte, 16-aligned, zero-initialised state block (the accessor, where
     /// [`block`] has no inline sequence).
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn mlprof_local() -> *mut core::ffi::c_void;

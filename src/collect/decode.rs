@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use mlprof_wire::{
-    alloc_flags, region_phase, Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES, MAX_FRAMES,
-    MAX_REGION_NAME,
+    alloc_flags, region_phase, sample_flags, Kind, Record, FRAMES_PER_RECORD, MAX_BLOB_BYTES,
+    MAX_FRAMES, MAX_REGION_NAME,
 };
 
 use crate::recording::{AllocGroup, AllocSample, CodeInfo, CopySample, CpuSample, RegionSpan};
@@ -27,6 +27,9 @@ const MAX_DEPTH_SEARCHED: usize = 256;
 pub const MAX_RECORD_BYTES: u64 = 1 << 48;
 /// Largest CPU time one sample may stand for: 2^40 ns (about 18 minutes). Larger is corruption.
 pub const MAX_SAMPLE_NS: u64 = 1 << 40;
+/// Longest wait one timed-wait sample may stand for: 2^50 ns (about 13 days). Larger is
+/// corruption.
+pub const MAX_WAIT_NS: u64 = 1 << 50;
 
 /// The sampled events of one channel up to a snapshot, shared with the snapshot being made
 /// (which only reads them) instead of copied while the collector waits.
@@ -59,6 +62,9 @@ pub struct Decoded {
     pub codes: BTreeMap<u32, CodeInfo>,
     /// Threads seen: (tid, pthread_self).
     pub threads: Vec<(u32, u64)>,
+    /// The address of each thread's "in a timed wait since" word, by tid (threads that sent
+    /// one): `collect::waits` leaves a thread out of its look while that word is set.
+    pub waiting_cells: HashMap<u32, u64>,
     /// Records that did not fit the expected sequence or declared more than the format allows
     /// (a bug or a corrupt channel); each is dropped.
     pub malformed: u64,
@@ -101,21 +107,31 @@ pub struct Decoded {
     held_after_compaction: usize,
 }
 
-/// Scale each thread's waiting samples so that they add up to no more than the time the
-/// kernel says it was blocked (`collect::waits`): the looks that take them come more often
-/// while threads block, so their intervals overstate the waiting.
+/// Scale each thread's looked-at waiting samples so that they add up to no more than the time
+/// the kernel says it was blocked (`collect::waits`) less the waits the thread timed itself
+/// ([`sample_flags::WAITED`], exact, never scaled): the looks come more often while threads
+/// block, so their intervals overstate the waiting.
 fn scale_waiting(samples: &mut [CpuSample], clocks: &HashMap<u32, super::waits::ThreadClocks>) {
-    let waiting = |s: &CpuSample| s.flags & mlprof_wire::sample_flags::WAITING != 0;
+    let looked =
+        |s: &CpuSample| s.flags & sample_flags::WAITING != 0 && s.flags & sample_flags::WAITED == 0;
     let mut sampled: HashMap<u32, u64> = HashMap::new();
-    for s in samples.iter().filter(|s| waiting(s)) {
-        *sampled.entry(s.tid).or_default() += s.weight_ns;
+    let mut timed: HashMap<u32, u64> = HashMap::new();
+    for s in samples.iter() {
+        if looked(s) {
+            *sampled.entry(s.tid).or_default() += s.weight_ns;
+        } else if s.flags & sample_flags::WAITED != 0 {
+            *timed.entry(s.tid).or_default() += s.weight_ns;
+        }
     }
-    for s in samples.iter_mut().filter(|s| waiting(s)) {
+    for s in samples.iter_mut().filter(|s| looked(s)) {
         let (Some(c), Some(&total)) = (clocks.get(&s.tid), sampled.get(&s.tid)) else {
             continue;
         };
-        if c.blocked_ns < total {
-            s.weight_ns = (s.weight_ns as u128 * c.blocked_ns as u128 / total as u128) as u64;
+        let blocked = c
+            .blocked_ns
+            .saturating_sub(timed.get(&s.tid).copied().unwrap_or(0));
+        if blocked < total {
+            s.weight_ns = (s.weight_ns as u128 * blocked as u128 / total as u128) as u64;
         }
     }
 }
@@ -358,6 +374,9 @@ impl Decoder {
                     Some(Kind::ThreadStart) => {
                         if let Some(t) = r.as_thread_start() {
                             self.out.threads.push((t.tid, t.pthread));
+                            if t.waiting_cell != 0 {
+                                self.out.waiting_cells.insert(t.tid, t.waiting_cell);
+                            }
                         }
                     }
                     Some(Kind::Alloc) => self.alloc(r, t_ns),
@@ -391,16 +410,29 @@ impl Decoder {
         let Some(depth) = self.depth(s.depth) else {
             return;
         };
-        if s.weight_ns > MAX_SAMPLE_NS {
-            self.out.malformed += 1;
-            return;
-        }
+        let t_ns = r.ts_ns.saturating_sub(launch_ns);
+        // WAITING is the collector's own flag: a channel that sends it is not believed. A
+        // timed wait (WAITED) is off-CPU time, so it is WAITING too, and lasted no longer
+        // than the run so far.
+        let (weight_ns, flags, ip) = if s.flags & sample_flags::WAITED != 0 {
+            if s.weight_ns > MAX_WAIT_NS {
+                self.out.malformed += 1;
+                return;
+            }
+            (s.weight_ns.min(t_ns), s.flags | sample_flags::WAITING, 0)
+        } else {
+            if s.weight_ns > MAX_SAMPLE_NS {
+                self.out.malformed += 1;
+                return;
+            }
+            (s.weight_ns, s.flags & !sample_flags::WAITING, s.ip)
+        };
         let sample = CpuSample {
-            t_ns: r.ts_ns.saturating_sub(launch_ns),
+            t_ns,
             tid: r.tid,
-            ip: s.ip,
-            weight_ns: s.weight_ns,
-            flags: s.flags,
+            ip,
+            weight_ns,
+            flags,
             frames: Vec::with_capacity(depth),
         };
         self.pending = Pending::Sample {
@@ -630,6 +662,9 @@ impl Decoder {
     pub fn finish_pending(&mut self) {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => {}
+            Pending::Sample { sample, .. } if sample.flags & sample_flags::WAITED != 0 => {
+                self.out.push_waiting(sample)
+            }
             Pending::Sample { sample, .. } => self.out.samples.push(sample),
             Pending::Alloc { alloc, .. } if alloc.flags & alloc_flags::MAPPED != 0 => {
                 self.out.mapped(alloc);
@@ -872,6 +907,109 @@ mod tests {
         assert_eq!(sample.frames[1], (3, -1));
         assert_eq!(sample.frames[5], (9, 1));
         assert_eq!(d.out.malformed, 0);
+    }
+
+    #[test]
+    fn timed_waits_are_exact_and_only_the_looks_are_scaled() {
+        let mut d = Decoder::default();
+        let started = mlprof_wire::ThreadStart {
+            tid: 7,
+            pthread: 1,
+            waiting_cell: 0x7000,
+        };
+        d.feed(&Record::thread_start(7, 0, started), 0);
+        assert_eq!(d.out.waiting_cells.get(&7), Some(&0x7000));
+        let timed = |weight_ns, flags| mlprof_wire::Sample {
+            ip: 0xbad,
+            weight_ns,
+            depth: 2,
+            flags: sample_flags::WAITED | flags,
+            tstate: 0,
+        };
+        let at = [(3u32, 12i32), (3, 40)];
+        // Two timed waits of 300 ms at one line, in one merge window: one sample of 600 ms.
+        for t in [1_000_000_000u64, 1_001_000_000] {
+            feed_event(&mut d, Record::sample(7, t, timed(300_000_000, 0)), t, &at);
+        }
+        // A CPU sample that claims to be a look is not believed.
+        let cpu = mlprof_wire::Sample {
+            ip: 0x10,
+            weight_ns: 1_000,
+            flags: sample_flags::WAITING,
+            ..Default::default()
+        };
+        feed_event(
+            &mut d,
+            Record::sample(7, 2_000_000_000, cpu),
+            2_000_000_000,
+            &[],
+        );
+        // Corrupt waits: longer than the bound (dropped), longer than the run (clamped).
+        let t = 3_000_000_000;
+        feed_event(
+            &mut d,
+            Record::sample(7, t, timed(MAX_WAIT_NS + 1, 0)),
+            t,
+            &at,
+        );
+        assert_eq!(d.out.malformed, 2, "the head and its frames record");
+        feed_event(
+            &mut d,
+            Record::sample(7, t, timed(MAX_WAIT_NS, 0)),
+            t,
+            &[(3, 50)],
+        );
+        d.finish_pending();
+        // The looks saw 900 ms of waiting; the kernel says 1 s blocked, of which 0.6 s were
+        // timed (and 3 s of the clamped wait): the looks get what is left, here nothing.
+        for t in [500_000_000u64, 4_000_000_000] {
+            d.out.push_waiting(CpuSample {
+                t_ns: t,
+                tid: 7,
+                ip: 0,
+                weight_ns: 450_000_000,
+                flags: sample_flags::WAITING,
+                frames: vec![(3, 60)],
+            });
+        }
+        d.out.clocks.insert(
+            7,
+            super::super::waits::ThreadClocks {
+                blocked_ns: 4_000_000_000,
+                ..Default::default()
+            },
+        );
+        let events = d.out.take_events();
+        let at_line = |line: i32| -> (u64, u32, usize, u64) {
+            let of: Vec<&CpuSample> = events
+                .samples
+                .iter()
+                .filter(|s| s.frames.first() == Some(&(3, line)))
+                .collect();
+            let w = of.iter().map(|s| s.weight_ns).sum();
+            let flags = of.iter().fold(0, |f, s| f | s.flags);
+            (
+                w,
+                flags,
+                of.len(),
+                of.iter().map(|s| s.ip).max().unwrap_or(0),
+            )
+        };
+        let both = sample_flags::WAITED | sample_flags::WAITING;
+        assert_eq!(
+            at_line(12),
+            (600_000_000, both, 1, 0),
+            "exact, merged, no ip"
+        );
+        assert_eq!(
+            at_line(50),
+            (3_000_000_000, both, 1, 0),
+            "clamped to the run"
+        );
+        // Blocked 4 s, 3.6 s timed: the 0.9 s of looks are scaled down to 0.4 s.
+        assert_eq!(at_line(60).0, 400_000_000);
+        let cpu = events.samples.iter().find(|s| s.ip == 0x10).unwrap();
+        assert_eq!(cpu.flags & sample_flags::WAITING, 0);
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! is waiting — on sleep, I/O, a lock or the GIL — and the tick's wall time goes to the line
 //! it is waiting on. Its stack is read with `process_vm_readv` (a sleeping thread's frames do
 //! not move), with the same walker the preload library uses.
+//!
+//! A thread in a wait it times itself (sleep, poll, select, epoll: `preload/src/hooks/wait.rs`)
+//! is not looked at: its "waiting since" word, whose address came with its thread-start record,
+//! is set, and the exact sample it sends when the wait returns stands for that time instead.
 
 use std::collections::HashMap;
 
@@ -130,7 +134,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         let Some(tid) = by_pthread.get(&(pthread as u64)).copied().or(own) else {
             continue;
         };
-        if !waiting.contains(&tid) {
+        if !waiting.contains(&tid) || in_timed_wait(&mem, out, tid) {
             continue;
         }
         let w = walk::walk(&mem, &interp, tstate, &mut frames);
@@ -150,6 +154,15 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             frames,
         });
     }
+}
+
+/// Whether thread `tid` is in a wait it times itself: its "waiting since" word is set.
+fn in_timed_wait(mem: &Remote, out: &Decoded, tid: u32) -> bool {
+    let Some(&cell) = out.waiting_cells.get(&tid) else {
+        return false;
+    };
+    let mut word = [0u8; 8];
+    mem.read_uncached(cell as usize, &mut word).is_ok() && u64::from_ne_bytes(word) != 0
 }
 
 fn layout_of(version: &str) -> Option<&'static layouts::Layout> {

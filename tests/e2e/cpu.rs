@@ -498,3 +498,36 @@ fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
         );
     }
 }
+
+#[test]
+fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
+    // Every core busy: the collector's looks from outside come late and unevenly, so the
+    // waiting time of these lines is right only because the program times its own waits.
+    let m = markers("waits.py");
+    let script = fixture::script("waits.py");
+    for py in fixture::numpy_pythons() {
+        let v = &py.minor;
+        let run = fixture::profile_with_env(
+            &[os(&py.exe), os(&script)],
+            &[("OPENBLAS_NUM_THREADS", "1")],
+        );
+        let stdout = String::from_utf8_lossy(&run.output.stdout);
+        assert!(run.output.status.success(), "{v}: {stdout}");
+        let truth: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        for name in ["sleep", "select"] {
+            let measured = truth[name].as_f64().unwrap();
+            let l = line(&run.profile, "waits.py", m[name]);
+            let waited = l.measures.cpu_system_s;
+            assert!(
+                (waited - measured).abs() <= 0.05 * measured + 0.005,
+                "{v}: the {name} line waited {measured:.3} s; the profile says {waited:.3} s"
+            );
+            let cpu = l.measures.cpu_python_s + l.measures.cpu_native_s;
+            assert!(
+                cpu < 0.1 * measured,
+                "{v}: the {name} line used {cpu:.3} s of CPU"
+            );
+        }
+    }
+}

@@ -103,6 +103,9 @@ pub mod sample_flags {
     pub const NO_PYTHON: u32 = 4;
     /// Set by the collector, never on the wire: an off-CPU (waiting) sample taken from outside.
     pub const WAITING: u32 = 8;
+    /// A timed wait, measured by the thread itself: a blocking call (sleep, poll, select,
+    /// epoll) that took `weight_ns` of wall time at this stack; `ip` is 0.
+    pub const WAITED: u32 = 16;
 }
 
 impl Kind {
@@ -235,6 +238,9 @@ pub struct ThreadStart {
     pub tid: u32,
     /// Its `pthread_self()`.
     pub pthread: u64,
+    /// The address of the thread's "in a timed wait since" word (0: none), which the
+    /// collector reads to leave a wait the thread times itself out of its own looks.
+    pub waiting_cell: u64,
 }
 
 /// [`Kind::Alloc`]: a sampled allocation; `depth` [`Kind::Frames`] words follow.
@@ -449,16 +455,17 @@ impl Record {
             Kind::ThreadStart,
             tid,
             ts_ns,
-            [t.tid as u64, t.pthread, 0, 0, 0],
+            [t.tid as u64, t.pthread, t.waiting_cell, 0, 0],
         )
     }
 
     /// The payload of a [`Kind::ThreadStart`] record.
     pub fn as_thread_start(&self) -> Option<ThreadStart> {
-        let [a, b, ..] = self.words_of(Kind::ThreadStart)?;
+        let [a, b, c, ..] = self.words_of(Kind::ThreadStart)?;
         Some(ThreadStart {
             tid: a as u32,
             pthread: b,
+            waiting_cell: c,
         })
     }
 
@@ -620,6 +627,7 @@ mod tests {
         let thread = ThreadStart {
             tid: 9,
             pthread: u64::MAX,
+            waiting_cell: 0x7f00_0000_1000,
         };
         assert_eq!(
             Record::thread_start(tid, ts, thread).as_thread_start(),

@@ -27,4 +27,6 @@ export!(select => mlprof_select);
 export!(pselect => mlprof_pselect);
 export!(epoll_wait => mlprof_epoll_wait);
 export!(epoll_pwait => mlprof_epoll_pwait);
+export!(nanosleep => mlprof_nanosleep);
+export!(clock_nanosleep => mlprof_clock_nanosleep);
 export!(sigaction => mlprof_sigaction);

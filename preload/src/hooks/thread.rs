@@ -82,7 +82,11 @@ pub fn announce() {
     // SAFETY: pthread_self has no preconditions.
     let pthread = unsafe { libc::pthread_self() } as u64;
     let tid = clock::tid();
-    let started = mlprof_wire::ThreadStart { tid, pthread };
+    let started = mlprof_wire::ThreadStart {
+        tid,
+        pthread,
+        waiting_cell: super::wait::waiting_cell(),
+    };
     channel::send(&mlprof_wire::Record::thread_start(
         tid,
         clock::monotonic_ns(),

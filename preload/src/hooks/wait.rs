@@ -1,9 +1,91 @@
 //! The blocking-wait hooks (`poll`, `ppoll`, `select`, `pselect`, `epoll_wait`,
-//! `epoll_pwait`) are in C, `csrc/wait.c`: they are cancellation points, and a thread cancelled
-//! while blocked in one is force-unwound through the hook's frame, which must not be Rust (this
-//! library is built with panic = "abort"). When our own sampling signal interrupted the call
-//! with EINTR, the hook makes it again with the time that was left. The deadline arithmetic
-//! (`csrc/deadline.c`) is tested here.
+//! `epoll_pwait`, `nanosleep`, `clock_nanosleep`) are in C, `csrc/wait.c`: they are
+//! cancellation points, and a thread cancelled while blocked in one is force-unwound through
+//! the hook's frame, which must not be Rust (this library is built with panic = "abort"). When
+//! our own sampling signal interrupted the call with EINTR, the hook makes it again with the
+//! time that was left. The deadline arithmetic (`csrc/deadline.c`) is tested here.
+//!
+//! A wait that can block (a timeout that is not zero) is also timed, here: a Python thread
+//! records its stack and the wall time the call took as one waiting sample when the call
+//! returns ([`mlprof_wait_end`]), exactly, where the collector's looks from outside can only
+//! estimate it. While the thread is in such a wait its `waiting_since` word is set, and the
+//! collector, which knows that word's address from the thread-start record, does not look at
+//! it. `docs/design/waits.md` says why.
+
+use core::sync::atomic::Ordering;
+
+use mlprof_wire::{sample_flags, Record, Sample};
+
+use crate::python::{runtime, stack};
+use crate::{channel, clock, local, sampler};
+
+/// Waits shorter than this are not sent: a call that returned at once (its descriptors were
+/// ready) costs no walk, and such waits are below what any report resolves.
+const MIN_TIMED_NS: u64 = 10_000;
+
+/// Called by a C wait hook before a call that may block: returns the time the wait began
+/// (CLOCK_MONOTONIC ns), or 0 when this wait is not timed: sampling off, no channel or the
+/// collector gone, a thread without Python, inside mlprof, or already in a timed wait.
+#[no_mangle]
+pub extern "C" fn mlprof_wait_begin() -> u64 {
+    if sampler::timer::mean_interval() == 0 {
+        return 0;
+    }
+    let Some(ring) = channel::ring() else {
+        return 0;
+    };
+    if ring.header().collector_gone.load(Ordering::Relaxed) != 0 {
+        return 0;
+    }
+    let _errno = crate::errno::Saved::new();
+    local::with(|l| {
+        if l.busy() || l.waiting_since.get() != 0 {
+            return 0;
+        }
+        let Some(rt) = runtime::get() else { return 0 };
+        if rt.this_thread_state() == 0 {
+            return 0;
+        }
+        let now = clock::monotonic_ns().max(1);
+        l.waiting_since.set(now);
+        now
+    })
+}
+
+/// Called by a C wait hook after the call (whatever it returned) with what
+/// [`mlprof_wait_begin`] gave: sends one waiting sample of the wall time the call took, with
+/// the thread's Python stack (unless it was shorter than [`MIN_TIMED_NS`]). errno is kept.
+#[no_mangle]
+pub extern "C" fn mlprof_wait_end(since: u64) {
+    if since == 0 {
+        return;
+    }
+    let errno = crate::errno::Saved::new();
+    local::with(|l| {
+        l.waiting_since.set(0);
+        let Some(_inside) = l.enter() else { return };
+        let waited = clock::monotonic_ns().saturating_sub(since);
+        if waited < MIN_TIMED_NS {
+            return;
+        }
+        stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
+            let sample = Sample {
+                ip: 0,
+                weight_ns: waited,
+                depth: stack.depth as u32,
+                flags: stack.flags | sample_flags::WAITED,
+                tstate: stack.tstate as u64,
+            };
+            Record::sample(tid, ts_ns, sample)
+        });
+    });
+    drop(errno);
+}
+
+/// The address of the calling thread's `waiting_since` word, for its thread-start record.
+pub fn waiting_cell() -> u64 {
+    local::with(|l| l.waiting_since.as_ptr() as u64)
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,45 @@
+"""Waits timed under load: while busy threads keep every core occupied (numpy matmuls in
+cpu_count + 1 threads, one BLAS thread each), the main thread sleeps 40 x 10 ms at one line and
+waits 40 x 5 ms in select() at another. Under load the collector's looks come late and
+unevenly, so only waits the program times itself come out right. Prints what it measured:
+{"sleep": wall seconds of the sleep line, "select": of the select line}.
+
+Lines are found by their `# @marker` comments. Run with OPENBLAS_NUM_THREADS=1.
+"""
+import json
+import os
+import select
+import threading
+import time
+
+import numpy as np
+
+stop = threading.Event()
+
+
+def busy():
+    a = np.random.default_rng(0).standard_normal((200, 200))
+    while not stop.is_set():
+        a @ a
+
+
+def main():
+    workers = [threading.Thread(target=busy) for _ in range((os.cpu_count() or 1) + 1)]
+    for w in workers:
+        w.start()
+    time.sleep(0.2)  # the workers are running
+    slept = waited = 0.0
+    for _ in range(40):
+        t = time.perf_counter()
+        time.sleep(0.01)  # @sleep
+        slept += time.perf_counter() - t
+        t = time.perf_counter()
+        select.select([], [], [], 0.005)  # @select
+        waited += time.perf_counter() - t
+    stop.set()
+    for w in workers:
+        w.join()
+    print(json.dumps({"sleep": slept, "select": waited}))
+
+
+main()
