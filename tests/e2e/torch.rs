@@ -158,19 +158,18 @@ fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
             .collect();
         assert_eq!(r.pids, own, "{}", r.name);
     }
-    // The straggler: rank 1's sleep line, 0.6 s beyond rank 0. Off-CPU time is sampled by the
-    // collector, whose looks come more often when CPUs free up: on a 2-core machine that is
-    // while both ranks block (rank 1 asleep, rank 0 waiting for it), so the sleep line gets
-    // more than its share of rank 1's (exactly measured) blocked time. Measured: 0.54-0.74 s
-    // with this test alone, 0.87-0.89 s with another torch test beside it.
+    // The straggler: rank 1's sleep line, 0.6 s beyond rank 0 (the bar: +-25%). The
+    // sleep is timed by rank 1 itself (`docs/design/waits.md`), so only the CPU samples that
+    // land on the line around it add to its 0.6 s.
     let sleep = p
         .stragglers
         .iter()
         .find(|s| s.line == m["sleep"])
         .unwrap_or_else(|| panic!("the sleep line is a straggler: {:?}", p.stragglers));
     assert_eq!(sleep.rank, 1);
+    eprintln!("straggler excess {:.3} s, truth 0.6 s", sleep.excess_s);
     assert!(
-        (0.45..=0.9).contains(&sleep.excess_s),
+        (0.45..=0.75).contains(&sleep.excess_s),
         "excess {:.2} s, truth 0.6 s",
         sleep.excess_s
     );
