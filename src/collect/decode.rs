@@ -190,6 +190,26 @@ impl Decoded {
         self.samples.push(sample);
     }
 
+    /// Add a wait the thread timed itself, stamped at its end: spread over the time it
+    /// lasted, one piece per merge window it spans (each stamped at its middle), so that the
+    /// timeline and the joining of pool threads to lines see it when it happened. A wait of
+    /// `w` ns ending at `t` spans at most about `1000 w / t` windows: never more than ~1000.
+    pub fn push_timed_wait(&mut self, sample: CpuSample) {
+        let end = sample.t_ns;
+        let mut t = end.saturating_sub(sample.weight_ns);
+        while t < end {
+            let width = MERGE_FLOOR_NS.max(t / MERGE_DIVISOR).next_power_of_two();
+            let piece_end = (t / width + 1).saturating_mul(width).min(end);
+            self.push_waiting(CpuSample {
+                t_ns: t + (piece_end - t) / 2,
+                weight_ns: piece_end - t,
+                frames: sample.frames.clone(),
+                ..sample
+            });
+            t = piece_end;
+        }
+    }
+
     /// Every event decoded so far, for a snapshot: the events since the last call are moved
     /// into the shared [`Events`] and the share is returned. Costs what arrived since the last
     /// call, unless that snapshot still holds its share (then the share is copied once).
@@ -663,7 +683,7 @@ impl Decoder {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => {}
             Pending::Sample { sample, .. } if sample.flags & sample_flags::WAITED != 0 => {
-                self.out.push_waiting(sample)
+                self.out.push_timed_wait(sample)
             }
             Pending::Sample { sample, .. } => self.out.samples.push(sample),
             Pending::Alloc { alloc, .. } if alloc.flags & alloc_flags::MAPPED != 0 => {
@@ -996,16 +1016,25 @@ mod tests {
             )
         };
         let both = sample_flags::WAITED | sample_flags::WAITING;
-        assert_eq!(
-            at_line(12),
-            (600_000_000, both, 1, 0),
-            "exact, merged, no ip"
-        );
-        assert_eq!(
-            at_line(50),
-            (3_000_000_000, both, 1, 0),
-            "clamped to the run"
-        );
+        // Each wait spread over the 33.5 ms merge windows it spans (10 each: made to overlap,
+        // they do not merge), every piece within the waits.
+        let (weight, flags, pieces, ip) = at_line(12);
+        assert_eq!((weight, flags, ip), (600_000_000, both, 0), "exact, no ip");
+        assert_eq!(pieces, 20);
+        for s in events
+            .samples
+            .iter()
+            .filter(|s| s.frames.first() == Some(&(3, 12)))
+        {
+            assert!(
+                (700_000_000..=1_001_000_000).contains(&s.t_ns),
+                "{}",
+                s.t_ns
+            );
+        }
+        let (weight, flags, pieces, ip) = at_line(50);
+        assert_eq!((weight, flags, ip), (3_000_000_000, both, 0), "clamped");
+        assert_eq!(pieces, 90, "3 s in 33.5 ms windows");
         // Blocked 4 s, 3.6 s timed: the 0.9 s of looks are scaled down to 0.4 s.
         assert_eq!(at_line(60).0, 400_000_000);
         let cpu = events.samples.iter().find(|s| s.ip == 0x10).unwrap();

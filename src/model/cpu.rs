@@ -111,12 +111,30 @@ const JOIN_WINDOW_NS: u64 = 25_000_000;
 /// they agree (waiting samples come every collector tick, later on a loaded machine).
 const BRACKET_WINDOW_NS: u64 = 150_000_000;
 
+/// Slack around a timed wait's interval for [`was_there`] (clocks read on either side of the
+/// call, a sample's stamp taken after its stack).
+const WAIT_SLACK_NS: u64 = 1_000_000;
+
+/// Whether the Python thread of `s` may have been at its stack at time `t`: always for CPU
+/// samples and looks (their place in time is only known to a tick), but a wait the thread timed
+/// itself ([`sample_flags::WAITED`], stamped at the middle of the time it stands for) only
+/// during that time. A pool thread busy just after the Python thread woke up (the short
+/// collective call after a sleep, too short to be sampled) did not work for the sleep.
+fn was_there(s: &CpuSample, t: u64) -> bool {
+    if s.flags & sample_flags::WAITED == 0 {
+        return true;
+    }
+    let half = s.weight_ns / 2 + WAIT_SLACK_NS;
+    t.abs_diff(s.t_ns) <= half
+}
+
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
 /// Python threads were on at that moment: the line of the Python samples within
 /// [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time when they do not (the
 /// Python thread moved from line to line, each starting parallel regions); with none that
 /// close, the line of the Python samples just before and just after it when they agree
-/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`].
+/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`]. A timed wait is
+/// a candidate only at the times it lasted ([`was_there`]).
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     let mut python: Vec<(u64, usize)> = samples
         .iter()
@@ -138,6 +156,9 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
         let mut agreed = true;
         let mut nearest: Option<(u64, usize)> = None;
         for &(pt, j) in near {
+            if !was_there(&samples[j], t) {
+                continue;
+            }
             match unique {
                 None => unique = Some(&placed[j]),
                 Some(p) if *p == placed[j] => {}
@@ -163,7 +184,11 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
             let before = after.checked_sub(1).map(|k| python[k]);
             let next = python.get(after).copied();
             if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
-                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
+                if ta - tb <= BRACKET_WINDOW_NS
+                    && placed[jb] == placed[ja]
+                    && was_there(&samples[jb], t)
+                    && was_there(&samples[ja], t)
+                {
                     unique = Some(&placed[jb]);
                 }
             }
@@ -243,6 +268,27 @@ mod tests {
         ];
         attribute_native_threads(&step, &mut placed);
         assert_eq!(placed[2], place("bwd.py"));
+
+        // A timed sleep of 10 ms ending at 20 ms (stamped at its middle): a pool sample at
+        // 17 ms worked while the thread slept; one at 24 ms, after it woke, did not (it joins
+        // the line the thread went on to, sampled at 40 ms).
+        let mut slept = [
+            sample(15, true),
+            sample(17, false),
+            sample(24, false),
+            sample(40, true),
+        ];
+        slept[0].flags = sample_flags::WAITED | sample_flags::WAITING;
+        slept[0].weight_ns = 10_000_000;
+        let mut placed = vec![
+            place("sleep.py"),
+            place(NATIVE_THREAD),
+            place(NATIVE_THREAD),
+            place("collective.py"),
+        ];
+        attribute_native_threads(&slept, &mut placed);
+        assert_eq!(placed[1], place("sleep.py"));
+        assert_eq!(placed[2], place("collective.py"));
 
         let far = [sample(0, true), sample(200, false), sample(400, true)];
         let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];
