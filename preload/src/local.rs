@@ -32,6 +32,10 @@ pub struct Local {
     /// collector reads it from outside (its address goes out with the thread-start record) to
     /// leave such a wait out of its own looks.
     pub waiting_since: Cell<u64>,
+    /// The thread's CPU clock (ns) when it entered its timed wait.
+    pub wait_cpu_ns: Cell<u64>,
+    /// Nanoseconds of timed waits too short to send alone, carried into the thread's next one.
+    pub short_waits: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);

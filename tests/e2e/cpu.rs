@@ -529,5 +529,27 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
                 "{v}: the {name} line used {cpu:.3} s of CPU"
             );
         }
+        // Short waits: CPU and waiting add up to the loop's wall time (the CPU a call uses in
+        // the kernel is not also counted as waiting), and the waits are on their line.
+        let measured = truth["short"].as_f64().unwrap();
+        let short = line(&run.profile, "waits.py", m["short"]);
+        // (Before 3.10 the `while` test after the first pass is on the body's line.)
+        let both: f64 = run
+            .profile
+            .lines
+            .iter()
+            .filter(|l| l.file.ends_with("waits.py"))
+            .filter(|l| (m["short-loop"]..=m["short"]).contains(&l.line))
+            .map(total)
+            .sum();
+        assert!(
+            (both - measured).abs() <= 0.1 * measured,
+            "{v}: the short-wait loop took {measured:.3} s; its lines hold {both:.3} s"
+        );
+        assert!(
+            short.measures.cpu_system_s >= 0.3 * measured,
+            "{v}: {:?}",
+            short.measures
+        );
     }
 }

@@ -19,9 +19,10 @@ use mlprof_wire::{sample_flags, Record, Sample};
 use crate::python::{runtime, stack};
 use crate::{channel, clock, local, sampler};
 
-/// Waits shorter than this are not sent: a call that returned at once (its descriptors were
-/// ready) costs no walk, and such waits are below what any report resolves.
-const MIN_TIMED_NS: u64 = 10_000;
+/// Waits are sent once they add up to this much: a shorter one (a call whose descriptors were
+/// ready, an event loop's brief waits) is carried into the thread's next timed wait, so that a
+/// thread costs at most one stack walk per millisecond it waits, and no waiting time is lost.
+const MIN_SENT_NS: u64 = 1_000_000;
 
 /// Called by a C wait hook before a call that may block: returns the time the wait began
 /// (CLOCK_MONOTONIC ns), or 0 when this wait is not timed: sampling off, no channel or the
@@ -48,13 +49,16 @@ pub extern "C" fn mlprof_wait_begin() -> u64 {
         }
         let now = clock::monotonic_ns().max(1);
         l.waiting_since.set(now);
+        l.wait_cpu_ns.set(sampler::timer::thread_cpu_ns());
         now
     })
 }
 
 /// Called by a C wait hook after the call (whatever it returned) with what
-/// [`mlprof_wait_begin`] gave: sends one waiting sample of the wall time the call took, with
-/// the thread's Python stack (unless it was shorter than [`MIN_TIMED_NS`]). errno is kept.
+/// [`mlprof_wait_begin`] gave: sends one waiting sample of the time the call kept the thread
+/// off the CPU (its wall time less the CPU it used), with the thread's Python stack, adding the
+/// short waits carried since the last one (when they all add up to less than [`MIN_SENT_NS`],
+/// this one is carried too). errno is kept.
 #[no_mangle]
 pub extern "C" fn mlprof_wait_end(since: u64) {
     if since == 0 {
@@ -64,10 +68,18 @@ pub extern "C" fn mlprof_wait_end(since: u64) {
     local::with(|l| {
         l.waiting_since.set(0);
         let Some(_inside) = l.enter() else { return };
-        let waited = clock::monotonic_ns().saturating_sub(since);
-        if waited < MIN_TIMED_NS {
+        // Off the CPU: the call's wall time less the CPU it used (entering and leaving the
+        // kernel, scanning descriptors), which the CPU sampler counts already.
+        let ran = sampler::timer::thread_cpu_ns().saturating_sub(l.wait_cpu_ns.get());
+        let waited = clock::monotonic_ns()
+            .saturating_sub(since)
+            .saturating_sub(ran)
+            .saturating_add(l.short_waits.get());
+        if waited < MIN_SENT_NS {
+            l.short_waits.set(waited);
             return;
         }
+        l.short_waits.set(0);
         stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
             let sample = Sample {
                 ip: 0,

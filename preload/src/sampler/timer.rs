@@ -107,7 +107,7 @@ pub fn cpu_since_last_sample() -> u64 {
 }
 
 /// The calling thread's CPU time (user + system) in nanoseconds.
-fn thread_cpu_ns() -> u64 {
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
