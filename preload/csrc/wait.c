@@ -180,27 +180,26 @@ HIDDEN int mlprof_epoll_pwait(int epfd, struct epoll_event *events, int max, int
     return r;
 }
 
-/* Sleeps. A relative sleep interrupted by our signal is made again for the time the kernel says
- * was left (written to our own `left`; the caller's `rem` gets it only if we return EINTR); an
+/* Sleeps, always timed (their arguments are not read here: a bad pointer gets the kernel's
+ * EFAULT, as without us). A relative sleep interrupted by our signal is made again for the time
+ * the kernel wrote back as left (into the caller's `rem`, or our own `left` without one); an
  * absolute one (TIMER_ABSTIME) again as it was. */
 HIDDEN int mlprof_nanosleep(const struct timespec *req, struct timespec *rem) {
     uint64_t before, since;
-    struct timespec ask, left;
+    struct timespec again, left, *out = rem ? rem : &left;
+    const struct timespec *ask = req;
     int r;
     if (!ready())
         return -1;
-    if (!req)
-        return real_nanosleep(req, rem);
-    ask = *req;
-    since = blocks_ts(&ask) ? mlprof_wait_begin() : 0;
-    do {
+    since = mlprof_wait_begin();
+    for (;;) {
         before = mlprof_signals_taken();
-        r = real_nanosleep(&ask, &left);
-        if (r == -1 && errno == EINTR)
-            ask = left;
-    } while (OURS(r, before));
-    if (r == -1 && errno == EINTR && rem)
-        *rem = left;
+        r = real_nanosleep(ask, out);
+        if (!OURS(r, before))
+            break;
+        again = *out; /* written by the kernel, so a valid pointer */
+        ask = &again;
+    }
     mlprof_wait_end(since);
     return r;
 }
@@ -208,26 +207,24 @@ HIDDEN int mlprof_nanosleep(const struct timespec *req, struct timespec *rem) {
 /* Returns an error number, not -1 with errno (POSIX). */
 HIDDEN int mlprof_clock_nanosleep(clockid_t clock, int flags, const struct timespec *req, struct timespec *rem) {
     uint64_t before, since;
-    struct timespec ask, left;
+    struct timespec again, left, *out = rem ? rem : &left;
+    const struct timespec *ask = req;
     int r, saved = errno;
     if (!ready()) {
         errno = saved;
         return ENOSYS;
     }
-    if (!req)
-        return real_clock_nanosleep(clock, flags, req, rem);
-    ask = *req;
-    since = (flags & TIMER_ABSTIME) || blocks_ts(&ask) ? mlprof_wait_begin() : 0;
+    since = mlprof_wait_begin();
     for (;;) {
         before = mlprof_signals_taken();
-        r = real_clock_nanosleep(clock, flags, &ask, &left);
+        r = real_clock_nanosleep(clock, flags, ask, out);
         if (r != EINTR || mlprof_signals_taken() == before)
             break;
-        if (!(flags & TIMER_ABSTIME))
-            ask = left;
+        if (!(flags & TIMER_ABSTIME)) {
+            again = *out;
+            ask = &again;
+        }
     }
-    if (r == EINTR && rem && !(flags & TIMER_ABSTIME))
-        *rem = left;
     mlprof_wait_end(since);
     return r;
 }

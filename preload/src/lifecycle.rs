@@ -115,6 +115,11 @@ extern "C" fn on_fork_child() {
         .fork_depth
         .store(crate::python::stack::depth(), Ordering::Relaxed);
     sampler::timer::forget_this_thread(); // timers are not inherited across fork
+                                          // Nor is the parent's waiting (short waits it carried, a wait a handler forked in).
+    crate::local::with(|l| {
+        l.waiting_since.set(0);
+        l.short_waits.set(0);
+    });
     sampler::timer::arm_this_thread();
     header
         .sample_interval_ns

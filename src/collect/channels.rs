@@ -222,6 +222,7 @@ impl Channels {
                 python: s.python.as_deref().unwrap_or(""),
                 runtime: s.py_runtime as usize,
                 code_type: s.py_code_type as usize,
+                launch_ns: self.launch_ns,
             };
             waits::sample(&target, weight, now_ns, &mut channel.decoder.out);
             channel.compact_if_due();

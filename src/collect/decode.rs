@@ -65,6 +65,8 @@ pub struct Decoded {
     /// The address of each thread's "in a timed wait since" word, by tid (threads that sent
     /// one): `collect::waits` leaves a thread out of its look while that word is set.
     pub waiting_cells: HashMap<u32, u64>,
+    /// Timed waits the collector's looks found in progress, by tid (`collect::waits`).
+    pub open_waits: HashMap<u32, super::waits::OpenWait>,
     /// Records that did not fit the expected sequence or declared more than the format allows
     /// (a bug or a corrupt channel); each is dropped.
     pub malformed: u64,
@@ -108,9 +110,11 @@ pub struct Decoded {
 }
 
 /// Scale each thread's looked-at waiting samples so that they add up to no more than the time
-/// the kernel says it was blocked (`collect::waits`) less the waits the thread timed itself
-/// ([`sample_flags::WAITED`], exact, never scaled): the looks come more often while threads
-/// block, so their intervals overstate the waiting.
+/// the kernel says it was blocked (`collect::waits`, from the first look on) less the waits the
+/// thread timed itself in that time ([`sample_flags::WAITED`], exact, never scaled): the looks
+/// come more often while threads block, so their intervals overstate the waiting. (A timed
+/// wait includes the time the thread then queued for a CPU, which the blocked time does not:
+/// on a loaded machine the looks may be scaled a little low.)
 fn scale_waiting(samples: &mut [CpuSample], clocks: &HashMap<u32, super::waits::ThreadClocks>) {
     let looked =
         |s: &CpuSample| s.flags & sample_flags::WAITING != 0 && s.flags & sample_flags::WAITED == 0;
@@ -119,7 +123,9 @@ fn scale_waiting(samples: &mut [CpuSample], clocks: &HashMap<u32, super::waits::
     for s in samples.iter() {
         if looked(s) {
             *sampled.entry(s.tid).or_default() += s.weight_ns;
-        } else if s.flags & sample_flags::WAITED != 0 {
+        } else if s.flags & sample_flags::WAITED != 0
+            && clocks.get(&s.tid).is_some_and(|c| s.t_ns >= c.first_ns)
+        {
             *timed.entry(s.tid).or_default() += s.weight_ns;
         }
     }
@@ -161,6 +167,9 @@ fn compact_from() -> usize {
 /// less than two thousandths of the run (a timeline bucket is a four-hundredth).
 const MERGE_FLOOR_NS: u64 = 20_000_000;
 const MERGE_DIVISOR: u64 = 1000;
+/// Most frames the pieces of one timed wait hold together ([`Decoded::push_timed_wait`]):
+/// 2000 pieces of a 32-frame stack, a wait of an hour in 1.7 s pieces.
+const MAX_SPREAD_FRAMES: usize = 1 << 16;
 
 impl Decoded {
     /// Add an off-CPU sample, merged into the thread's previous one when that has the same
@@ -192,13 +201,28 @@ impl Decoded {
 
     /// Add a wait the thread timed itself, stamped at its end: spread over the time it
     /// lasted, one piece per merge window it spans (each stamped at its middle), so that the
-    /// timeline and the joining of pool threads to lines see it when it happened. A wait of
-    /// `w` ns ending at `t` spans at most about `1000 w / t` windows: never more than ~1000.
+    /// timeline and the joining of pool threads to lines see it when it happened. The windows
+    /// widen with the run (a thousandth of it), so a wait spans about 1000 of them per doubling
+    /// of the run it lasted; the pieces are made wider where that would copy its stack more
+    /// than [`MAX_SPREAD_FRAMES`] times over (channel data is untrusted).
     pub fn push_timed_wait(&mut self, sample: CpuSample) {
+        // Its own sample: the wait a look found it in is over (one that began later is not).
+        if self
+            .open_waits
+            .get(&sample.tid)
+            .is_some_and(|open| open.since_ns <= sample.t_ns)
+        {
+            self.open_waits.remove(&sample.tid);
+        }
         let end = sample.t_ns;
         let mut t = end.saturating_sub(sample.weight_ns);
+        let most = (MAX_SPREAD_FRAMES / sample.frames.len().max(1)).max(16) as u64;
+        let least = (sample.weight_ns / most).next_power_of_two();
         while t < end {
-            let width = MERGE_FLOOR_NS.max(t / MERGE_DIVISOR).next_power_of_two();
+            let width = MERGE_FLOOR_NS
+                .max(t / MERGE_DIVISOR)
+                .next_power_of_two()
+                .max(least);
             let piece_end = (t / width + 1).saturating_mul(width).min(end);
             self.push_waiting(CpuSample {
                 t_ns: t + (piece_end - t) / 2,
@@ -207,6 +231,23 @@ impl Decoded {
                 ..sample
             });
             t = piece_end;
+        }
+    }
+
+    /// Count the timed waits still going on when the collector last looked (their process
+    /// ended, or the run did, before they returned): from their start to that look.
+    fn close_open_waits(&mut self) {
+        let mut open: Vec<(u32, super::waits::OpenWait)> = self.open_waits.drain().collect();
+        open.sort_unstable_by_key(|(tid, _)| *tid);
+        for (tid, wait) in open {
+            self.push_timed_wait(CpuSample {
+                t_ns: wait.seen_ns,
+                tid,
+                ip: 0,
+                weight_ns: wait.seen_ns.saturating_sub(wait.since_ns),
+                flags: sample_flags::WAITED | sample_flags::WAITING,
+                frames: wait.frames,
+            });
         }
     }
 
@@ -225,6 +266,7 @@ impl Decoded {
     pub fn take_events(&mut self) -> Events {
         let mut all = Arc::try_unwrap(std::mem::take(&mut self.shared))
             .unwrap_or_else(|shared| (*shared).clone());
+        self.close_open_waits();
         self.add_to(&mut all);
         self.live.clear();
         scale_waiting(&mut all.samples, &self.clocks);
@@ -1039,6 +1081,63 @@ mod tests {
         assert_eq!(at_line(60).0, 400_000_000);
         let cpu = events.samples.iter().find(|s| s.ip == 0x10).unwrap();
         assert_eq!(cpu.flags & sample_flags::WAITING, 0);
+    }
+
+    #[test]
+    fn looks_are_scaled_by_the_timed_waits_after_the_first_look_only() {
+        let mut d = Decoded::default();
+        let both = sample_flags::WAITED | sample_flags::WAITING;
+        // A 100 ms timed wait before the collector first looked at the thread, then 300 ms of
+        // looks for 200 ms blocked: the looks get all 200 ms.
+        d.push_timed_wait(CpuSample {
+            t_ns: 1_000_000_000,
+            tid: 8,
+            weight_ns: 100_000_000,
+            flags: both,
+            frames: vec![(3, 70)],
+            ..CpuSample::default()
+        });
+        d.push_waiting(CpuSample {
+            t_ns: 2_000_000_000,
+            tid: 8,
+            weight_ns: 300_000_000,
+            flags: sample_flags::WAITING,
+            frames: vec![(3, 80)],
+            ..CpuSample::default()
+        });
+        d.clocks.insert(
+            8,
+            super::super::waits::ThreadClocks {
+                first_ns: 1_500_000_000,
+                blocked_ns: 200_000_000,
+                ..Default::default()
+            },
+        );
+        let events = d.take_events();
+        let look: u64 = events
+            .samples
+            .iter()
+            .filter(|s| s.flags & sample_flags::WAITED == 0)
+            .map(|s| s.weight_ns)
+            .sum();
+        assert_eq!(look, 200_000_000);
+    }
+
+    #[test]
+    fn an_absurd_timed_wait_is_spread_into_a_bounded_number_of_pieces() {
+        let mut d = Decoded::default();
+        let frames: Vec<(u32, i32)> = (0..MAX_FRAMES as u32).map(|i| (i, 0)).collect();
+        d.push_timed_wait(CpuSample {
+            t_ns: MAX_WAIT_NS,
+            weight_ns: MAX_WAIT_NS,
+            flags: sample_flags::WAITED | sample_flags::WAITING,
+            frames,
+            ..CpuSample::default()
+        });
+        let held: usize = d.samples.iter().map(|s| s.frames.len()).sum();
+        assert!(held <= 2 * MAX_SPREAD_FRAMES, "{} pieces", d.samples.len());
+        let weight: u64 = d.samples.iter().map(|s| s.weight_ns).sum();
+        assert_eq!(weight, MAX_WAIT_NS, "nothing lost");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! A thread in a wait it times itself (sleep, poll, select, epoll: `preload/src/hooks/wait.rs`)
 //! is not looked at: its "waiting since" word, whose address came with its thread-start record,
 //! is set, and the exact sample it sends when the wait returns stands for that time instead.
+//! Its stack is still read once per wait ([`OpenWait`]), for a wait still going on when the
+//! process ends, which sends nothing.
 
 use std::collections::HashMap;
 
@@ -37,11 +39,29 @@ pub struct Target<'a> {
     pub runtime: usize,
     /// Address of `PyCode_Type` in it.
     pub code_type: usize,
+    /// When the command was launched (CLOCK_MONOTONIC ns, the clock of the target's timed
+    /// waits).
+    pub launch_ns: u64,
+}
+
+/// A timed wait a look found in progress ([`Decoded::open_waits`]): kept until its own sample
+/// arrives or a look finds it over; counted at the end of the run if neither happened (a
+/// thread still waiting when its process ended).
+#[derive(Clone, Debug, Default)]
+pub struct OpenWait {
+    /// When it began (ns from launch).
+    pub since_ns: u64,
+    /// When a look last found the thread in it (ns from launch).
+    pub seen_ns: u64,
+    /// The thread's stack then.
+    pub frames: Vec<(u32, i32)>,
 }
 
 /// A thread's clocks at the collector's last look at it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreadClocks {
+    /// When the first look was (ns from launch): `blocked_ns` counts from there.
+    pub first_ns: u64,
     /// When (ns from launch).
     pub at_ns: u64,
     /// Nanoseconds it had run.
@@ -93,6 +113,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
     for &(tid, _, sched) in &all {
         let Some((ran, queued)) = sched else { continue };
         let clocks = out.clocks.entry(tid).or_insert(ThreadClocks {
+            first_ns: now_ns,
             at_ns: now_ns,
             ran_ns: ran,
             queued_ns: queued,
@@ -134,8 +155,21 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         let Some(tid) = by_pthread.get(&(pthread as u64)).copied().or(own) else {
             continue;
         };
-        if !waiting.contains(&tid) || in_timed_wait(&mem, out, tid) {
+        let since = timed_wait_since(&mem, out, tid).filter(|_| waiting.contains(&tid));
+        if since.is_none() {
+            out.open_waits.remove(&tid); // any timed wait it was in is over
+        }
+        if !waiting.contains(&tid) {
             continue;
+        }
+        if let Some(since) = since {
+            let since_ns = since.saturating_sub(target.launch_ns);
+            if let Some(open) = out.open_waits.get_mut(&tid) {
+                if open.since_ns == since_ns {
+                    open.seen_ns = now_ns;
+                    continue;
+                }
+            }
         }
         let w = walk::walk(&mem, &interp, tstate, &mut frames);
         if w.depth == 0 {
@@ -145,6 +179,17 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             .iter()
             .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))
             .collect();
+        if let Some(since) = since {
+            // The thread times this wait itself: no look, but where it is, in case the
+            // process ends before the wait does.
+            let open = OpenWait {
+                since_ns: since.saturating_sub(target.launch_ns),
+                seen_ns: now_ns,
+                frames,
+            };
+            out.open_waits.insert(tid, open);
+            continue;
+        }
         out.push_waiting(CpuSample {
             t_ns: now_ns,
             tid,
@@ -156,13 +201,13 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
     }
 }
 
-/// Whether thread `tid` is in a wait it times itself: its "waiting since" word is set.
-fn in_timed_wait(mem: &Remote, out: &Decoded, tid: u32) -> bool {
-    let Some(&cell) = out.waiting_cells.get(&tid) else {
-        return false;
-    };
+/// When thread `tid` entered the wait it times itself (CLOCK_MONOTONIC ns, its "waiting
+/// since" word), or `None` when it is in none.
+fn timed_wait_since(mem: &Remote, out: &Decoded, tid: u32) -> Option<u64> {
+    let &cell = out.waiting_cells.get(&tid)?;
     let mut word = [0u8; 8];
-    mem.read_uncached(cell as usize, &mut word).is_ok() && u64::from_ne_bytes(word) != 0
+    mem.read_uncached(cell as usize, &mut word).ok()?;
+    Some(u64::from_ne_bytes(word)).filter(|&since| since != 0)
 }
 
 fn layout_of(version: &str) -> Option<&'static layouts::Layout> {

@@ -111,21 +111,15 @@ const JOIN_WINDOW_NS: u64 = 25_000_000;
 /// they agree (waiting samples come every collector tick, later on a loaded machine).
 const BRACKET_WINDOW_NS: u64 = 150_000_000;
 
-/// Slack around a timed wait's interval for [`was_there`] (clocks read on either side of the
+/// Slack around a timed wait's interval for [`lasted`] (clocks read on either side of the
 /// call, a sample's stamp taken after its stack).
 const WAIT_SLACK_NS: u64 = 1_000_000;
 
-/// Whether the Python thread of `s` may have been at its stack at time `t`: always for CPU
-/// samples and looks (their place in time is only known to a tick), but a wait the thread timed
-/// itself ([`sample_flags::WAITED`], stamped at the middle of the time it stands for) only
-/// during that time. A pool thread busy just after the Python thread woke up (the short
-/// collective call after a sleep, too short to be sampled) did not work for the sleep.
-fn was_there(s: &CpuSample, t: u64) -> bool {
-    if s.flags & sample_flags::WAITED == 0 {
-        return true;
-    }
+/// The time a wait the thread timed itself ([`sample_flags::WAITED`], stamped at the middle of
+/// the time it stands for) lasted, with a little slack: (from, to) in ns from launch.
+fn lasted(s: &CpuSample) -> (u64, u64) {
     let half = s.weight_ns / 2 + WAIT_SLACK_NS;
-    t.abs_diff(s.t_ns) <= half
+    (s.t_ns.saturating_sub(half), s.t_ns.saturating_add(half))
 }
 
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
@@ -133,16 +127,35 @@ fn was_there(s: &CpuSample, t: u64) -> bool {
 /// [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time when they do not (the
 /// Python thread moved from line to line, each starting parallel regions); with none that
 /// close, the line of the Python samples just before and just after it when they agree
-/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`]. A timed wait is
-/// a candidate only at the times it lasted ([`was_there`]).
+/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`]. A wait the Python
+/// thread timed itself is a candidate exactly at the times it lasted ([`lasted`], however long
+/// ago it began): a pool thread busy just after the Python thread woke up (the short
+/// collective call after a sleep, too short to be sampled) did not work for the sleep.
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
+    let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
+    // CPU samples and looks, by time; timed waits apart, by the interval they lasted.
     let mut python: Vec<(u64, usize)> = samples
         .iter()
         .enumerate()
-        .filter(|(_, s)| !s.frames.is_empty())
+        .filter(|(_, s)| !s.frames.is_empty() && !timed(s))
         .map(|(i, s)| (s.t_ns, i))
         .collect();
     python.sort_unstable();
+    let mut waits: Vec<(u64, u64, usize)> = samples
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.frames.is_empty() && timed(s))
+        .map(|(i, s)| {
+            let (from, to) = lasted(s);
+            (from, to, i)
+        })
+        .collect();
+    waits.sort_unstable();
+    let longest = waits
+        .iter()
+        .map(|&(from, to, _)| to - from)
+        .max()
+        .unwrap_or(0);
     for i in 0..samples.len() {
         if placed[i].file != NATIVE_THREAD {
             continue;
@@ -151,20 +164,25 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
         let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
         let near = python[from..]
             .iter()
-            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS);
+            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS)
+            .map(|&(pt, j)| (pt.abs_diff(t), j));
+        // A timed wait the Python thread was in at `t`: as near as can be.
+        let began = waits.partition_point(|&(from, _, _)| from <= t);
+        let during = waits[..began]
+            .iter()
+            .rev()
+            .take_while(|&&(from, _, _)| from.saturating_add(longest) >= t)
+            .filter(|&&(_, to, _)| to >= t)
+            .map(|&(_, _, j)| (0, j));
         let mut unique: Option<&Place> = None;
         let mut agreed = true;
         let mut nearest: Option<(u64, usize)> = None;
-        for &(pt, j) in near {
-            if !was_there(&samples[j], t) {
-                continue;
-            }
+        for (gap, j) in near.chain(during) {
             match unique {
                 None => unique = Some(&placed[j]),
                 Some(p) if *p == placed[j] => {}
                 Some(_) => agreed = false,
             }
-            let gap = pt.abs_diff(t);
             if nearest.is_none_or(|(g, _)| gap < g) {
                 nearest = Some((gap, j));
             }
@@ -184,16 +202,12 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
             let before = after.checked_sub(1).map(|k| python[k]);
             let next = python.get(after).copied();
             if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
-                if ta - tb <= BRACKET_WINDOW_NS
-                    && placed[jb] == placed[ja]
-                    && was_there(&samples[jb], t)
-                    && was_there(&samples[ja], t)
-                {
+                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
                     unique = Some(&placed[jb]);
                 }
             }
         }
-        if let (Some(p), true) = (unique, agreed) {
+        if let Some(p) = unique {
             placed[i] = p.clone();
         }
     }
@@ -289,6 +303,15 @@ mod tests {
         attribute_native_threads(&slept, &mut placed);
         assert_eq!(placed[1], place("sleep.py"));
         assert_eq!(placed[2], place("collective.py"));
+
+        // A 2 s wait (one wide piece late in a run, stamped at its middle, 10 s): a pool
+        // sample anywhere in it joins it, however far from its stamp.
+        let mut long = [sample(10_000, true), sample(9_200, false)];
+        long[0].flags = sample_flags::WAITED | sample_flags::WAITING;
+        long[0].weight_ns = 2_000_000_000;
+        let mut placed = vec![place("sleep.py"), place(NATIVE_THREAD)];
+        attribute_native_threads(&long, &mut placed);
+        assert_eq!(placed[1], place("sleep.py"));
 
         let far = [sample(0, true), sample(200, false), sample(400, true)];
         let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];

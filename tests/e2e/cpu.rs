@@ -551,5 +551,22 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
             "{v}: {:?}",
             short.measures
         );
+        // A wait still going on when the process ends sends nothing itself: the collector,
+        // which saw it begin, counts it to its last look (shutdown adds a little).
+        let parked = truth["parked"].as_f64().unwrap();
+        let pid = run.profile.processes[0].pid;
+        let helpers: Vec<f64> = run
+            .profile
+            .threads
+            .iter()
+            .filter(|t| t.pid == pid && t.tid != pid)
+            .map(|t| t.cpu_system_s)
+            .collect();
+        assert!(
+            helpers
+                .iter()
+                .any(|&w| w >= 0.95 * parked && w <= parked + 0.3),
+            "{v}: the daemon thread waited {parked:.2} s; threads waited {helpers:?}"
+        );
     }
 }

@@ -2,8 +2,10 @@
 cpu_count + 1 threads, one BLAS thread each), the main thread sleeps 40 x 10 ms at one line and
 waits 40 x 5 ms in select() at another. Under load the collector's looks come late and
 unevenly, so only waits the program times itself come out right. Then, alone, a loop of
-20 us select() calls for 1 s. Prints what it measured: {"sleep": wall seconds of the sleep
-line, "select": of the select line, "short": of the short-wait loop}.
+20 us select() calls for 1 s. All the while a daemon thread waits in select() with no
+timeout, still waiting when the process exits. Prints what it measured: {"sleep": wall seconds
+of the sleep line, "select": of the select line, "short": of the short-wait loop, "parked": how
+long the daemon thread had waited when this was printed}.
 
 Lines are found by their `# @marker` comments. Run with OPENBLAS_NUM_THREADS=1.
 """
@@ -24,7 +26,15 @@ def busy():
         a @ a
 
 
+def parked(started):
+    r, _ = os.pipe()
+    started.append(time.perf_counter())
+    select.select([r], [], [])  # @parked
+
+
 def main():
+    started = []
+    threading.Thread(target=parked, args=(started,), daemon=True).start()
     workers = [threading.Thread(target=busy) for _ in range((os.cpu_count() or 1) + 1)]
     for w in workers:
         w.start()
@@ -48,7 +58,8 @@ def main():
     while time.perf_counter() - t < 1.0:  # @short-loop
         select.select([r], [], [], 0.00002)  # @short
     short = time.perf_counter() - t
-    print(json.dumps({"sleep": slept, "select": waited, "short": short}))
+    parked_s = time.perf_counter() - started[0]
+    print(json.dumps({"sleep": slept, "select": waited, "short": short, "parked": parked_s}))
 
 
 main()

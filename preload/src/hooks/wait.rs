@@ -26,7 +26,10 @@ const MIN_SENT_NS: u64 = 1_000_000;
 
 /// Called by a C wait hook before a call that may block: returns the time the wait began
 /// (CLOCK_MONOTONIC ns), or 0 when this wait is not timed: sampling off, no channel or the
-/// collector gone, a thread without Python, inside mlprof, or already in a timed wait.
+/// collector gone, a thread without Python, or inside mlprof. A word left set (a wait left by
+/// `longjmp` from a signal handler never ended) is simply set again: it is stale only until
+/// the thread's next timed wait. (A timed wait inside a signal handler that interrupted
+/// another shares the thread's word: rare, and costs the outer wait's CPU correction.)
 #[no_mangle]
 pub extern "C" fn mlprof_wait_begin() -> u64 {
     if sampler::timer::mean_interval() == 0 {
@@ -40,7 +43,7 @@ pub extern "C" fn mlprof_wait_begin() -> u64 {
     }
     let _errno = crate::errno::Saved::new();
     local::with(|l| {
-        if l.busy() || l.waiting_since.get() != 0 {
+        if l.busy() {
             return 0;
         }
         let Some(rt) = runtime::get() else { return 0 };
@@ -66,11 +69,16 @@ pub extern "C" fn mlprof_wait_end(since: u64) {
     }
     let errno = crate::errno::Saved::new();
     local::with(|l| {
-        l.waiting_since.set(0);
-        let Some(_inside) = l.enter() else { return };
+        // Inside mlprof first, so that a signal handler running a timed wait of its own in
+        // between cannot start one over this one's clocks.
+        let Some(_inside) = l.enter() else {
+            l.waiting_since.set(0);
+            return;
+        };
         // Off the CPU: the call's wall time less the CPU it used (entering and leaving the
         // kernel, scanning descriptors), which the CPU sampler counts already.
         let ran = sampler::timer::thread_cpu_ns().saturating_sub(l.wait_cpu_ns.get());
+        l.waiting_since.set(0);
         let waited = clock::monotonic_ns()
             .saturating_sub(since)
             .saturating_sub(ran)
