@@ -21,7 +21,9 @@ stop = threading.Event()
 
 
 def busy():
-    a = np.random.default_rng(0).standard_normal((200, 200))
+    # Large enough (~10 ms a product) that the workers take the GIL rarely: the main thread
+    # meets CPU load, not GIL contention (its waits for the GIL after a call are not timed).
+    a = np.random.default_rng(0).standard_normal((400, 400))
     while not stop.is_set():
         a @ a
 
