@@ -128,9 +128,13 @@ fn lasted(s: &CpuSample) -> (u64, u64) {
 /// Python thread moved from line to line, each starting parallel regions); with none that
 /// close, the line of the Python samples just before and just after it when they agree
 /// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`]. A wait the Python
-/// thread timed itself is a candidate exactly at the times it lasted ([`lasted`], however long
-/// ago it began): a pool thread busy just after the Python thread woke up (the short
-/// collective call after a sleep, too short to be sampled) did not work for the sleep.
+/// thread timed itself (its exact interval: [`lasted`]) is never a candidate: a pool working
+/// meanwhile does not work for a sleep or a poll. Its samples in the wait go where the thread
+/// was when the wait began (a parallel region's threads spinning on after it: in
+/// `bench/workloads/mixed_lines.py` 0.66 s of OpenBLAS spinning through ten 0.1 s sleeps
+/// belongs to the product before each); and a pool thread busy just after the wait (the short
+/// collective call after a sleep, too short to be sampled) joins the line after it, not the
+/// sleep.
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
     // CPU samples and looks, by time; timed waits apart, by the interval they lasted.
@@ -156,28 +160,51 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
         .map(|&(from, to, _)| to - from)
         .max()
         .unwrap_or(0);
+    // Where each wait began: a wait arrives in pieces (one per merge window), and back-to-back
+    // pieces of one thread at one stack are one wait.
+    let mut began_at = vec![0u64; waits.len()];
+    let mut last: HashMap<u32, (u64, usize, u64)> = HashMap::new(); // tid -> (to, index, began)
+    for (k, &(from, to, j)) in waits.iter().enumerate() {
+        let s = &samples[j];
+        began_at[k] = match last.get(&s.tid) {
+            Some(&(end, i, began))
+                if from <= end.saturating_add(WAIT_SLACK_NS)
+                    && samples[waits[i].2].frames == s.frames =>
+            {
+                began
+            }
+            _ => from,
+        };
+        last.insert(s.tid, (to, k, began_at[k]));
+    }
     for i in 0..samples.len() {
         if placed[i].file != NATIVE_THREAD {
             continue;
         }
-        let t = samples[i].t_ns;
+        let mut t = samples[i].t_ns;
+        // Inside a wait the Python thread timed (a sleep, a poll): the pool's work is not the
+        // wait's, since the thread started nothing since it began. It is what the line before
+        // left running (OpenBLAS's threads spin on for up to ~0.1 s after a product, OpenMP's
+        // at barriers): joined as at the wait's start.
+        let began = waits.partition_point(|&(from, _, _)| from <= t);
+        let during = (0..began)
+            .rev()
+            .take_while(|&k| waits[k].0.saturating_add(longest) >= t)
+            .filter(|&k| waits[k].1 >= t)
+            .map(|k| began_at[k])
+            .min();
+        if let Some(from) = during {
+            t = from;
+        }
         let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
         let near = python[from..]
             .iter()
             .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS)
             .map(|&(pt, j)| (pt.abs_diff(t), j));
-        // A timed wait the Python thread was in at `t`: as near as can be.
-        let began = waits.partition_point(|&(from, _, _)| from <= t);
-        let during = waits[..began]
-            .iter()
-            .rev()
-            .take_while(|&&(from, _, _)| from.saturating_add(longest) >= t)
-            .filter(|&&(_, to, _)| to >= t)
-            .map(|&(_, _, j)| (0, j));
         let mut unique: Option<&Place> = None;
         let mut agreed = true;
         let mut nearest: Option<(u64, usize)> = None;
-        for (gap, j) in near.chain(during) {
+        for (gap, j) in near {
             match unique {
                 None => unique = Some(&placed[j]),
                 Some(p) if *p == placed[j] => {}
@@ -283,35 +310,65 @@ mod tests {
         attribute_native_threads(&step, &mut placed);
         assert_eq!(placed[2], place("bwd.py"));
 
-        // A timed sleep of 10 ms ending at 20 ms (stamped at its middle): a pool sample at
-        // 17 ms worked while the thread slept; one at 24 ms, after it woke, did not (it joins
-        // the line the thread went on to, sampled at 40 ms).
+        // A timed sleep of 10 ms ending at 20 ms (stamped at its middle, 15 ms) after a step
+        // sampled at 8 ms: a pool sample at 17 ms is the step's threads spinning on; one at
+        // 26 ms, after the thread woke, joins the line it went on to (sampled at 30 ms).
         let mut slept = [
+            sample(8, true),
             sample(15, true),
             sample(17, false),
-            sample(24, false),
-            sample(40, true),
+            sample(26, false),
+            sample(30, true),
         ];
-        slept[0].flags = sample_flags::WAITED | sample_flags::WAITING;
-        slept[0].weight_ns = 10_000_000;
+        slept[1].flags = sample_flags::WAITED | sample_flags::WAITING;
+        slept[1].weight_ns = 10_000_000;
         let mut placed = vec![
+            place("step.py"),
             place("sleep.py"),
             place(NATIVE_THREAD),
             place(NATIVE_THREAD),
             place("collective.py"),
         ];
         attribute_native_threads(&slept, &mut placed);
-        assert_eq!(placed[1], place("sleep.py"));
-        assert_eq!(placed[2], place("collective.py"));
+        assert_eq!(placed[2], place("step.py"));
+        assert_eq!(placed[3], place("collective.py"));
 
-        // A 2 s wait (one wide piece late in a run, stamped at its middle, 10 s): a pool
-        // sample anywhere in it joins it, however far from its stamp.
-        let mut long = [sample(10_000, true), sample(9_200, false)];
-        long[0].flags = sample_flags::WAITED | sample_flags::WAITING;
-        long[0].weight_ns = 2_000_000_000;
-        let mut placed = vec![place("sleep.py"), place(NATIVE_THREAD)];
+        // A 100 ms sleep in four pieces after a product sampled at 8 ms: OpenBLAS's thread
+        // spinning 80 ms into it still belongs to the product.
+        let mut pieces = vec![sample(8, true)];
+        for mid in [15u64, 40, 65, 95] {
+            let mut p = sample(mid, true);
+            p.flags = sample_flags::WAITED | sample_flags::WAITING;
+            p.weight_ns = if mid == 95 { 30_000_000 } else { 25_000_000 };
+            pieces.push(p);
+        }
+        pieces.push(sample(90, false));
+        let mut placed = vec![place("sleep.py"); pieces.len()];
+        placed[0] = place("product.py");
+        placed[5] = place(NATIVE_THREAD);
+        attribute_native_threads(&pieces, &mut placed);
+        assert_eq!(placed[5], place("product.py"));
+
+        // A 2 s wait (one wide piece late in a run, stamped at its middle, 10 s) found
+        // however far its stamp is: pool samples 10 ms and 200 ms into it join the line the
+        // thread was on when it began.
+        let mut long = [
+            sample(8_995, true),
+            sample(10_000, true),
+            sample(9_010, false),
+            sample(9_200, false),
+        ];
+        long[1].flags = sample_flags::WAITED | sample_flags::WAITING;
+        long[1].weight_ns = 2_000_000_000;
+        let mut placed = vec![
+            place("before.py"),
+            place("sleep.py"),
+            place(NATIVE_THREAD),
+            place(NATIVE_THREAD),
+        ];
         attribute_native_threads(&long, &mut placed);
-        assert_eq!(placed[1], place("sleep.py"));
+        assert_eq!(placed[2], place("before.py"));
+        assert_eq!(placed[3], place("before.py"));
 
         let far = [sample(0, true), sample(200, false), sample(400, true)];
         let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];
