@@ -301,6 +301,30 @@ fn a_blas_pool_works_for_the_line_that_waits_for_it() {
 }
 
 #[test]
+fn a_pool_spinning_on_while_the_line_after_sleeps_is_charged_to_the_line_that_started_it() {
+    let m = markers("cpu_lines.py");
+    for py in fixture::numpy_pythons() {
+        let (p, _) = run_with(py, "spin", "2");
+        let v = &py.minor;
+        let sleep = line(&p, "cpu_lines.py", m["spin-sleep"]);
+        let sleep_cpu = sleep.measures.cpu_python_s + sleep.measures.cpu_native_s;
+        assert!(
+            sleep_cpu <= 0.05 * total(sleep) && sleep.measures.cpu_system_s >= 0.75,
+            "{v}: the sleep line is waiting only: {:?}",
+            sleep.measures
+        );
+        let product = line(&p, "cpu_lines.py", m["spin-product"])
+            .measures
+            .cpu_native_s;
+        let native_everywhere: f64 = p.lines.iter().map(|l| l.measures.cpu_native_s).sum();
+        assert!(
+            product >= 0.8 * native_everywhere,
+            "{v}: the product line has {product:.2} s of {native_everywhere:.2} s native time"
+        );
+    }
+}
+
+#[test]
 fn libraries_with_thread_locals_loaded_while_sampling_neither_hang_nor_crash() {
     use std::time::{Duration, Instant};
     let dir = fixture::tempdir();
@@ -515,12 +539,16 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
         assert!(run.output.status.success(), "{v}: {stdout}");
         let truth: serde_json::Value =
             serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-        for name in ["sleep", "select"] {
+        // The script's clock also counts the time the thread, runnable, waited for a CPU
+        // while running Python around each call (neither CPU nor blocked: counted nowhere),
+        // about 0.5 ms a call beside other tests: 5 % of the 10 ms sleeps, 10 % of the 5 ms
+        // selects.
+        for (name, within) in [("sleep", 0.05), ("select", 0.1)] {
             let measured = truth[name].as_f64().unwrap();
             let l = line(&run.profile, "waits.py", m[name]);
             let waited = l.measures.cpu_system_s;
             assert!(
-                (waited - measured).abs() <= 0.05 * measured + 0.005,
+                (waited - measured).abs() <= within * measured + 0.005,
                 "{v}: the {name} line waited {measured:.3} s; the profile says {waited:.3} s"
             );
             let cpu = l.measures.cpu_python_s + l.measures.cpu_native_s;

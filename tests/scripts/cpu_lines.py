@@ -70,3 +70,12 @@ elif scenario == "pool":
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         a @ a  # @pool
+elif scenario == "spin":
+    # Run with OPENBLAS_NUM_THREADS=2: after each product the pool's thread spins on for a
+    # while (up to ~0.1 s) while this thread already sleeps. Products long enough (~0.1 s)
+    # that this thread is sampled in each: a pool's work is joined to the line this thread
+    # was seen on.
+    a = np.random.default_rng(3).standard_normal((1200, 1200))
+    for _ in range(8):
+        a @ a  # @spin-product
+        time.sleep(0.1)  # @spin-sleep
