@@ -49,7 +49,7 @@ pub fn add(
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
         for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
-            let kind = time_kind(sample, natives.get(&(ci, sample.ip)));
+            let kind = time_kind(sample, channel.pid, natives.get(&(ci, sample.ip)));
             let thread = threads
                 .entry((channel.pid, sample.tid))
                 .or_insert_with(|| ThreadStats {
@@ -87,21 +87,32 @@ pub fn add(
 }
 
 /// What kind of time a sample is.
+#[derive(Debug, PartialEq)]
 enum Time {
     Waiting,
     Python,
     Native(String, String),
 }
 
-fn time_kind(sample: &CpuSample, named: Option<&Resolved>) -> Time {
+fn time_kind(sample: &CpuSample, pid: u32, named: Option<&Resolved>) -> Time {
     if sample.flags & sample_flags::WAITING != 0 {
         return Time::Waiting;
     }
     match named {
-        Some(r) if r.class == CodeClass::Interpreter => Time::Python,
+        _ if python_time(sample, pid, named) => Time::Python,
         Some(r) => Time::Native(r.name(), r.library.clone()),
         None => Time::Native("?".to_string(), "?".to_string()),
     }
+}
+
+/// Whether a CPU sample of process `pid` is Python time: its instruction in the interpreter
+/// (the Python executable, libpython, the C runtime it calls, mlprof's hooks) on a thread
+/// running Python. A thread without Python (a BLAS, OpenMP or gloo pool) in libc is native
+/// work (`sched_yield` while spinning, `memcpy`, a socket's system calls), named as such; the
+/// main thread keeps its interpreter start-up and shutdown as Python.
+pub(super) fn python_time(sample: &CpuSample, pid: u32, named: Option<&Resolved>) -> bool {
+    named.is_some_and(|r| r.class == CodeClass::Interpreter)
+        && (sample.flags & sample_flags::NO_PYTHON == 0 || sample.tid == pid)
 }
 
 /// How far apart a native-thread sample and Python-thread samples may be to be joined when
@@ -259,6 +270,39 @@ mod tests {
             frames: if python { vec![(1, 0)] } else { Vec::new() },
             ..CpuSample::default()
         }
+    }
+
+    #[test]
+    fn libc_is_python_time_on_python_threads_and_native_on_pool_threads() {
+        let libc = Resolved {
+            library: "libc.so.6".to_string(),
+            path: "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+            symbol: Some("sched_yield".to_string()),
+            class: CodeClass::Interpreter,
+            file_offset: 0x1000,
+        };
+        let at = |tid: u32, flags: u32| CpuSample {
+            tid,
+            flags,
+            ..CpuSample::default()
+        };
+        let pool = at(11, sample_flags::NO_PYTHON);
+        assert!(
+            python_time(&at(11, 0), 10, Some(&libc)),
+            "a Python thread's memcpy"
+        );
+        assert!(
+            !python_time(&pool, 10, Some(&libc)),
+            "a pool thread spinning"
+        );
+        assert!(
+            python_time(&at(10, sample_flags::NO_PYTHON), 10, Some(&libc)),
+            "the main thread before Python starts"
+        );
+        assert_eq!(
+            time_kind(&pool, 10, Some(&libc)),
+            Time::Native("sched_yield".to_string(), "libc.so.6".to_string())
+        );
     }
 
     #[test]

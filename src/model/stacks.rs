@@ -9,7 +9,6 @@ use mlprof_wire::sample_flags;
 
 use super::places::Lines;
 use super::profile::{StackFrame, StackStats, TimedSample};
-use crate::recording::maps::CodeClass;
 use crate::recording::Recording;
 use crate::symbolize::NativeNames;
 
@@ -99,7 +98,7 @@ pub fn build(
                 continue;
             }
             match natives.get(&(ci, s.ip)) {
-                Some(r) if r.class == CodeClass::Interpreter => {
+                named if super::cpu::python_time(s, channel.pid, named) => {
                     t.stack(&mut lines, &s.frames, None).cpu_python_s += secs;
                 }
                 named => {

@@ -4,7 +4,6 @@
 use mlprof_wire::sample_flags;
 
 use super::profile::{CpuSample, MemorySample};
-use crate::recording::maps::CodeClass;
 use crate::recording::{Recording, Tick};
 use crate::symbolize::NativeNames;
 
@@ -41,10 +40,7 @@ pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<
             let secs = weight as f64 / 1e9;
             if s.flags & sample_flags::WAITING != 0 {
                 b.system_s += secs;
-            } else if natives
-                .get(&(ci, s.ip))
-                .is_some_and(|r| r.class == CodeClass::Interpreter)
-            {
+            } else if super::cpu::python_time(s, channel.pid, natives.get(&(ci, s.ip))) {
                 b.python_s += secs;
             } else {
                 b.native_s += secs;
