@@ -4,9 +4,9 @@
  * call, it is made again with the time that was left. EINTR caused by anything else is returned
  * as is.
  *
- * A call that may block (its timeout is not zero) is also timed: mlprof_wait_begin before it,
- * mlprof_wait_end after it (src/hooks/wait.rs), which send the wall time it took as one waiting
- * sample of the calling Python thread's stack.
+ * A call that may block (its timeout is not zero; a sleep always) is also timed:
+ * mlprof_wait_begin before it, mlprof_wait_end after it (src/hooks/wait.rs), which send the time
+ * it kept the calling Python thread off the CPU as a waiting sample of its stack.
  *
  * C, not Rust: these are cancellation points. A thread cancelled (or ended by pthread_exit from
  * a signal handler) while blocked here is force-unwound through this frame, and an unwind

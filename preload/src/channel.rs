@@ -22,6 +22,12 @@ pub fn ring() -> Option<Ring<'static>> {
     unsafe { Ring::attach(base, LEN.load(Ordering::Relaxed)) }.ok()
 }
 
+/// Whether the collector has stopped reading this process's channel.
+#[inline]
+pub fn collector_gone() -> bool {
+    ring().is_some_and(|r| r.header().collector_gone.load(Ordering::Relaxed) != 0)
+}
+
 /// Append a record to the channel (dropped silently if there is no channel).
 #[inline]
 pub fn send(record: &Record) {

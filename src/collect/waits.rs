@@ -155,20 +155,20 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         let Some(tid) = by_pthread.get(&(pthread as u64)).copied().or(own) else {
             continue;
         };
-        let since = timed_wait_since(&mem, out, tid).filter(|_| waiting.contains(&tid));
-        if since.is_none() {
+        // When the timed wait it is in began (ns from launch), if it is in one.
+        let since_ns = timed_wait_since(&mem, out, tid)
+            .filter(|_| waiting.contains(&tid))
+            .map(|since| since.saturating_sub(target.launch_ns));
+        if since_ns.is_none() {
             out.open_waits.remove(&tid); // any timed wait it was in is over
         }
         if !waiting.contains(&tid) {
             continue;
         }
-        if let Some(since) = since {
-            let since_ns = since.saturating_sub(target.launch_ns);
-            if let Some(open) = out.open_waits.get_mut(&tid) {
-                if open.since_ns == since_ns {
-                    open.seen_ns = now_ns;
-                    continue;
-                }
+        if let (Some(since_ns), Some(open)) = (since_ns, out.open_waits.get_mut(&tid)) {
+            if open.since_ns == since_ns {
+                open.seen_ns = now_ns; // seen already: its stack has not moved
+                continue;
             }
         }
         let w = walk::walk(&mem, &interp, tstate, &mut frames);
@@ -179,11 +179,11 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             .iter()
             .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))
             .collect();
-        if let Some(since) = since {
+        if let Some(since_ns) = since_ns {
             // The thread times this wait itself: no look, but where it is, in case the
             // process ends before the wait does.
             let open = OpenWait {
-                since_ns: since.saturating_sub(target.launch_ns),
+                since_ns,
                 seen_ns: now_ns,
                 frames,
             };

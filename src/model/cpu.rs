@@ -174,19 +174,20 @@ fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     // Where each wait began: a wait arrives in pieces (one per merge window), and back-to-back
     // pieces of one thread at one stack are one wait.
     let mut began_at = vec![0u64; waits.len()];
-    let mut last: HashMap<u32, (u64, usize, u64)> = HashMap::new(); // tid -> (to, index, began)
+    // By thread: (end, sample, start) of its latest wait.
+    let mut last: HashMap<u32, (u64, usize, u64)> = HashMap::new();
     for (k, &(from, to, j)) in waits.iter().enumerate() {
         let s = &samples[j];
         began_at[k] = match last.get(&s.tid) {
-            Some(&(end, i, began))
+            Some(&(end, prev, began))
                 if from <= end.saturating_add(WAIT_SLACK_NS)
-                    && samples[waits[i].2].frames == s.frames =>
+                    && samples[prev].frames == s.frames =>
             {
                 began
             }
             _ => from,
         };
-        last.insert(s.tid, (to, k, began_at[k]));
+        last.insert(s.tid, (to, j, began_at[k]));
     }
     for i in 0..samples.len() {
         if placed[i].file != NATIVE_THREAD {

@@ -103,8 +103,8 @@ pub mod sample_flags {
     pub const NO_PYTHON: u32 = 4;
     /// Set by the collector, never on the wire: an off-CPU (waiting) sample taken from outside.
     pub const WAITING: u32 = 8;
-    /// A timed wait, measured by the thread itself: a blocking call (sleep, poll, select,
-    /// epoll) that took `weight_ns` of wall time at this stack; `ip` is 0.
+    /// A timed wait, measured by the thread itself: blocking calls (sleep, poll, select,
+    /// epoll) that kept it off the CPU for `weight_ns` at this stack; `ip` is 0.
     pub const WAITED: u32 = 16;
 }
 

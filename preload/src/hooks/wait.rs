@@ -6,13 +6,11 @@
 //! time that was left. The deadline arithmetic (`csrc/deadline.c`) is tested here.
 //!
 //! A wait that can block (a timeout that is not zero) is also timed, here: a Python thread
-//! records its stack and the wall time the call took as one waiting sample when the call
-//! returns ([`mlprof_wait_end`]), exactly, where the collector's looks from outside can only
+//! records its stack and the time the call kept it off the CPU as a waiting sample when the
+//! call returns ([`mlprof_wait_end`]), exactly, where the collector's looks from outside can only
 //! estimate it. While the thread is in such a wait its `waiting_since` word is set, and the
 //! collector, which knows that word's address from the thread-start record, does not look at
 //! it. `docs/design/waits.md` says why.
-
-use core::sync::atomic::Ordering;
 
 use mlprof_wire::{sample_flags, Record, Sample};
 
@@ -32,13 +30,10 @@ const MIN_SENT_NS: u64 = 1_000_000;
 /// another shares the thread's word: rare, and costs the outer wait's CPU correction.)
 #[no_mangle]
 pub extern "C" fn mlprof_wait_begin() -> u64 {
-    if sampler::timer::mean_interval() == 0 {
-        return 0;
-    }
-    let Some(ring) = channel::ring() else {
-        return 0;
-    };
-    if ring.header().collector_gone.load(Ordering::Relaxed) != 0 {
+    if sampler::timer::mean_interval() == 0
+        || channel::ring().is_none()
+        || channel::collector_gone()
+    {
         return 0;
     }
     let _errno = crate::errno::Saved::new();

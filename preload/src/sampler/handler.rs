@@ -46,7 +46,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
                 && (*info).si_value().sival_ptr as usize == timer::MAGIC
         };
     let errno = crate::errno::Saved::new();
-    if ours && collector_gone() {
+    if ours && crate::channel::collector_gone() {
         // The run this process was profiled for has ended (it outlived it): stop sampling.
         crate::memory::sampler::configure(0, 0);
         timer::disarm_this_thread();
@@ -58,11 +58,6 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         chain(sig, info, context);
     }
     drop(errno);
-}
-
-/// Whether the collector has stopped reading this process's channel.
-fn collector_gone() -> bool {
-    crate::channel::ring().is_some_and(|r| r.header().collector_gone.load(Ordering::Relaxed) != 0)
 }
 
 /// Record one sample of the calling thread.
