@@ -36,7 +36,9 @@ REPO_DIR = BENCH_DIR.parent
 WORKLOAD_DIR = BENCH_DIR / "workloads"
 INSTALL_VENV = REPO_DIR / "target" / "bench-venv"
 INSTALL_PACKAGES = ["numpy", "scikit-learn", "onnxruntime", "onnx", "scalene", "memray",
-                    "py-spy", "filprofiler"]
+                    "py-spy", "filprofiler",
+                    # The framework suite (tests/e2e/frameworks.rs, docs/benchmarks.md).
+                    "jax", "tensorflow-cpu", "polars", "numba"]
 # Table order; any other script in bench/workloads/ (not starting with "_") comes after these.
 WORKLOAD_ORDER = ["alloc_churn", "pure_python", "numpy_matmul", "numpy_alloc", "mixed_lines",
                   "large_arrays", "leak", "copies", "threads", "mp_pool", "mp_pool_spawn",
@@ -1083,7 +1085,7 @@ def main(argv=None):
                          "--install, else this one)")
     ap.add_argument("--install", action="store_true",
                     help="create target/bench-venv and pip-install numpy, scikit-learn, "
-                         "onnxruntime, onnx and the profilers into it (downloads; on demand "
+                         "onnxruntime, onnx, jax, tensorflow-cpu, polars, numba and the profilers into it (downloads; on demand "
                          "only), then use it unless --python is given; not torch: see "
                          "bench/README.md for target/torch-venv")
     ap.add_argument("--runs", type=int, default=7, help="measured runs per variant (default 7)")

@@ -36,6 +36,8 @@ pub struct Local {
     pub wait_cpu_ns: Cell<u64>,
     /// Nanoseconds of timed waits too short to send alone, carried into the thread's next one.
     pub short_waits: Cell<u64>,
+    /// The base of this thread's signal stack of ours (guard page included; 0: none).
+    pub altstack: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);

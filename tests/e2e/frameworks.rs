@@ -112,3 +112,84 @@ fn onnxruntime_intra_op_pool_is_charged_to_the_run_line() {
         session_run.measures
     );
 }
+
+/// The number `label N` that `script` printed on stderr (its own measure of the truth).
+fn printed(stderr: &[u8], label: &str) -> f64 {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .find_map(|l| l.strip_prefix(label)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no '{label}' line in: {text}"))
+}
+
+/// `python script args` exits and prints exactly as without mlprof in `runs` default runs
+/// under it (the JIT GEMM kernels of JAX and TensorFlow keep live data below their stack
+/// pointer: a SIGPROF taken on that stack crashed them every time). Returns the last run.
+fn never_harmed(
+    python: &std::path::Path,
+    script: &str,
+    args: &[&str],
+    runs: usize,
+) -> fixture::Run {
+    let script = fixture::script(script);
+    let mut argv = vec![os(python), os(&script)];
+    argv.extend(args.iter().map(os));
+    let plain = std::process::Command::new(python)
+        .args(&argv[1..])
+        .output()
+        .expect("run without mlprof");
+    assert!(plain.status.success(), "{script:?} fails without mlprof");
+    let mut last = None;
+    for i in 0..runs {
+        let (output, _, text) =
+            fixture::run_mlprof(&[], &argv, &[], std::time::Duration::from_secs(600));
+        assert_eq!(
+            (output.status.code(), &output.stdout),
+            (plain.status.code(), &plain.stdout),
+            "run {i} of {runs} under mlprof differs from the run without it; stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        last = text.map(|t| fixture::Run {
+            profile: fixture::check_profile(&t),
+            output,
+        });
+    }
+    last.expect("a profile")
+}
+
+/// `lines` (markers of `script`) hold `truth` seconds of CPU within 25% (the sampling error of
+/// a few hundred samples is under 10%; the rest is start-up work of the pool threads that the
+/// first step still charges elsewhere).
+fn lines_hold(p: &Profile, script: &str, lines: &[&str], truth: f64) {
+    let m = markers(script);
+    let held: f64 = lines.iter().map(|k| cpu(line(p, script, m[*k]))).sum();
+    eprintln!("{script}: {lines:?} hold {held:.2} s of CPU; the kernel counted {truth:.2} s");
+    assert!(
+        fixture::within(held, truth, 0.25),
+        "{script}: {lines:?} hold {held:.2} s; the loop used {truth:.2} s"
+    );
+}
+
+#[test]
+fn jax_jit_training_never_crashes_and_its_loop_lines_hold_its_cpu() {
+    let Some(python) = framework_python("jax") else {
+        return;
+    };
+    let run = never_harmed(&python, "jax_job.py", &["300"], 20);
+    let truth = printed(&run.output.stderr, "loop cpu");
+    lines_hold(
+        &run.profile,
+        "jax_job.py",
+        &["loop", "step", "update", "ready"],
+        truth,
+    );
+}
+
+#[test]
+fn tensorflow_keras_fit_never_crashes_and_its_line_holds_its_cpu() {
+    let Some(python) = framework_python("tensorflow") else {
+        return;
+    };
+    let run = never_harmed(&python, "tf_job.py", &["2"], 20);
+    let truth = printed(&run.output.stderr, "fit cpu");
+    lines_hold(&run.profile, "tf_job.py", &["fit"], truth);
+}

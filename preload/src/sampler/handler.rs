@@ -20,10 +20,10 @@ pub fn install() -> bool {
     // SAFETY: sigaction is plain data; zeroed then filled.
     let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
     action.sa_sigaction = on_sigprof as *const () as usize;
-    // Not SA_ONSTACK: the program's alternate signal stack (faulthandler's is 10 KB, in the
-    // heap) is too small for a walk, which would write below it into the program's memory.
-    // The thread's own stack is used; on an alternate stack already, `stack::room` decides.
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SA_ONSTACK: never on the interrupted stack, below whose pointer JIT code may keep live
+    // data (oneDNN in JAX and TensorFlow); each sampled thread has a stack of ours
+    // (`altstack`), and the walk runs there even when the program registered a smaller one.
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
     // SAFETY: a valid sigaction and out-pointer; SIGPROF is a valid signal.
     let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
     // SAFETY: as above; sa_mask is emptied before use.
@@ -52,7 +52,8 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         timer::disarm_this_thread();
     } else if ours {
         crate::local::with(|l| l.taken.set(l.taken.get().wrapping_add(1)));
-        sample(instruction_pointer(context), timer::cpu_since_last_sample());
+        let (ip, weight) = (instruction_pointer(context), timer::cpu_since_last_sample());
+        super::altstack::run_on_ours(&mut || sample(ip, weight));
         timer::rearm();
     } else {
         chain(sig, info, context);

@@ -3,6 +3,7 @@
 //! Python stack. Started at load time for the main thread; other threads are armed by the
 //! `pthread_create` hook.
 
+pub mod altstack;
 pub mod handler;
 pub mod timer;
 

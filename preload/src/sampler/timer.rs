@@ -36,6 +36,8 @@ pub fn arm_this_thread() {
     if mean_interval() == 0 || timer_id() >= 0 {
         return;
     }
+    // Before the first expiry: the handler runs on a stack of ours.
+    super::altstack::ensure_for_this_thread();
     let tid = crate::clock::tid();
     // SAFETY: sigevent is plain data; zeroed is a valid starting value.
     let mut sev: libc::sigevent = unsafe { core::mem::zeroed() };
