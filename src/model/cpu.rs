@@ -45,6 +45,7 @@ pub fn add(
     gpu: &mut super::gpu::Joiner,
 ) -> Vec<ThreadStats> {
     let mut threads: BTreeMap<(u32, u32), ThreadStats> = BTreeMap::new();
+    let workers = super::idle::WorkersBusy::of(rec);
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
@@ -69,6 +70,9 @@ pub fn add(
             match kind {
                 Time::Waiting => {
                     acc.system_ns += weight;
+                    if workers.at(ci, sample.t_ns) {
+                        acc.workers_ns += weight;
+                    }
                     thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
                 }
                 Time::Python => {

@@ -14,6 +14,8 @@
 //! main thread spent waiting, from its waiting samples, spread over the span each covers. A
 //! helper's waiting sample counts that share of its weight (averaged over its own span).
 
+use std::collections::HashMap;
+
 use mlprof_wire::sample_flags;
 
 use super::filter::Filter;
@@ -28,14 +30,7 @@ const MIN_BUCKET_NS: u64 = 100_000_000;
 /// is where each sample goes by its own frames (`cpu::places`).
 pub fn counted(rec: &Recording, filter: &Filter, places: &[Vec<Place>]) -> Vec<Vec<u64>> {
     let all = filter.idle;
-    let bucket = rec
-        .channels
-        .iter()
-        .map(|c| c.window_ns)
-        .chain([MIN_BUCKET_NS, (rec.wall_ns / 1000).next_power_of_two()])
-        .max()
-        .unwrap_or(MIN_BUCKET_NS)
-        .max(1);
+    let bucket = bucket_ns(rec);
     rec.channels
         .iter()
         .enumerate()
@@ -53,6 +48,76 @@ pub fn counted(rec: &Recording, filter: &Filter, places: &[Vec<Place>]) -> Vec<V
         .collect()
 }
 
+/// The buckets of time waiting is judged in: five collector ticks at least, and no finer
+/// than the windows old events were merged into.
+fn bucket_ns(rec: &Recording) -> u64 {
+    rec.channels
+        .iter()
+        .map(|c| c.window_ns)
+        .chain([MIN_BUCKET_NS, (rec.wall_ns / 1000).next_power_of_two()])
+        .max()
+        .unwrap_or(MIN_BUCKET_NS)
+        .max(1)
+}
+
+/// When each process's worker processes (its descendants) were computing: a bucket counts
+/// when they used at least a tenth of a CPU in it. A waiting sample of the process stamped in
+/// such a bucket is waiting for its workers (a DataLoader's loop starved of batches).
+pub struct WorkersBusy {
+    bucket: u64,
+    busy: Vec<std::collections::HashSet<u64>>,
+}
+
+impl WorkersBusy {
+    /// From the descendants' CPU samples, per channel.
+    pub fn of(rec: &Recording) -> WorkersBusy {
+        let bucket = bucket_ns(rec);
+        let mut cpu: HashMap<u32, HashMap<u64, u64>> = HashMap::new();
+        for c in &rec.channels {
+            let own = cpu.entry(c.pid).or_default();
+            for s in c.samples.iter().filter(|s| !waiting(s)) {
+                *own.entry(s.t_ns / bucket).or_default() += s.weight_ns;
+            }
+        }
+        let parent: HashMap<u32, u32> = rec.channels.iter().map(|c| (c.pid, c.ppid)).collect();
+        let mut busy = vec![std::collections::HashSet::new(); rec.channels.len()];
+        for (ci, c) in rec.channels.iter().enumerate() {
+            let mut per_bucket: HashMap<u64, u64> = HashMap::new();
+            for d in rec.channels.iter().filter(|d| descends(&parent, d.pid, c.pid)) {
+                for (&b, &ns) in cpu.get(&d.pid).into_iter().flatten() {
+                    *per_bucket.entry(b).or_default() += ns;
+                }
+            }
+            busy[ci] = per_bucket
+                .into_iter()
+                .filter(|&(_, ns)| ns >= bucket / 10)
+                .map(|(b, _)| b)
+                .collect();
+        }
+        WorkersBusy { bucket, busy }
+    }
+
+    /// Whether channel `ci`'s workers were computing at `t_ns`.
+    pub fn at(&self, ci: usize, t_ns: u64) -> bool {
+        self.busy[ci].contains(&(t_ns / self.bucket))
+    }
+}
+
+/// Whether `pid` descends from `ancestor` (by the channels' parent ids).
+fn descends(parent: &HashMap<u32, u32>, mut pid: u32, ancestor: u32) -> bool {
+    if pid == ancestor {
+        return false;
+    }
+    for _ in 0..64 {
+        match parent.get(&pid) {
+            Some(&pp) if pp == ancestor => return true,
+            Some(&pp) if pp != pid => pid = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Waiting with no profiled frame counts only for the launched program's main thread.
 fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: &mut [u64]) {
     let channel = &rec.channels[ci];
@@ -67,17 +132,21 @@ fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: 
     }
 }
 
-/// A launcher waits for its children, and that is not cost of its lines (torchrun's agent,
-/// `mpirun`, a parent in `join`): a process whose main thread, while any of its descendants
-/// was alive, spent at least 90% of its sampled time waiting. Its main thread's waiting
-/// samples in those stretches: (index, nanoseconds).
+/// A launcher waits for the job it started, and that is not cost of its lines (torchrun's
+/// agent, `mpirun`, `accelerate launch`, a shell or a wrapper in `subprocess.run`): a process
+/// whose main thread, while any of its descendants was alive, spent at least 90% of its
+/// sampled time waiting, *and* which either runs no Python, or started ranks of a distributed
+/// job without being one, or waited for its children to end (`Popen.wait`, `Process.join`).
+/// A main thread that waits for data from its workers (a DataLoader, `client.gather`,
+/// `ray.get`, the wait for `torch.compile`'s compiler) is none of these: its waiting stays on
+/// its lines. The launcher's main-thread waiting samples in those stretches: (index, ns).
 pub fn launcher_waits(rec: &Recording, ci: usize) -> Vec<(usize, u64)> {
     let channel = &rec.channels[ci];
     let alive = descendants_alive(rec, channel.pid);
     if alive.is_empty() {
         return Vec::new();
     }
-    let inside = |t: u64| alive.iter().any(|&(from, to)| from <= t && t < to);
+    let inside = |t: u64| alive.iter().any(|a| a.from <= t && t < a.to);
     let main: Vec<(usize, &CpuSample)> = channel
         .samples
         .iter()
@@ -85,39 +154,61 @@ pub fn launcher_waits(rec: &Recording, ci: usize) -> Vec<(usize, u64)> {
         .filter(|(_, s)| s.tid == channel.pid && inside(s.t_ns))
         .collect();
     let total: u64 = main.iter().map(|(_, s)| s.weight_ns).sum();
-    let waited: u64 = main
-        .iter()
-        .filter(|(_, s)| waiting(s))
-        .map(|(_, s)| s.weight_ns)
-        .sum();
+    let waits: Vec<(usize, &CpuSample)> = main.into_iter().filter(|(_, s)| waiting(s)).collect();
+    let waited: u64 = waits.iter().map(|(_, s)| s.weight_ns).sum();
     if total == 0 || (waited as f64) < 0.9 * total as f64 {
         return Vec::new();
     }
-    main.into_iter()
-        .filter(|(_, s)| waiting(s))
-        .map(|(i, s)| (i, s.weight_ns))
-        .collect()
+    let no_python = waits.iter().all(|(_, s)| s.frames.is_empty());
+    let starts_ranks = channel.rank.is_none() && alive.iter().any(|a| a.ranked);
+    let waits_for_ends = || {
+        let ending: u64 = waits
+            .iter()
+            .filter(|(_, s)| waits_for_children_to_end(channel, s))
+            .map(|(_, s)| s.weight_ns)
+            .sum();
+        ending as f64 >= 0.5 * waited as f64
+    };
+    if !(no_python || starts_ranks || waits_for_ends()) {
+        return Vec::new();
+    }
+    waits.into_iter().map(|(i, s)| (i, s.weight_ns)).collect()
 }
 
-/// When the descendants of `pid` (by the channels' parent ids) were alive: (from, to) in ns
-/// from launch.
-fn descendants_alive(rec: &Recording, pid: u32) -> Vec<(u64, u64)> {
-    let parent: std::collections::HashMap<u32, u32> =
-        rec.channels.iter().map(|c| (c.pid, c.ppid)).collect();
-    let descends = |mut p: u32| {
-        for _ in 0..64 {
-            match parent.get(&p) {
-                Some(&pp) if pp == pid => return true,
-                Some(&pp) if pp != p => p = pp,
-                _ => return false,
-            }
-        }
-        false
-    };
+/// Whether a waiting sample's stack is inside a call that waits for child processes to end:
+/// `subprocess.Popen.wait` / `communicate` (and so `subprocess.run` / `call`), or
+/// `multiprocessing`'s `Process.join`. Names only (before 3.11 a code object's qualified name
+/// is its bare name).
+fn waits_for_children_to_end(channel: &ChannelSummary, s: &CpuSample) -> bool {
+    s.frames.iter().any(|(id, _)| {
+        let Some(code) = channel.codes.get(id) else {
+            return false;
+        };
+        let name = code.qualname.rsplit('.').next().unwrap_or("");
+        let file = &code.filename;
+        (file.ends_with("/subprocess.py") && ["wait", "communicate"].contains(&name))
+            || (file.ends_with("/multiprocessing/process.py") && name == "join")
+    })
+}
+
+/// A descendant's lifetime, and whether it is a rank of a distributed job.
+struct Descendant {
+    from: u64,
+    to: u64,
+    ranked: bool,
+}
+
+/// When the descendants of `pid` (by the channels' parent ids) were alive (ns from launch).
+fn descendants_alive(rec: &Recording, pid: u32) -> Vec<Descendant> {
+    let parent: HashMap<u32, u32> = rec.channels.iter().map(|c| (c.pid, c.ppid)).collect();
     rec.channels
         .iter()
-        .filter(|c| c.pid != pid && descends(c.pid))
-        .map(|c| (c.start_ns, c.exit_ns.unwrap_or(rec.wall_ns).max(c.start_ns)))
+        .filter(|c| descends(&parent, c.pid, pid))
+        .map(|c| Descendant {
+            from: c.start_ns,
+            to: c.exit_ns.unwrap_or(rec.wall_ns).max(c.start_ns),
+            ranked: c.rank.is_some(),
+        })
         .collect()
 }
 
@@ -276,6 +367,88 @@ mod tests {
             },
         );
         assert_eq!(all[0].iter().sum::<u64>(), 4_000_000_000);
+    }
+
+    /// A parent (pid 7) whose main thread waits 2 s at code object `code` while a child
+    /// (pid 9, `rank` or none) computes: the parent's waiting counted on its lines.
+    fn parent_waiting_in(code: crate::recording::CodeInfo, rank: bool) -> u64 {
+        let samples = (0..100).map(|i| sample(20 * i, 7, 20, true)).collect();
+        let mut rec = recording(samples);
+        rec.channels[0].codes.insert(2, code);
+        for s in &mut rec.channels[0].samples {
+            s.frames.insert(0, (2, 0));
+        }
+        let mut child = ChannelSummary {
+            pid: 9,
+            ppid: 7,
+            start_ns: 0,
+            exit_ns: Some(2_000_000_000),
+            rank: rank.then(|| crate::recording::Ranked {
+                rank: 0,
+                local_rank: None,
+                world_size: None,
+            }),
+            ..rec.channels[0].clone()
+        };
+        child.samples = (0..100).map(|i| sample(20 * i, 9, 20, false)).collect();
+        rec.channels.push(child);
+        counted_with(&rec, &Filter::default())[0].iter().sum()
+    }
+
+    fn code(file: &str, qualname: &str) -> crate::recording::CodeInfo {
+        crate::recording::CodeInfo {
+            filename: file.into(),
+            qualname: qualname.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_main_thread_waiting_for_its_workers_data_keeps_its_waiting_on_its_lines() {
+        // A DataLoader's `_try_get_data` in a queue's `get`, `ray.get`, `Future.result`.
+        for (file, name) in [
+            ("/usr/lib/python3.11/multiprocessing/queues.py", "Queue.get"),
+            ("/usr/lib/python3.11/concurrent/futures/_base.py", "Future.result"),
+            ("/usr/lib/python3.11/threading.py", "Event.wait"),
+        ] {
+            assert_eq!(
+                parent_waiting_in(code(file, name), false),
+                2_000_000_000,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_launchers_waiting_for_its_job_is_not_on_its_lines() {
+        // Waiting for children to end: `subprocess.run`, `Popen.wait`, `Process.join` (3.9's
+        // bare names too).
+        for (file, name) in [
+            ("/usr/lib/python3.11/subprocess.py", "Popen.wait"),
+            ("/usr/lib/python3.9/subprocess.py", "communicate"),
+            ("/usr/lib/python3.11/multiprocessing/process.py", "BaseProcess.join"),
+        ] {
+            assert_eq!(parent_waiting_in(code(file, name), false), 0, "{name}");
+        }
+        // Starting ranks of a distributed job, waiting in anything (torchrun's agent sleeps).
+        assert_eq!(
+            parent_waiting_in(code("/w/api.py", "SimpleElasticAgent._invoke_run"), true),
+            0
+        );
+    }
+
+    #[test]
+    fn a_launcher_without_python_waits_off_its_lines() {
+        let mut samples: Vec<CpuSample> = (0..100).map(|i| sample(20 * i, 7, 20, true)).collect();
+        for s in &mut samples {
+            s.frames.clear();
+        }
+        let mut rec = recording(samples);
+        let mut child = rec.channels[0].clone();
+        (child.pid, child.ppid, child.exit_ns) = (9, 7, Some(2_000_000_000));
+        child.samples = (0..100).map(|i| sample(20 * i, 9, 20, false)).collect();
+        rec.channels.push(child);
+        assert_eq!(launcher_waits(&rec, 0).len(), 100);
     }
 
     #[test]

@@ -244,6 +244,7 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     into.cpu_python_s += m.cpu_python_s;
     into.cpu_native_s += m.cpu_native_s;
     into.cpu_system_s += m.cpu_system_s;
+    into.waiting_for_workers_s += m.waiting_for_workers_s;
     into.alloc_bytes += m.alloc_bytes;
     into.alloc_python_bytes += m.alloc_python_bytes;
     into.peak_blocks += m.peak_blocks;

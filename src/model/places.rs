@@ -44,6 +44,8 @@ pub struct Acc {
     pub native_ns: u64,
     /// Off-CPU nanoseconds.
     pub system_ns: u64,
+    /// Part of it while the process's worker processes computed.
+    pub workers_ns: u64,
     /// Native CPU nanoseconds by (symbol, library).
     pub natives: HashMap<(String, String), u64>,
     /// Bytes allocated (sampled estimate).
@@ -78,6 +80,7 @@ impl Acc {
         for (key, ns) in other.natives {
             *self.natives.entry(key).or_default() += ns;
         }
+        self.workers_ns += other.workers_ns;
         self.alloc_bytes += other.alloc_bytes;
         self.alloc_python_bytes += other.alloc_python_bytes;
         self.peak_bytes += other.peak_bytes;
@@ -160,6 +163,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.cpu_python_s += acc.python_ns as f64 / 1e9;
     m.cpu_native_s += acc.native_ns as f64 / 1e9;
     m.cpu_system_s += acc.system_ns as f64 / 1e9;
+    m.waiting_for_workers_s += acc.workers_ns as f64 / 1e9;
     m.alloc_bytes += acc.alloc_bytes;
     m.alloc_python_bytes += acc.alloc_python_bytes;
     m.peak_bytes += acc.peak_bytes;

@@ -557,6 +557,11 @@ pub struct Measures {
     /// Seconds spent off-CPU waiting (sleep, I/O, locks, the GIL), sampled from outside; CPU
     /// time inside system calls is counted as Python or native time.
     pub cpu_system_s: f64,
+    /// Part of `cpu_system_s` spent while the process's worker processes (its descendants)
+    /// were computing: a loop waiting for data from its DataLoader workers, `client.gather`,
+    /// `ray.get`, the wait for `torch.compile`'s compiler.
+    #[serde(default)]
+    pub waiting_for_workers_s: f64,
     /// Bytes allocated (estimated from samples).
     pub alloc_bytes: u64,
     /// Part of `alloc_bytes` allocated by Python objects.

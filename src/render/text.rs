@@ -298,6 +298,16 @@ fn lines(out: &mut String, p: &Profile) {
                 source.into()
             }
         );
+        if m.waiting_for_workers_s >= MIN_SHARE * whole {
+            let _ = writeln!(
+                out,
+                "    {:>6} {:>6} {:>6}   \u{1}waiting for worker processes ({})",
+                "",
+                "",
+                pct(m.waiting_for_workers_s, whole),
+                seconds(m.waiting_for_workers_s)
+            );
+        }
         for native in m
             .native
             .iter()

@@ -8,6 +8,7 @@ use mlprof::model::{LineStats, Profile};
 
 use crate::cpu::{line, markers};
 use crate::fixture::{self, os};
+use crate::starvation::printed;
 
 /// The benchmark venv's Python, if it can import `modules`.
 pub fn framework_python(modules: &str) -> Option<std::path::PathBuf> {
@@ -113,14 +114,6 @@ fn onnxruntime_intra_op_pool_is_charged_to_the_run_line() {
     );
 }
 
-/// The number `label N` that `script` printed on stderr (its own measure of the truth).
-fn printed(stderr: &[u8], label: &str) -> f64 {
-    let text = String::from_utf8_lossy(stderr);
-    text.lines()
-        .find_map(|l| l.strip_prefix(label)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no '{label}' line in: {text}"))
-}
-
 /// `python script args` exits and prints exactly as without mlprof in `runs` default runs
 /// under it (the JIT GEMM kernels of JAX and TensorFlow keep live data below their stack
 /// pointer: a SIGPROF taken on that stack crashed them every time). Returns the last run.
@@ -161,7 +154,14 @@ fn never_harmed(
 /// first step still charges elsewhere).
 fn lines_hold(p: &Profile, script: &str, lines: &[&str], truth: f64) {
     let m = markers(script);
-    let held: f64 = lines.iter().map(|k| cpu(line(p, script, m[*k]))).sum();
+    let path = fixture::script(script);
+    let held: f64 = p
+        .lines
+        .iter()
+        .filter(|l| l.file == path.to_str().unwrap())
+        .filter(|l| lines.iter().any(|k| m[*k] == l.line))
+        .map(cpu)
+        .sum();
     eprintln!("{script}: {lines:?} hold {held:.2} s of CPU; the kernel counted {truth:.2} s");
     assert!(
         fixture::within(held, truth, 0.25),

@@ -24,6 +24,7 @@ mod overhead;
 mod pytest_plugin;
 mod ranks;
 mod snapshot;
+mod starvation;
 mod sweep;
 mod symbolize;
 mod torch;
