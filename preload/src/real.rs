@@ -126,6 +126,24 @@ pub unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     unsafe { libc::syscall(libc::SYS_munmap, addr as libc::c_long, len as libc::c_long) as c_int }
 }
 
+/// The `madvise` system call (glibc's exported name is our hook).
+///
+/// # Safety
+/// The C contract of `madvise`.
+#[inline]
+pub unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    // SAFETY: forwarded caller contract; glibc's wrapper sets errno the same way.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_madvise,
+            addr as libc::c_long,
+            len as libc::c_long,
+            advice as libc::c_long,
+        )
+    };
+    r as c_int
+}
+
 /// The `mremap` system call (`new_addr` is read by the kernel only with `MREMAP_FIXED`).
 ///
 /// # Safety

@@ -122,6 +122,8 @@ pub fn record(opts: &Options) -> Result<Recording> {
             t_ns: now,
             heap_bytes: 0,
             rss_bytes: reading.rss_bytes,
+            mapped_bytes: 0,
+            anon_bytes: reading.anon_bytes,
         });
         // Its reads are cached by block: a fresh one each round sees the threads as they are.
         let mem = Remote::new(pid);

@@ -55,6 +55,15 @@ pub struct Channels {
     warnings: Vec<String>,
 }
 
+/// What one live process adds to the tree's footprint now.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LiveHeap {
+    /// Heap bytes (a fork child's beyond what it inherited).
+    pub heap: i64,
+    /// Bytes of anonymous mappings it made itself.
+    pub mapped: u64,
+}
+
 impl Channels {
     /// Channels of the session directory `dir`; times are made relative to `launch_ns`.
     pub fn new(dir: &Path, launch_ns: u64) -> Channels {
@@ -262,12 +271,14 @@ impl Channels {
     }
 
     /// What each live process (the newest image of each pid that has not exited) adds to the
-    /// tree's heap now: its heap, less what a fork child inherited. Summed per tick.
-    pub fn live_heaps(&self) -> BTreeMap<u32, i64> {
-        let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();
+    /// tree's heap now: its heap, less what a fork child inherited, and its anonymous
+    /// mappings (a fork child's are its own). Summed per tick.
+    pub fn live_heaps(&self) -> BTreeMap<u32, LiveHeap> {
+        let mut newest: BTreeMap<u32, (u64, LiveHeap)> = BTreeMap::new();
         for channel in self.open.values() {
             let s = &channel.summary;
-            let heap = if s.exit_code.is_some() {
+            let exited = s.exit_code.is_some();
+            let heap = if exited {
                 0
             } else if s.forked {
                 // What a fork child adds to the tree: its heap beyond what it inherited (the
@@ -277,9 +288,13 @@ impl Channels {
             } else {
                 s.heap_current
             };
-            let slot = newest.entry(s.pid).or_insert((s.start_ns, heap));
+            let live = LiveHeap {
+                heap,
+                mapped: if exited { 0 } else { s.mapped.current },
+            };
+            let slot = newest.entry(s.pid).or_insert((s.start_ns, live));
             if s.start_ns >= slot.0 {
-                *slot = (s.start_ns, heap);
+                *slot = (s.start_ns, live);
             }
         }
         newest

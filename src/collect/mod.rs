@@ -199,6 +199,8 @@ impl Default for Ticks {
 fn merge_tick(a: &mut Tick, b: &Tick) {
     a.heap_bytes = a.heap_bytes.max(b.heap_bytes);
     a.rss_bytes = a.rss_bytes.max(b.rss_bytes);
+    a.mapped_bytes = a.mapped_bytes.max(b.mapped_bytes);
+    a.anon_bytes = a.anon_bytes.max(b.anon_bytes);
 }
 
 impl Ticks {
@@ -598,6 +600,7 @@ fn poll(
     }
     let tree = pids.len() > 1;
     let mut rss_bytes = 0;
+    let mut anon_bytes = 0;
     for pid in pids {
         let first = !procs.contains_key(&pid);
         let pss = tree && (with_hwm || first || !shares.contains_key(&pid));
@@ -613,6 +616,7 @@ fn poll(
             1.0
         };
         rss_bytes += (reading.rss_bytes as f64 * share) as u64;
+        anon_bytes += (reading.anon_bytes as f64 * share) as u64;
         let entry = procs.entry(pid).or_insert(ProcSummary {
             pid,
             ..ProcSummary::default()
@@ -623,11 +627,14 @@ fn poll(
             .max(reading.rss_bytes);
         entry.cpu_s = reading.cpu_s;
     }
-    let heap_bytes = heaps.values().map(|&h| h.max(0) as u64).sum();
+    let heap_bytes = heaps.values().map(|h| h.heap.max(0) as u64).sum();
+    let mapped_bytes = heaps.values().map(|h| h.mapped).sum();
     Tick {
         t_ns: now,
         heap_bytes,
         rss_bytes,
+        mapped_bytes,
+        anon_bytes,
     }
 }
 
@@ -665,6 +672,8 @@ mod tests {
                 t_ns: i * 20_000_000,
                 heap_bytes: if spike { 1 << 40 } else { 1 << 20 },
                 rss_bytes: 2 << 20,
+                mapped_bytes: 0,
+                anon_bytes: 0,
             });
             if i % 1_000_000 == 0 {
                 ticks.share(); // a snapshot now and then

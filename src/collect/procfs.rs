@@ -10,6 +10,9 @@ use crate::recording::maps::MappedFile;
 pub struct ProcReading {
     /// Resident set size now (bytes).
     pub rss_bytes: u64,
+    /// The part of it not backed by files or shared memory (`statm`'s resident less shared):
+    /// the heap, anonymous mappings, stacks.
+    pub anon_bytes: u64,
     /// Kernel's peak RSS (VmHWM) so far (bytes).
     pub hwm_bytes: u64,
     /// User + kernel CPU seconds so far.
@@ -26,8 +29,11 @@ pub struct ProcReading {
 pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
     let base = PathBuf::from(format!("/proc/{pid}"));
     let statm = std::fs::read_to_string(base.join("statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let mut fields = statm.split_whitespace().skip(1);
+    let pages: u64 = fields.next()?.parse().ok()?;
+    let shared: u64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(pages);
     let rss_bytes = pages * page_size();
+    let anon_bytes = pages.saturating_sub(shared) * page_size();
     if rss_bytes == 0 {
         return None; // a zombie: no memory left to measure
     }
@@ -46,6 +52,7 @@ pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
     let stat = std::fs::read_to_string(base.join("stat")).ok()?;
     Some(ProcReading {
         rss_bytes,
+        anon_bytes,
         hwm_bytes,
         cpu_s: stat_cpu_s(&stat).unwrap_or(0.0),
         pss_bytes,

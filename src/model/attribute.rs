@@ -48,7 +48,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             }
         }
     }
-    super::memory::add(rec, filter, &mut places);
+    super::memory::add(rec, filter, &sample_places, &mut places);
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);
     if !processes
@@ -224,8 +224,15 @@ fn memory(rec: &Recording, processes: &[Process]) -> Memory {
         .ticks
         .iter()
         .max_by_key(|t| t.rss_bytes)
-        .map_or(0, |t| t.rss_bytes.saturating_sub(t.heap_bytes));
+        .map_or(0, |t| t.rss_bytes.saturating_sub(t.counted_bytes()));
+    let counted_at_tick = rec
+        .ticks
+        .iter()
+        .map(|t| t.counted_bytes())
+        .max()
+        .unwrap_or(0);
     Memory {
+        peak_counted_bytes: counted_at_tick.max(peak),
         unaccounted_bytes,
         peak_mapped_bytes: processes.iter().map(|p| p.peak_mapped_bytes).sum(),
         peak_heap_bytes: peak,

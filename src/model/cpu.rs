@@ -119,31 +119,13 @@ pub(super) fn python_time(sample: &CpuSample, pid: u32, named: Option<&Resolved>
         && (sample.flags & sample_flags::NO_PYTHON == 0 || sample.tid == pid)
 }
 
-/// How far apart a native-thread sample and Python-thread samples may be to be joined when
-/// only one side is known.
-const JOIN_WINDOW_NS: u64 = 25_000_000;
-/// How far apart the Python-thread samples on both sides of a native-thread sample may be when
-/// they agree (waiting samples come every collector tick, later on a loaded machine).
-const BRACKET_WINDOW_NS: u64 = 150_000_000;
-
-/// Slack around a timed wait's interval for [`lasted`] (clocks read on either side of the
-/// call, a sample's stamp taken after its stack).
-const WAIT_SLACK_NS: u64 = 1_000_000;
-
-/// The time a wait the thread timed itself ([`sample_flags::WAITED`], stamped at the middle of
-/// the time it stands for) lasted, with a little slack: (from, to) in ns from launch.
-fn lasted(s: &CpuSample) -> (u64, u64) {
-    let half = s.weight_ns / 2 + WAIT_SLACK_NS;
-    (s.t_ns.saturating_sub(half), s.t_ns.saturating_add(half))
-}
-
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
 /// Python threads were on at that moment: the line of the Python samples within
-/// [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time when they do not (the
+/// `pooljoin::JOIN_WINDOW_NS` when they agree, the nearest of them in time when they do not (the
 /// Python thread moved from line to line, each starting parallel regions); with none that
 /// close, the line of the Python samples just before and just after it when they agree
-/// (within [`BRACKET_WINDOW_NS`]). Otherwise they stay on [`NATIVE_THREAD`]. A wait the Python
-/// thread timed itself (its exact interval: [`lasted`]) is never a candidate: a pool working
+/// (within `pooljoin::BRACKET_WINDOW_NS`). Otherwise they stay on [`NATIVE_THREAD`]. A wait the Python
+/// thread timed itself (its exact interval) is never a candidate: a pool working
 /// meanwhile does not work for a sleep or a poll. Its samples in the wait go where the thread
 /// was when the wait began (a parallel region's threads spinning on after it: in
 /// `bench/workloads/mixed_lines.py` 0.66 s of OpenBLAS spinning through ten 0.1 s sleeps
@@ -151,108 +133,13 @@ fn lasted(s: &CpuSample) -> (u64, u64) {
 /// collective call after a sleep, too short to be sampled) joins the line after it, not the
 /// sleep.
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
-    let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
-    // CPU samples and looks, by time; timed waits apart, by the interval they lasted.
-    let mut python: Vec<(u64, usize)> = samples
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.frames.is_empty() && !timed(s))
-        .map(|(i, s)| (s.t_ns, i))
+    let join = super::pooljoin::PoolJoin::new(samples, placed);
+    let moves: Vec<(usize, usize)> = (0..samples.len())
+        .filter(|&i| placed[i].file == NATIVE_THREAD)
+        .filter_map(|i| Some((i, join.at(samples[i].t_ns)?)))
         .collect();
-    python.sort_unstable();
-    let mut waits: Vec<(u64, u64, usize)> = samples
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.frames.is_empty() && timed(s))
-        .map(|(i, s)| {
-            let (from, to) = lasted(s);
-            (from, to, i)
-        })
-        .collect();
-    waits.sort_unstable();
-    let longest = waits
-        .iter()
-        .map(|&(from, to, _)| to - from)
-        .max()
-        .unwrap_or(0);
-    // Where each wait began: a wait arrives in pieces (one per merge window), and back-to-back
-    // pieces of one thread at one stack are one wait.
-    let mut began_at = vec![0u64; waits.len()];
-    // By thread: (end, sample, start) of its latest wait.
-    let mut last: HashMap<u32, (u64, usize, u64)> = HashMap::new();
-    for (k, &(from, to, j)) in waits.iter().enumerate() {
-        let s = &samples[j];
-        began_at[k] = match last.get(&s.tid) {
-            Some(&(end, prev, began))
-                if from <= end.saturating_add(WAIT_SLACK_NS)
-                    && samples[prev].frames == s.frames =>
-            {
-                began
-            }
-            _ => from,
-        };
-        last.insert(s.tid, (to, j, began_at[k]));
-    }
-    for i in 0..samples.len() {
-        if placed[i].file != NATIVE_THREAD {
-            continue;
-        }
-        let mut t = samples[i].t_ns;
-        // Inside a wait the Python thread timed (a sleep, a poll): the pool's work is not the
-        // wait's, since the thread started nothing since it began. It is what the line before
-        // left running (OpenBLAS's threads spin on for up to ~0.1 s after a product, OpenMP's
-        // at barriers): joined as at the wait's start.
-        let began = waits.partition_point(|&(from, _, _)| from <= t);
-        let during = (0..began)
-            .rev()
-            .take_while(|&k| waits[k].0.saturating_add(longest) >= t)
-            .filter(|&k| waits[k].1 >= t)
-            .map(|k| began_at[k])
-            .min();
-        if let Some(from) = during {
-            t = from;
-        }
-        let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
-        let near = python[from..]
-            .iter()
-            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS)
-            .map(|&(pt, j)| (pt.abs_diff(t), j));
-        let mut unique: Option<&Place> = None;
-        let mut agreed = true;
-        let mut nearest: Option<(u64, usize)> = None;
-        for (gap, j) in near {
-            match unique {
-                None => unique = Some(&placed[j]),
-                Some(p) if *p == placed[j] => {}
-                Some(_) => agreed = false,
-            }
-            if nearest.is_none_or(|(g, _)| gap < g) {
-                nearest = Some((gap, j));
-            }
-        }
-        if !agreed {
-            // The Python thread moved between lines within the window (a training step's
-            // forward, backward and optimizer lines, each starting parallel regions): the
-            // pool worked for the line nearest in time.
-            if let Some((_, j)) = nearest {
-                placed[i] = placed[j].clone();
-            }
-            continue;
-        }
-        if unique.is_none() {
-            // No Python sample close by: the ones before and after, if they agree.
-            let after = python.partition_point(|&(pt, _)| pt < t);
-            let before = after.checked_sub(1).map(|k| python[k]);
-            let next = python.get(after).copied();
-            if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
-                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
-                    unique = Some(&placed[jb]);
-                }
-            }
-        }
-        if let Some(p) = unique {
-            placed[i] = p.clone();
-        }
+    for (i, j) in moves {
+        placed[i] = placed[j].clone();
     }
 }
 

@@ -83,7 +83,11 @@ impl WorkersBusy {
         let mut busy = vec![std::collections::HashSet::new(); rec.channels.len()];
         for (ci, c) in rec.channels.iter().enumerate() {
             let mut per_bucket: HashMap<u64, u64> = HashMap::new();
-            for d in rec.channels.iter().filter(|d| descends(&parent, d.pid, c.pid)) {
+            for d in rec
+                .channels
+                .iter()
+                .filter(|d| descends(&parent, d.pid, c.pid))
+            {
                 for (&b, &ns) in cpu.get(&d.pid).into_iter().flatten() {
                     *per_bucket.entry(b).or_default() += ns;
                 }
@@ -383,7 +387,7 @@ mod tests {
             ppid: 7,
             start_ns: 0,
             exit_ns: Some(2_000_000_000),
-            rank: rank.then(|| crate::recording::Ranked {
+            rank: rank.then_some(crate::recording::Ranked {
                 rank: 0,
                 local_rank: None,
                 world_size: None,
@@ -408,7 +412,10 @@ mod tests {
         // A DataLoader's `_try_get_data` in a queue's `get`, `ray.get`, `Future.result`.
         for (file, name) in [
             ("/usr/lib/python3.11/multiprocessing/queues.py", "Queue.get"),
-            ("/usr/lib/python3.11/concurrent/futures/_base.py", "Future.result"),
+            (
+                "/usr/lib/python3.11/concurrent/futures/_base.py",
+                "Future.result",
+            ),
             ("/usr/lib/python3.11/threading.py", "Event.wait"),
         ] {
             assert_eq!(
@@ -426,7 +433,10 @@ mod tests {
         for (file, name) in [
             ("/usr/lib/python3.11/subprocess.py", "Popen.wait"),
             ("/usr/lib/python3.9/subprocess.py", "communicate"),
-            ("/usr/lib/python3.11/multiprocessing/process.py", "BaseProcess.join"),
+            (
+                "/usr/lib/python3.11/multiprocessing/process.py",
+                "BaseProcess.join",
+            ),
         ] {
             assert_eq!(parent_waiting_in(code(file, name), false), 0, "{name}");
         }

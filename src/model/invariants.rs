@@ -133,11 +133,13 @@ mod tests {
                 t_s: 0.0,
                 heap_bytes: 50,
                 rss_bytes: 200,
+                ..MemorySample::default()
             },
             MemorySample {
                 t_s: 0.5,
                 heap_bytes: 100,
                 rss_bytes: 300,
+                ..MemorySample::default()
             },
         ];
         p.processes = vec![Process {

@@ -8,21 +8,40 @@ use std::collections::HashMap;
 use mlprof_wire::alloc_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Lines, Place};
+use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
+use super::pooljoin::PoolJoin;
 use crate::recording::Recording;
 
-/// Add every sampled allocation and copy of the recording to `places`.
-pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
+/// Add every sampled allocation and copy of the recording to `places`. `sample_places` is
+/// where each CPU sample went by its own frames (`cpu::places`): what a thread without Python
+/// (a rayon, OpenMP or BLAS pool) allocates, maps or copies goes to the line the process's
+/// Python threads were on then, as its CPU does (`pooljoin`).
+pub fn add(
+    rec: &Recording,
+    filter: &Filter,
+    sample_places: &[Vec<Place>],
+    places: &mut HashMap<Place, Acc>,
+) {
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
+        let join = PoolJoin::new(&channel.samples, &sample_places[ci]);
+        // Allocations folded over their thread's run (`alloc_groups`) have no one moment and
+        // stay where their frames put them.
+        let mut place_of = |frames: &[(u32, i32)], tid: u32, t_ns: Option<u64>| {
+            let place = place_of(frames, tid, channel.pid, &mut lines, filter);
+            match t_ns.and_then(|t| join.at(t)) {
+                Some(j) if place.file == NATIVE_THREAD => sample_places[ci][j].clone(),
+                _ => place,
+            }
+        };
 
         for a in &channel.allocs {
             let live_at_peak =
                 peak_ns.is_some_and(|p| a.t_ns <= p && a.freed_ns.is_none_or(|f| f > p));
             let acc = allocated(
                 places,
-                place_of(&a.frames, a.tid, channel.pid, &mut lines, filter),
+                place_of(&a.frames, a.tid, Some(a.t_ns)),
                 a.weight,
                 a.flags,
             );
@@ -33,12 +52,7 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
             acc.blocks.block(a.t_ns, a.freed_ns, a.weight);
         }
         for g in &channel.alloc_groups {
-            let acc = allocated(
-                places,
-                place_of(&g.frames, g.tid, channel.pid, &mut lines, filter),
-                g.weight,
-                g.flags,
-            );
+            let acc = allocated(places, place_of(&g.frames, g.tid, None), g.weight, g.flags);
             // What the group held counts only if no peak mark came after it was computed.
             if g.peak_marks == channel.peak_marks.len() {
                 acc.peak_bytes += g.held_at_peak;
@@ -46,11 +60,11 @@ pub fn add(rec: &Recording, filter: &Filter, places: &mut HashMap<Place, Acc>) {
             acc.blocks.group(g);
         }
         for m in channel.mapped.held_at_peak() {
-            let place = place_of(&m.frames, m.tid, channel.pid, &mut lines, filter);
+            let place = place_of(&m.frames, m.tid, Some(m.t_ns));
             places.entry(place).or_default().mapped_peak_bytes += m.weight;
         }
         for c in &channel.copies {
-            let place = place_of(&c.frames, c.tid, channel.pid, &mut lines, filter);
+            let place = place_of(&c.frames, c.tid, Some(c.t_ns));
             places.entry(place).or_default().copy_bytes += c.weight;
         }
     }

@@ -127,6 +127,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         |acc: &mut MemorySample, s| {
             acc.heap_bytes += s.heap_bytes;
             acc.rss_bytes += s.rss_bytes;
+            acc.mapped_bytes += s.mapped_bytes;
         },
     );
     out.gpu.timeline = sum_steps(
@@ -221,6 +222,7 @@ fn add_memory(into: &mut Memory, m: &Memory, largest: &mut u64) {
     into.peak_rss_bytes += m.peak_rss_bytes;
     into.unaccounted_bytes += m.unaccounted_bytes;
     into.peak_mapped_bytes += m.peak_mapped_bytes;
+    into.peak_counted_bytes += m.peak_counted_bytes;
 }
 
 fn add_gpu(into: &mut Gpu, g: &Gpu, name: &str) {
@@ -409,11 +411,13 @@ mod tests {
                 t_s: 0.0,
                 heap_bytes: 0,
                 rss_bytes: 0,
+                ..MemorySample::default()
             },
             MemorySample {
                 t_s: 1.0,
                 heap_bytes: peak,
                 rss_bytes: peak,
+                ..MemorySample::default()
             },
         ];
         p.memory.peak_rss_bytes = peak;

@@ -12,6 +12,7 @@ pub mod leaks;
 pub mod memory;
 pub mod merge;
 pub mod places;
+pub mod pooljoin;
 pub mod profile;
 pub mod ranks;
 pub mod regions;

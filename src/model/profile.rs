@@ -338,7 +338,8 @@ pub struct Memory {
     pub peak_rss_bytes: u64,
     /// Seconds from launch when the heap peak was reached (to the sampling interval).
     pub peak_at_s: f64,
-    /// At the moment of the RSS peak, resident bytes the counted heap does not explain:
+    /// At the moment of the RSS peak, resident bytes the counted heap and mappings do not
+    /// explain:
     /// interpreter and library code, mapped files, thread stacks, and allocators mlprof cannot
     /// see (linked privately into wheels: jemalloc, mimalloc, CUDA caching).
     #[serde(default)]
@@ -347,6 +348,13 @@ pub struct Memory {
     /// the sum of each process's own peak (exact for one process).
     #[serde(default)]
     pub peak_mapped_bytes: u64,
+    /// Highest heap and mapped bytes of the tree together, at one collector tick (every
+    /// 20 ms), and never below the heap peak: all the memory mlprof counts, to set against
+    /// `peak_rss_bytes`. Mapped bytes count here as far as the resident anonymous memory
+    /// beside the heap can hold them (allocators map capacity they never touch). 0 in
+    /// profiles older than this field.
+    #[serde(default)]
+    pub peak_counted_bytes: u64,
     /// Footprint over time, at most a few thousand points (older points merged, keeping maxima).
     pub timeline: Vec<MemorySample>,
 }
@@ -360,6 +368,9 @@ pub struct MemorySample {
     pub heap_bytes: u64,
     /// Resident set size of the tree (bytes).
     pub rss_bytes: u64,
+    /// Anonymous mappings of the tree, apart from the heap (bytes; 0 in older profiles).
+    #[serde(default)]
+    pub mapped_bytes: u64,
 }
 
 /// One exceeded budget (see `budget.rs`).

@@ -103,7 +103,7 @@ fn one_rank(
     let tree = processes.iter().map(|p| p.pid).collect();
     let mut gpu = super::gpu::Joiner::new(&view.gpu, &tree); // no GPU polls: not per rank
     super::cpu::add(&view, natives, &places, &counted, &mut acc, &mut gpu);
-    super::memory::add(&view, filter, &mut acc);
+    super::memory::add(&view, filter, &places, &mut acc);
     let collective_s = collective_ns(&view, natives, channels, &counted) as f64 / 1e9;
     let (lines, _) = super::places::summarise(acc, rec.wall_ns);
     let pids: Vec<u32> = {

@@ -70,6 +70,7 @@ pub fn build(ticks: &[Tick], max_points: usize) -> Vec<MemorySample> {
             t_s: bucket[0].t_ns as f64 / 1e9,
             heap_bytes: bucket.iter().map(|t| t.heap_bytes).max().unwrap_or(0),
             rss_bytes: bucket.iter().map(|t| t.rss_bytes).max().unwrap_or(0),
+            mapped_bytes: bucket.iter().map(|t| t.mapped_bytes).max().unwrap_or(0),
         })
         .collect()
 }
@@ -83,6 +84,8 @@ mod tests {
             t_ns: t * 10_000_000,
             heap_bytes: heap,
             rss_bytes: heap * 2,
+            mapped_bytes: 0,
+            anon_bytes: 0,
         }
     }
 

@@ -50,6 +50,20 @@ pub struct Tick {
     pub heap_bytes: u64,
     /// Sum of live processes' RSS.
     pub rss_bytes: u64,
+    /// Sum of live processes' anonymous mappings (counted apart from the heap).
+    pub mapped_bytes: u64,
+    /// Sum of live processes' resident memory not backed by files (`statm`).
+    pub anon_bytes: u64,
+}
+
+impl Tick {
+    /// The memory counted at this tick: the heap, and mapped bytes as far as the resident
+    /// anonymous memory beside the heap can hold them (a mapping counts when made, touched or
+    /// not; allocators map capacity they never touch).
+    pub fn counted_bytes(&self) -> u64 {
+        let beside_heap = self.anon_bytes.saturating_sub(self.heap_bytes);
+        self.heap_bytes + self.mapped_bytes.min(beside_heap)
+    }
 }
 
 /// `/proc` readings of one pid.

@@ -140,7 +140,7 @@ fn header(out: &mut String, p: &Profile) {
         );
         let _ = writeln!(
             out,
-            "  peak RSS        {} ({} of it not in the counted heap)",
+            "  peak RSS        {} ({} of it not in the counted heap or mappings)",
             bytes(m.peak_rss_bytes),
             bytes(m.unaccounted_bytes)
         );
@@ -150,6 +150,13 @@ fn header(out: &mut String, p: &Profile) {
                 "  peak mapped     {} (anonymous mmap outside malloc, apart from the heap; counted when mapped, resident or not)",
                 bytes(m.peak_mapped_bytes)
             );
+            if m.peak_counted_bytes > 0 {
+                let _ = writeln!(
+                    out,
+                    "  peak counted    {} (heap and mapped together, mapped as far as resident)",
+                    bytes(m.peak_counted_bytes)
+                );
+            }
         }
     }
     let gpu = if p.gpu.available {

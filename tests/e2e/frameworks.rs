@@ -193,3 +193,41 @@ fn tensorflow_keras_fit_never_crashes_and_its_line_holds_its_cpu() {
     let truth = printed(&run.output.stderr, "fit cpu");
     lines_hold(&run.profile, "tf_job.py", &["fit"], truth);
 }
+
+#[test]
+fn polars_bundled_allocator_memory_is_counted_on_its_join_and_sort_lines() {
+    let Some(python) = framework_python("polars") else {
+        return;
+    };
+    let script = fixture::script("polars_job.py");
+    let run = fixture::profile(&[os(&python), os(&script)]);
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let (counted, rss) = (
+        p.memory.peak_counted_bytes as f64,
+        p.memory.peak_rss_bytes as f64,
+    );
+    eprintln!(
+        "polars: counted peak {:.0} MiB, RSS peak {:.0} MiB",
+        counted / 1048576.0,
+        rss / 1048576.0
+    );
+    assert!(
+        fixture::within(counted, rss, 0.15),
+        "counted peak {counted} against RSS peak {rss}: {:?}",
+        p.memory
+    );
+    let m = markers("polars_job.py");
+    let frame = 240e6; // 10M rows of three 8-byte columns
+    let join = line(p, "polars_job.py", m["join"])
+        .measures
+        .mapped_peak_bytes as f64;
+    let sort = line(p, "polars_job.py", m["sort"])
+        .measures
+        .mapped_peak_bytes as f64;
+    assert!(join >= 0.9 * frame, "the join line holds its frame: {join}");
+    assert!(
+        sort >= 0.5 * frame,
+        "the sort line holds (most of) its frame: {sort}"
+    );
+}

@@ -69,6 +69,21 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     r
 }
 
+/// Interposed `madvise`: allocators that keep their mappings give pages back this way.
+///
+/// # Safety
+/// The C contract of `madvise`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    // SAFETY: forwarded caller contract.
+    let r = unsafe { real::madvise(addr, len, advice) };
+    if r == 0 && !inside() {
+        let _errno = errno::Saved::new();
+        mapped::advised(addr as usize, len, advice);
+    }
+    r
+}
+
 /// Interposed `mremap`. C declares it variadic (`new_address` only with `MREMAP_FIXED`); on
 /// the Linux calling conventions a variadic call passes it where a fifth argument goes, and it
 /// is read only when the flags say it was passed.

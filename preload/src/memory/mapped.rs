@@ -3,8 +3,9 @@
 //! apart from the heap: exact bytes mapped now and at most, peak marks, and sampled with their
 //! Python line like allocations (flag `MAPPED`). glibc's malloc maps its large blocks through
 //! internal calls these hooks never see, so nothing is counted twice. Not counted: mappings
-//! that cannot hold data yet (`PROT_NONE` reservations, `MAP_NORESERVE`), files, Python's own
-//! arenas (in the heap already), and mappings made before Python's allocator was wrapped.
+//! that cannot be written (`PROT_NONE` reservations), files, Python's own arenas (in the heap
+//! already), and mappings made before Python's allocator was wrapped. Pages given back with
+//! `madvise` (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`) count as unmapped.
 //! See docs/design/mapped-memory.md. Runs inside hooks: no allocation, no locks.
 
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicUsize, Ordering};
@@ -80,11 +81,9 @@ pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32) {
     if flags & libc::MAP_FIXED != 0 {
         unmapped(addr, len); // the kernel replaced whatever was there
     }
-    if flags & libc::MAP_ANONYMOUS == 0
-        || flags & libc::MAP_NORESERVE != 0
-        || prot == libc::PROT_NONE
-        || len == 0
-    {
+    // Read-write anonymous memory, whatever the flags: bundled allocators (jemalloc in polars)
+    // map their extents `MAP_NORESERVE`. Reservations (`PROT_NONE`, read-only) hold no data.
+    if flags & libc::MAP_ANONYMOUS == 0 || prot & libc::PROT_WRITE == 0 || len == 0 {
         return;
     }
     local::with(|l| {
@@ -157,6 +156,17 @@ pub fn unmapped(addr: usize, len: usize) {
                 }
             }
         });
+    }
+}
+
+/// `madvise(addr, len, advice)` succeeded: an allocator giving pages back while keeping the
+/// mapping (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`): they count as unmapped.
+pub fn advised(addr: usize, len: usize, advice: i32) {
+    if matches!(
+        advice,
+        libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE
+    ) {
+        unmapped(addr, len);
     }
 }
 
@@ -262,10 +272,20 @@ mod tests {
         let base = 0x5a00_0000_0000usize;
         mapped(base, 10 * PAGE, rw, anon);
         assert_eq!(current(), 10 * PAGE as i64);
-        // Reservations and files are not memory yet.
+        // Reservations, read-only memory and files are not memory the program fills.
         mapped(base + (1 << 30), 1 << 30, libc::PROT_NONE, anon);
-        mapped(base + (2 << 30), 1 << 30, rw, anon | libc::MAP_NORESERVE);
         mapped(base + (3 << 30), 1 << 20, rw, libc::MAP_PRIVATE);
+        mapped(base + (5 << 30), 1 << 20, libc::PROT_READ, anon);
+        assert_eq!(current(), 10 * PAGE as i64);
+        // A bundled allocator's extent (jemalloc in polars: MAP_NORESERVE) is; pages it gives
+        // back with madvise are not, other advice changes nothing.
+        mapped(base + (2 << 30), 16 * PAGE, rw, anon | libc::MAP_NORESERVE);
+        assert_eq!(current(), 26 * PAGE as i64);
+        advised(base + (2 << 30), 4 * PAGE, libc::MADV_DONTNEED);
+        advised(base + (2 << 30) + 4 * PAGE, 4 * PAGE, libc::MADV_FREE);
+        advised(base + (2 << 30) + 8 * PAGE, 8 * PAGE, libc::MADV_HUGEPAGE);
+        assert_eq!(current(), 18 * PAGE as i64);
+        unmapped(base + (2 << 30), 16 * PAGE);
         assert_eq!(current(), 10 * PAGE as i64);
         // Head, tail and middle cut off: the rest stays counted.
         unmapped(base, PAGE);
@@ -281,7 +301,7 @@ mod tests {
         unmapped(base + (4 << 30), 8 * PAGE);
         assert_eq!(current(), 0);
         assert_eq!(LIVE.load(Ordering::Relaxed), 0);
-        assert_eq!(counters().peak.load(Ordering::Relaxed), 11 * PAGE as i64);
+        assert_eq!(counters().peak.load(Ordering::Relaxed), 26 * PAGE as i64);
         forget_in_child();
         assert_eq!(counters().peak.load(Ordering::Relaxed), 0);
     }

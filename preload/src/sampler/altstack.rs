@@ -215,9 +215,11 @@ mod tests {
     use super::*;
 
     fn registered() -> libc::stack_t {
-        // SAFETY: stack_t is plain data; a query into a valid out-pointer.
+        // SAFETY: stack_t is plain data.
         let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
-        assert_eq!(unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) }, 0);
+        // SAFETY: a query into a valid out-pointer.
+        let queried = unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) };
+        assert_eq!(queried, 0);
         ss
     }
 

@@ -1,0 +1,151 @@
+//! Where a thread without Python (a BLAS, OpenMP, rayon or gloo pool) was working for: the
+//! line its process's Python threads were on at that moment. Used for the pool's CPU samples
+//! (`cpu`) and for what it allocates, maps and copies (`memory`). Pure.
+
+use std::collections::HashMap;
+
+use mlprof_wire::sample_flags;
+
+use super::places::Place;
+use crate::recording::CpuSample;
+
+/// How far apart a native-thread event and Python-thread samples may be to be joined when
+/// only one side is known.
+const JOIN_WINDOW_NS: u64 = 25_000_000;
+/// How far apart the Python-thread samples on both sides of a native-thread event may be when
+/// they agree (waiting samples come every collector tick, later on a loaded machine).
+const BRACKET_WINDOW_NS: u64 = 150_000_000;
+
+/// Slack around a timed wait's interval for [`lasted`] (clocks read on either side of the
+/// call, a sample's stamp taken after its stack).
+const WAIT_SLACK_NS: u64 = 1_000_000;
+
+/// The time a wait the thread timed itself ([`sample_flags::WAITED`], stamped at the middle of
+/// the time it stands for) lasted, with a little slack: (from, to) in ns from launch.
+fn lasted(s: &CpuSample) -> (u64, u64) {
+    let half = s.weight_ns / 2 + WAIT_SLACK_NS;
+    (s.t_ns.saturating_sub(half), s.t_ns.saturating_add(half))
+}
+
+/// One process's Python-thread samples, by time, and where each was placed.
+pub struct PoolJoin<'a> {
+    placed: &'a [Place],
+    /// CPU samples and looks of Python threads: (time, sample).
+    python: Vec<(u64, usize)>,
+    /// Timed waits of Python threads: (from, to, sample), by start.
+    waits: Vec<(u64, u64, usize)>,
+    /// Where the wait each piece belongs to began.
+    began_at: Vec<u64>,
+    longest: u64,
+}
+
+impl<'a> PoolJoin<'a> {
+    /// From a process's samples and where each was placed by its own frames.
+    pub fn new(samples: &[CpuSample], placed: &'a [Place]) -> PoolJoin<'a> {
+        let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
+        let mut python: Vec<(u64, usize)> = samples
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.frames.is_empty() && !timed(s))
+            .map(|(i, s)| (s.t_ns, i))
+            .collect();
+        python.sort_unstable();
+        let mut waits: Vec<(u64, u64, usize)> = samples
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.frames.is_empty() && timed(s))
+            .map(|(i, s)| {
+                let (from, to) = lasted(s);
+                (from, to, i)
+            })
+            .collect();
+        waits.sort_unstable();
+        let longest = waits
+            .iter()
+            .map(|&(from, to, _)| to - from)
+            .max()
+            .unwrap_or(0);
+        // Where each wait began: a wait arrives in pieces (one per merge window), and
+        // back-to-back pieces of one thread at one stack are one wait.
+        let mut began_at = vec![0u64; waits.len()];
+        // By thread: (end, sample, start) of its latest wait.
+        let mut last: HashMap<u32, (u64, usize, u64)> = HashMap::new();
+        for (k, &(from, to, j)) in waits.iter().enumerate() {
+            let s = &samples[j];
+            began_at[k] = match last.get(&s.tid) {
+                Some(&(end, prev, began))
+                    if from <= end.saturating_add(WAIT_SLACK_NS)
+                        && samples[prev].frames == s.frames =>
+                {
+                    began
+                }
+                _ => from,
+            };
+            last.insert(s.tid, (to, j, began_at[k]));
+        }
+        PoolJoin {
+            placed,
+            python,
+            waits,
+            began_at,
+            longest,
+        }
+    }
+
+    /// The Python sample whose place a pool's event at `t_ns` joins, if any: the line of the
+    /// Python samples within [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time
+    /// when they do not; with none that close, the line of the samples just before and just
+    /// after when they agree (within [`BRACKET_WINDOW_NS`]). Inside a wait a Python thread
+    /// timed itself (a sleep, a poll), as at the wait's start: the pool's work is what the
+    /// line before left running, never the wait's.
+    pub fn at(&self, t_ns: u64) -> Option<usize> {
+        let (python, waits, placed) = (&self.python, &self.waits, self.placed);
+        let mut t = t_ns;
+        let began = waits.partition_point(|&(from, _, _)| from <= t);
+        let during = (0..began)
+            .rev()
+            .take_while(|&k| waits[k].0.saturating_add(self.longest) >= t)
+            .filter(|&k| waits[k].1 >= t)
+            .map(|k| self.began_at[k])
+            .min();
+        if let Some(from) = during {
+            t = from;
+        }
+        let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
+        let near = python[from..]
+            .iter()
+            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS)
+            .map(|&(pt, j)| (pt.abs_diff(t), j));
+        let mut unique: Option<usize> = None;
+        let mut agreed = true;
+        let mut nearest: Option<(u64, usize)> = None;
+        for (gap, j) in near {
+            match unique {
+                None => unique = Some(j),
+                Some(u) if placed[u] == placed[j] => {}
+                Some(_) => agreed = false,
+            }
+            if nearest.is_none_or(|(g, _)| gap < g) {
+                nearest = Some((gap, j));
+            }
+        }
+        if !agreed {
+            // The Python thread moved between lines within the window (a training step's
+            // forward, backward and optimizer lines, each starting parallel regions): the
+            // pool worked for the line nearest in time.
+            return nearest.map(|(_, j)| j);
+        }
+        if unique.is_none() {
+            // No Python sample close by: the ones before and after, if they agree.
+            let after = python.partition_point(|&(pt, _)| pt < t);
+            let before = after.checked_sub(1).map(|k| python[k]);
+            let next = python.get(after).copied();
+            if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
+                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
+                    unique = Some(jb);
+                }
+            }
+        }
+        unique
+    }
+}
