@@ -196,6 +196,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                         sample_flags::NO_PYTHON
                     },
                     frames: stack,
+                    caller: 0,
                 });
             } else if !stack.is_empty() {
                 decoded.push_waiting(CpuSample {
@@ -205,6 +206,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                     weight_ns: wall_delta,
                     flags: sample_flags::WAITING,
                     frames: stack,
+                    caller: 0,
                 });
             }
         }

@@ -185,6 +185,7 @@ mod tests {
             weight_ns: 10 * MS,
             flags: 0,
             frames,
+            caller: 0,
         }
     }
 

@@ -247,6 +247,7 @@ impl Decoded {
                 weight_ns: wait.seen_ns.saturating_sub(wait.since_ns),
                 flags: sample_flags::WAITED | sample_flags::WAITING,
                 frames: wait.frames,
+                caller: 0,
             });
         }
     }
@@ -476,6 +477,11 @@ impl Decoder {
         // WAITING is the collector's own flag: a channel that sends it is not believed. A
         // timed wait (WAITED) is off-CPU time, so it is WAITING too, and lasted no longer
         // than the run so far.
+        let caller = if s.flags & sample_flags::WAITED != 0 {
+            0
+        } else {
+            s.caller
+        };
         let (weight_ns, flags, ip) = if s.flags & sample_flags::WAITED != 0 {
             if s.weight_ns > MAX_WAIT_NS {
                 self.out.malformed += 1;
@@ -496,6 +502,7 @@ impl Decoder {
             weight_ns,
             flags,
             frames: Vec::with_capacity(depth),
+            caller,
         };
         self.pending = Pending::Sample {
             sample,
@@ -808,6 +815,7 @@ mod tests {
                     weight_ns: tick,
                     flags: sample_flags::WAITING,
                     frames: stack(line),
+                    caller: 0,
                 });
                 pushed += 1;
             }
@@ -987,6 +995,7 @@ mod tests {
             depth: 2,
             flags: sample_flags::WAITED | flags,
             tstate: 0,
+            caller: 0,
         };
         let at = [(3u32, 12i32), (3, 40)];
         // Two timed waits of 300 ms at one line, in one merge window: one sample of 600 ms.
@@ -1032,6 +1041,7 @@ mod tests {
                 weight_ns: 450_000_000,
                 flags: sample_flags::WAITING,
                 frames: vec![(3, 60)],
+                caller: 0,
             });
         }
         d.out.clocks.insert(

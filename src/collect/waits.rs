@@ -197,6 +197,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             weight_ns,
             flags: sample_flags::WAITING,
             frames,
+            caller: 0,
         });
     }
 }

@@ -10,7 +10,7 @@ use mlprof_wire::sample_flags;
 use super::filter::Filter;
 use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
 use super::profile::ThreadStats;
-use crate::recording::maps::CodeClass;
+use crate::recording::maps::{code_class, find_mapping, CodeClass, MappedFile};
 use crate::recording::{CpuSample, Recording};
 use crate::symbolize::native::Resolved;
 use crate::symbolize::NativeNames;
@@ -50,7 +50,12 @@ pub fn add(
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
         for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
-            let kind = time_kind(sample, channel.pid, natives.get(&(ci, sample.ip)));
+            let kind = time_kind(
+                sample,
+                channel.pid,
+                natives.get(&(ci, sample.ip)),
+                &channel.maps,
+            );
             let thread = threads
                 .entry((channel.pid, sample.tid))
                 .or_insert_with(|| ThreadStats {
@@ -98,25 +103,47 @@ enum Time {
     Native(String, String),
 }
 
-fn time_kind(sample: &CpuSample, pid: u32, named: Option<&Resolved>) -> Time {
+fn time_kind(sample: &CpuSample, pid: u32, named: Option<&Resolved>, maps: &[MappedFile]) -> Time {
     if sample.flags & sample_flags::WAITING != 0 {
         return Time::Waiting;
     }
     match named {
-        _ if python_time(sample, pid, named) => Time::Python,
+        _ if python_time(sample, pid, named, maps) => Time::Python,
         Some(r) => Time::Native(r.name(), r.library.clone()),
-        None => Time::Native("?".to_string(), "?".to_string()),
+        // Outside every file the process mapped: code generated at run time (numba, JAX/XLA,
+        // oneDNN, torch.compile's kernels), or a library mapped after the last look at the maps.
+        None => Time::Native(JIT_CODE.to_string(), String::new()),
     }
 }
+
+/// The name of native time outside every mapped file.
+pub const JIT_CODE: &str = "<JIT code>";
 
 /// Whether a CPU sample of process `pid` is Python time: its instruction in the interpreter
 /// (the Python executable, libpython, the C runtime it calls, mlprof's hooks) on a thread
 /// running Python. A thread without Python (a BLAS, OpenMP or gloo pool) in libc is native
 /// work (`sched_yield` while spinning, `memcpy`, a socket's system calls), named as such; the
-/// main thread keeps its interpreter start-up and shutdown as Python.
-pub(super) fn python_time(sample: &CpuSample, pid: u32, named: Option<&Resolved>) -> bool {
+/// main thread keeps its interpreter start-up and shutdown as Python. libc or libm called by
+/// an extension or by JIT code (numpy's `memcpy` in `a.copy()`, numba's `pow`: the sample's
+/// `caller`, the return address the handler found, outside the interpreter) is native too.
+pub(super) fn python_time(
+    sample: &CpuSample,
+    pid: u32,
+    named: Option<&Resolved>,
+    maps: &[MappedFile],
+) -> bool {
     named.is_some_and(|r| r.class == CodeClass::Interpreter)
         && (sample.flags & sample_flags::NO_PYTHON == 0 || sample.tid == pid)
+        && !called_from_native(sample, maps)
+}
+
+/// Whether the runtime function a sample is in was called by native code: its caller's
+/// address in an extension or library that is not the interpreter, or in no mapped file
+/// (JIT code).
+fn called_from_native(sample: &CpuSample, maps: &[MappedFile]) -> bool {
+    sample.caller != 0
+        && find_mapping(maps, sample.caller)
+            .is_none_or(|m| code_class(&m.path) == CodeClass::Native)
 }
 
 /// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
@@ -165,6 +192,58 @@ mod tests {
     }
 
     #[test]
+    fn libc_called_by_an_extension_or_jit_code_is_native() {
+        let libm = Resolved {
+            library: "libm.so.6".to_string(),
+            path: "/usr/lib/x86_64-linux-gnu/libm.so.6".to_string(),
+            symbol: Some("pow".to_string()),
+            class: CodeClass::Interpreter,
+            file_offset: 0x1000,
+            function_offset: None,
+        };
+        let map = |start: u64, path: &str| MappedFile {
+            start,
+            end: start + 0x1000,
+            offset: 0,
+            path: path.to_string(),
+            executable: true,
+        };
+        let maps = [
+            map(0x1000, "/usr/bin/python3.11"),
+            map(
+                0x5000,
+                "/site-packages/numpy/_multiarray_umath.cpython-311.so",
+            ),
+        ];
+        let called_from = |caller: u64| CpuSample {
+            tid: 10,
+            caller,
+            ..CpuSample::default()
+        };
+        assert!(
+            python_time(&called_from(0), 10, Some(&libm), &maps),
+            "no caller found"
+        );
+        assert!(
+            python_time(&called_from(0x1800), 10, Some(&libm), &maps),
+            "the interpreter's own call"
+        );
+        assert!(
+            !python_time(&called_from(0x5800), 10, Some(&libm), &maps),
+            "numpy's"
+        );
+        assert_eq!(
+            time_kind(&called_from(0x9000), 10, Some(&libm), &maps),
+            Time::Native("pow".to_string(), "libm.so.6".to_string()),
+            "JIT code's (outside every mapped file)"
+        );
+        assert_eq!(
+            time_kind(&called_from(0), 10, None, &maps),
+            Time::Native(JIT_CODE.to_string(), String::new())
+        );
+    }
+
+    #[test]
     fn libc_is_python_time_on_python_threads_and_native_on_pool_threads() {
         let libc = Resolved {
             library: "libc.so.6".to_string(),
@@ -172,6 +251,7 @@ mod tests {
             symbol: Some("sched_yield".to_string()),
             class: CodeClass::Interpreter,
             file_offset: 0x1000,
+            function_offset: None,
         };
         let at = |tid: u32, flags: u32| CpuSample {
             tid,
@@ -180,19 +260,19 @@ mod tests {
         };
         let pool = at(11, sample_flags::NO_PYTHON);
         assert!(
-            python_time(&at(11, 0), 10, Some(&libc)),
+            python_time(&at(11, 0), 10, Some(&libc), &[]),
             "a Python thread's memcpy"
         );
         assert!(
-            !python_time(&pool, 10, Some(&libc)),
+            !python_time(&pool, 10, Some(&libc), &[]),
             "a pool thread spinning"
         );
         assert!(
-            python_time(&at(10, sample_flags::NO_PYTHON), 10, Some(&libc)),
+            python_time(&at(10, sample_flags::NO_PYTHON), 10, Some(&libc), &[]),
             "the main thread before Python starts"
         );
         assert_eq!(
-            time_kind(&pool, 10, Some(&libc)),
+            time_kind(&pool, 10, Some(&libc), &[]),
             Time::Native("sched_yield".to_string(), "libc.so.6".to_string())
         );
     }

@@ -98,7 +98,7 @@ pub fn build(
                 continue;
             }
             match natives.get(&(ci, s.ip)) {
-                named if super::cpu::python_time(s, channel.pid, named) => {
+                named if super::cpu::python_time(s, channel.pid, named, &channel.maps) => {
                     t.stack(&mut lines, &s.frames, None).cpu_python_s += secs;
                 }
                 named => {

@@ -21,6 +21,7 @@ fn names() -> NativeNames {
         symbol: Some(symbol.into()),
         class,
         file_offset: 0,
+        function_offset: None,
     };
     NativeNames::from([
         (

@@ -91,6 +91,7 @@ impl RecordingBuilder {
             weight_ns: weight_ms * MS,
             flags: 0,
             frames: frames.to_vec(),
+            caller: 0,
         });
         self
     }
@@ -104,6 +105,7 @@ impl RecordingBuilder {
             weight_ns: weight_ms * MS,
             flags: mlprof_wire::sample_flags::WAITING,
             frames: frames.to_vec(),
+            caller: 0,
         });
         self
     }

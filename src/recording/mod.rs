@@ -367,6 +367,8 @@ pub struct CpuSample {
     pub flags: u32,
     /// Python frames, innermost first: (code id, instruction offset in code units).
     pub frames: Vec<(u32, i32)>,
+    /// For a sample in libc or libm: the return address into their caller (0: none).
+    pub caller: u64,
 }
 
 /// A sampled allocation.

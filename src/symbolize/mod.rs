@@ -2,8 +2,10 @@
 //! function and line (`linetable`), native instruction pointers to library and symbol
 //! (`native`). Reads the recording and the files on disk; produces names, never a profile.
 
+pub mod ehframe;
 pub mod linetable;
 pub mod native;
+pub mod perfmap;
 
 use std::collections::HashMap;
 
@@ -30,6 +32,7 @@ pub fn classes(rec: &Recording) -> NativeNames {
                     symbol: None,
                     class: code_class(&m.path),
                     file_offset: sample.ip - m.start + m.offset,
+                    function_offset: None,
                 };
                 names.insert((ci, sample.ip), resolved);
             }
@@ -46,14 +49,46 @@ pub fn native_names(rec: &Recording) -> NativeNames {
     }
     let mut names = NativeNames::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
+        // Read once per process, when an address lies outside every mapped file.
+        let mut perf_map: Option<Option<perfmap::PerfMap>> = None;
         for sample in &channel.samples {
-            if names.contains_key(&(ci, sample.ip)) {
+            if names.contains_key(&(ci, sample.ip)) || sample.ip == 0 {
                 continue;
             }
-            if let Some(resolved) = symbolizer.resolve(&channel.maps, sample.ip) {
-                names.insert((ci, sample.ip), resolved);
+            let resolved = symbolizer.resolve(&channel.maps, sample.ip);
+            if let Some(r) = resolved.as_ref().filter(|r| !anonymous_code(&r.path)) {
+                names.insert((ci, sample.ip), r.clone());
+                continue;
             }
+            // Outside every file, or in shared anonymous memory (`/dev/zero (deleted)`, a
+            // memfd: JIT compilers that map their code twice): code made at run time.
+            let map = perf_map.get_or_insert_with(|| perfmap::PerfMap::of_pid(channel.pid));
+            match map.as_ref().and_then(|m| m.lookup(sample.ip)) {
+                Some(name) => names.insert((ci, sample.ip), jit_function(name, sample.ip)),
+                None if resolved.is_some() => {
+                    names.insert((ci, sample.ip), jit_function("<JIT code>", sample.ip))
+                }
+                None => None,
+            };
         }
     }
     names
+}
+
+/// Whether a mapping's path is anonymous memory rather than a file (shared anonymous
+/// mappings show as `/dev/zero (deleted)`, memory files as `/memfd:NAME (deleted)`).
+fn anonymous_code(path: &str) -> bool {
+    path == "/dev/zero (deleted)" || path.starts_with("/memfd:") || path.starts_with("/SYSV")
+}
+
+/// A function of code generated at run time, named by the process's perf map.
+fn jit_function(name: &str, ip: u64) -> native::Resolved {
+    native::Resolved {
+        library: "<JIT code>".to_string(),
+        path: String::new(),
+        symbol: Some(name.to_string()),
+        class: crate::recording::maps::CodeClass::Native,
+        file_offset: ip,
+        function_offset: None,
+    }
 }

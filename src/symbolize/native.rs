@@ -57,15 +57,23 @@ pub struct Resolved {
     /// Offset of the address in the library's file (stable from run to run, unlike the
     /// address; what `addr2line -e LIBRARY` takes).
     pub file_offset: u64,
+    /// Without a symbol: the file offset where the function holding the address starts, from
+    /// the library's unwind table (`ehframe`), so that one unnamed function is one name.
+    pub function_offset: Option<u64>,
 }
 
 impl Resolved {
     /// The function's name, or `library+0xOFFSET` when the file names none there (a stripped
-    /// library's internal function).
+    /// library's internal function): the offset of the function's start where the unwind
+    /// table gives it, else of the address.
     pub fn name(&self) -> String {
         match &self.symbol {
             Some(symbol) => symbol.clone(),
-            None => format!("{}+{:#x}", self.library, self.file_offset),
+            None => format!(
+                "{}+{:#x}",
+                self.library,
+                self.function_offset.unwrap_or(self.file_offset)
+            ),
         }
     }
 }
@@ -100,6 +108,9 @@ struct FileSymbols {
     build_id: Option<Vec<u8>>,
     /// Demangled names of the symbols looked up so far, by index in `syms`.
     demangled: HashMap<u32, Box<str>>,
+    /// Function starts (virtual addresses, sorted) from `.eh_frame_hdr`, for addresses no
+    /// symbol holds: only those starts, when `wanted` was given.
+    function_starts: Vec<u64>,
 }
 
 /// File identity for the parse cache.
@@ -134,12 +145,17 @@ impl Symbolizer {
     pub fn resolve(&mut self, maps: &[MappedFile], ip: u64) -> Option<Resolved> {
         let map = find_mapping(maps, ip)?;
         let symbol = self.symbol_for(map, ip);
+        let function_offset = match symbol {
+            Some(_) => None,
+            None => self.function_start_for(map, ip),
+        };
         Some(Resolved {
             library: library_name(&map.path).to_owned(),
             path: map.path.clone(),
             symbol,
             class: code_class(&map.path),
             file_offset: ip - map.start + map.offset,
+            function_offset,
         })
     }
 
@@ -181,6 +197,17 @@ impl Symbolizer {
         let vaddr = file.vaddr_of(file_offset)?;
         let sym = file.lookup(vaddr)?;
         Some(file.demangled_name(sym))
+    }
+
+    /// The file offset where the unnamed function holding `ip` starts, by the unwind table.
+    fn function_start_for(&mut self, map: &MappedFile, ip: u64) -> Option<u64> {
+        if !map.path.starts_with('/') || map.path.ends_with(" (deleted)") {
+            return None;
+        }
+        let index = self.file_index(&map.path)?;
+        let file = &self.files[index];
+        let vaddr = file.vaddr_of(ip.checked_sub(map.start)?.checked_add(map.offset)?)?;
+        file.offset_of(super::ehframe::function_of(&file.function_starts, vaddr)?)
     }
 
     fn file_index(&mut self, path: &str) -> Option<usize> {
@@ -243,6 +270,16 @@ impl FileSymbols {
             .filter(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
             .min_by_key(|s| !s.executable)?;
         (file_offset - seg.offset).checked_add(seg.vaddr)
+    }
+
+    /// File offset of an ELF virtual address, via the `PT_LOAD` segment holding it.
+    fn offset_of(&self, vaddr: u64) -> Option<u64> {
+        let seg = self
+            .segments
+            .iter()
+            .filter(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+            .min_by_key(|s| !s.executable)?;
+        (vaddr - seg.vaddr).checked_add(seg.offset)
     }
 
     /// Index of the symbol containing `vaddr`. Looks a few symbols back so that an address
@@ -310,7 +347,54 @@ fn load_elf<Elf: FileHeader<Endian = Endianness>>(
         out.syms = syms;
         out.names = names;
     }
+    let unnamed: Vec<u64> = match wanted {
+        Some(w) => w
+            .iter()
+            .copied()
+            .filter(|&v| out.lookup(v).is_none())
+            .collect(),
+        None => Vec::new(),
+    };
+    if wanted.is_none() || !unnamed.is_empty() {
+        out.function_starts =
+            eh_frame_starts(&sections, endian, data, wanted.map(|_| &unnamed[..]));
+    }
     Some(out)
+}
+
+/// Most bytes of `.eh_frame_hdr` read (a libtorch-size library's is a few MiB).
+const MAX_EH_FRAME_HDR: u64 = 64 << 20;
+
+/// Function starts from `.eh_frame_hdr`: all of them, or (with `unnamed`, sorted addresses no
+/// symbol holds) only the start of each of their functions.
+fn eh_frame_starts<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
+    endian: Endianness,
+    data: R,
+    unnamed: Option<&[u64]>,
+) -> Vec<u64> {
+    let Some((_, section)) = sections.section_by_name(endian, b".eh_frame_hdr") else {
+        return Vec::new();
+    };
+    let size: u64 = section.sh_size(endian).into();
+    if size > MAX_EH_FRAME_HDR {
+        return Vec::new();
+    }
+    let Ok(bytes) = section.data(endian, data) else {
+        return Vec::new();
+    };
+    let starts = super::ehframe::function_starts(bytes, section.sh_addr(endian).into());
+    match unnamed {
+        None => starts,
+        Some(addresses) => {
+            let mut kept: Vec<u64> = addresses
+                .iter()
+                .filter_map(|&v| super::ehframe::function_of(&starts, v))
+                .collect();
+            kept.dedup();
+            kept
+        }
+    }
 }
 
 /// Most bytes a `.gnu_debugdata` section may decompress to (real ones are tens of KiB).

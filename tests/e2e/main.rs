@@ -19,6 +19,7 @@ mod html;
 mod linetables;
 mod mapped;
 mod memory;
+mod native_calls;
 mod notebook;
 mod overhead;
 mod pytest_plugin;

@@ -207,6 +207,9 @@ pub struct Sample {
     pub flags: u32,
     /// The thread's `PyThreadState` address (0 if none).
     pub tstate: u64,
+    /// When the sample is in libc or libm: the return address into their caller (0: none
+    /// found, or elsewhere), which tells the interpreter's own calls from an extension's.
+    pub caller: u64,
 }
 
 /// [`Kind::Code`]: a code object's description; its strings and line table follow in
@@ -367,19 +370,20 @@ impl Record {
             Kind::Sample,
             tid,
             ts_ns,
-            [s.ip, s.weight_ns, c, s.tstate, 0],
+            [s.ip, s.weight_ns, c, s.tstate, s.caller],
         )
     }
 
     /// The payload of a [`Kind::Sample`] record.
     pub fn as_sample(&self) -> Option<Sample> {
-        let [a, b, c, d, _] = self.words_of(Kind::Sample)?;
+        let [a, b, c, d, e] = self.words_of(Kind::Sample)?;
         Some(Sample {
             ip: a,
             weight_ns: b,
             depth: c as u32,
             flags: (c >> 32) as u32,
             tstate: d,
+            caller: e,
         })
     }
 
@@ -594,6 +598,7 @@ mod tests {
             depth: u32::MAX,
             flags: sample_flags::TRUNCATED | sample_flags::NO_PYTHON,
             tstate: 0x7fff_0000_1000,
+            caller: u64::MAX,
         };
         assert_eq!(Record::sample(tid, ts, sample).as_sample(), Some(sample));
         let code = Code {
@@ -682,9 +687,10 @@ mod tests {
                 depth: 3,
                 flags: 4,
                 tstate: 50,
+                caller: 60,
             },
         );
-        assert_eq!([r.a, r.b, r.c, r.d, r.e], [10, 20, 3 | 4 << 32, 50, 0]);
+        assert_eq!([r.a, r.b, r.c, r.d, r.e], [10, 20, 3 | 4 << 32, 50, 60]);
         let r = Record::alloc(
             1,
             2,

@@ -57,7 +57,7 @@ fn vm_read(addr: usize, out: *mut u8, len: usize) -> bool {
 }
 
 /// Whether reads go through the kernel (false: plain loads).
-fn checked() -> bool {
+pub(crate) fn checked() -> bool {
     SELF_PID.load(Ordering::Relaxed) > 0
 }
 

@@ -53,7 +53,10 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
     } else if ours {
         crate::local::with(|l| l.taken.set(l.taken.get().wrapping_add(1)));
         let (ip, weight) = (instruction_pointer(context), timer::cpu_since_last_sample());
-        super::altstack::run_on_ours(&mut || sample(ip, weight));
+        let sp = stack_pointer(context);
+        super::altstack::run_on_ours(&mut || {
+            sample(ip, weight, super::caller::of(ip, sp));
+        });
         timer::rearm();
     } else {
         chain(sig, info, context);
@@ -61,8 +64,9 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
     drop(errno);
 }
 
-/// Record one sample of the calling thread.
-fn sample(ip: usize, weight_ns: u64) {
+/// Record one sample of the calling thread (`caller`: the return address into whoever called
+/// libc or libm, when the sample is in one of them; else 0).
+fn sample(ip: usize, weight_ns: u64, caller: u64) {
     stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
         let sample = Sample {
             ip: ip as u64,
@@ -70,6 +74,7 @@ fn sample(ip: usize, weight_ns: u64) {
             depth: stack.depth as u32,
             flags: stack.flags,
             tstate: stack.tstate as u64,
+            caller,
         };
         Record::sample(tid, ts_ns, sample)
     });
@@ -91,6 +96,29 @@ fn instruction_pointer(context: *mut libc::c_void) -> usize {
     {
         // SAFETY: as above.
         unsafe { (*(context as *const libc::ucontext_t)).uc_mcontext.pc as usize }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        0
+    }
+}
+
+fn stack_pointer(context: *mut libc::c_void) -> usize {
+    if context.is_null() {
+        return 0;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: for SA_SIGINFO handlers the third argument is the interrupted ucontext.
+        unsafe {
+            (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RSP as usize]
+                as usize
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: as above.
+        unsafe { (*(context as *const libc::ucontext_t)).uc_mcontext.sp as usize }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {

@@ -4,6 +4,7 @@
 //! `pthread_create` hook.
 
 pub mod altstack;
+pub mod caller;
 pub mod handler;
 pub mod timer;
 
@@ -12,6 +13,7 @@ pub fn start(rate_hz: u64) -> u64 {
     if rate_hz == 0 || !handler::install() {
         return 0;
     }
+    caller::init();
     let interval = 1_000_000_000 / rate_hz.clamp(1, 10_000);
     timer::set_mean_interval(interval);
     timer::arm_this_thread();

@@ -1,0 +1,105 @@
+//! Compiled code is native (issue 30): libc and libm called by an extension or by JIT code
+//! are native time, not the interpreter's, and code outside every mapped file is named
+//! `<JIT code>`.
+
+use mlprof::model::LineStats;
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os};
+use crate::frameworks::framework_python;
+
+fn cpu(l: &LineStats) -> f64 {
+    l.measures.cpu_python_s + l.measures.cpu_native_s
+}
+
+#[test]
+fn numpys_memcpy_in_a_copy_is_native_time() {
+    for py in fixture::numpy_pythons() {
+        let script = fixture::script("copy_native.py");
+        let run = fixture::profile(&[os(&py.exe), os(&script)]);
+        assert!(run.output.status.success());
+        let l = line(
+            &run.profile,
+            "copy_native.py",
+            markers("copy_native.py")["copy"],
+        );
+        assert!(cpu(l) > 0.1, "{}: {:?}", py.minor, l.measures);
+        assert!(
+            l.measures.cpu_python_s <= 0.2 * cpu(l),
+            "{}: the copy line is at most 20% Python: {:?}",
+            py.minor,
+            l.measures
+        );
+        assert!(
+            l.measures
+                .native
+                .iter()
+                .any(|n| n.library.starts_with("libc")),
+            "{}: libc's copy named under it: {:?}",
+            py.minor,
+            l.measures.native
+        );
+    }
+}
+
+#[test]
+fn a_numba_loop_calling_pow_is_native_time() {
+    let Some(python) = framework_python("numba") else {
+        return;
+    };
+    let script = fixture::script("numba_job.py");
+    let run = fixture::profile(&[os(&python), os(&script)]);
+    assert!(run.output.status.success());
+    let l = line(
+        &run.profile,
+        "numba_job.py",
+        markers("numba_job.py")["call"],
+    );
+    eprintln!("numba: {:?}", l.measures);
+    assert!(
+        l.measures.cpu_native_s >= 0.7 * cpu(l) && cpu(l) > 0.3,
+        "the numba line is at least 70% native: {:?}",
+        l.measures
+    );
+    let named =
+        |f: &dyn Fn(&str, &str) -> bool| l.measures.native.iter().any(|n| f(&n.symbol, &n.library));
+    assert!(
+        named(&|_, lib| lib.starts_with("libm")),
+        "libm named: {:?}",
+        l.measures.native
+    );
+    assert!(
+        named(&|sym, _| sym == "<JIT code>"),
+        "JIT code named: {:?}",
+        l.measures.native
+    );
+}
+
+#[test]
+fn jit_code_is_named_from_the_processs_perf_map() {
+    let py = &fixture::pythons()[0];
+    let script = fixture::script("perf_map_jit.py");
+    let run = fixture::profile(&[os(&py.exe), os(&script)]);
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    for q in &p.processes {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", q.pid));
+    }
+    if String::from_utf8_lossy(&run.output.stdout).starts_with("skipped") {
+        eprintln!("skipped: not x86-64");
+        return;
+    }
+    let l = line(p, "perf_map_jit.py", markers("perf_map_jit.py")["call"]);
+    let spin = l
+        .measures
+        .native
+        .iter()
+        .find(|n| n.symbol == "mlprof_test_spin")
+        .unwrap_or_else(|| panic!("named from the perf map: {:?}", l.measures.native));
+    assert_eq!(spin.library, "<JIT code>");
+    assert!(
+        spin.cpu_s >= 0.8 * cpu(l) && l.measures.cpu_native_s >= 0.9 * cpu(l),
+        "the line is the JIT function's: {:?}",
+        l.measures
+    );
+}
