@@ -1,7 +1,7 @@
 //! Recording → Profile: group channels into processes, build the footprint summary, fill the
 //! contract. Pure: no I/O, no clocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::filter::Filter;
 use super::profile::*;
@@ -190,10 +190,40 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         still_running: last.is_some_and(|l| l.still_running),
         local_rank: last.and_then(|l| l.rank).and_then(|r| r.local_rank),
         waiting_for_children_s: 0.0, // from the launcher waits, in `attribute`
+        peak_busy_threads: images
+            .iter()
+            .map(|i| peak_busy_threads(i))
+            .max()
+            .unwrap_or(0),
         rank: last
             .and_then(|l| l.rank)
             .map(|r| format!("rank {}", r.rank)),
     }
+}
+
+/// Stretches of time busy threads are counted in.
+const BUSY_BUCKET_NS: u64 = 100_000_000;
+
+/// Most threads of a process image busy at once: per 100 ms stretch, the threads whose CPU
+/// samples there add up to a quarter of it at least. Merged old samples (windows wider than a
+/// stretch) are counted in stretches of their window.
+fn peak_busy_threads(image: &ChannelSummary) -> u32 {
+    let bucket = BUSY_BUCKET_NS.max(image.window_ns);
+    let mut cpu: HashMap<(u64, u32), u64> = HashMap::new();
+    for s in image
+        .samples
+        .iter()
+        .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
+    {
+        *cpu.entry((s.t_ns / bucket, s.tid)).or_default() += s.weight_ns;
+    }
+    let mut busy: HashMap<u64, u32> = HashMap::new();
+    for ((b, _), ns) in cpu {
+        if ns >= bucket / 4 {
+            *busy.entry(b).or_default() += 1;
+        }
+    }
+    busy.into_values().max().unwrap_or(0)
 }
 
 /// Tree peak: each process's exact peak, or the highest sampled sum when several processes

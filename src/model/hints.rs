@@ -93,10 +93,44 @@ pub fn of(p: &Profile) -> Vec<Hint> {
 /// Copies below this volume are not worth a hint.
 const COPY_MIN: u64 = 64 * MIB;
 
-/// A line whose every allocated byte is a copy of existing data.
+/// An import statement: what it holds is the module's, not data the user made.
+fn is_import(source: &str) -> bool {
+    let text = code(source).trim_start();
+    text.starts_with("import ") || (text.starts_with("from ") && text.contains(" import "))
+}
+
+/// Libraries whose copies the copy advice is about: numpy's own modules and the C runtime
+/// (by file name).
+fn numpy_or_runtime(library: &str) -> bool {
+    [
+        "_multiarray_umath",
+        "_umath_linalg",
+        "libc.so",
+        "libc-",
+        "libm.so",
+        "libpython",
+    ]
+    .iter()
+    .any(|p| library.starts_with(p))
+        || library.starts_with("python")
+}
+
+/// A line whose every allocated byte is a copy of existing data. Not when the line's work is
+/// a library call that makes its copies inside (polars' sort, a scikit-learn fit): most of
+/// its native time in a library other than numpy and the C runtime, where numpy's advice
+/// does not reach.
 fn copies(l: &LineStats) -> Option<Hint> {
     let m = &l.measures;
     if m.copy_bytes < COPY_MIN || (m.copy_bytes as f64) < 0.9 * m.alloc_bytes as f64 {
+        return None;
+    }
+    let foreign: f64 = m
+        .native
+        .iter()
+        .filter(|n| !numpy_or_runtime(&n.library))
+        .map(|n| n.cpu_s)
+        .sum();
+    if foreign > 0.5 * m.cpu_native_s {
         return None;
     }
     let copy_s: f64 = m
@@ -228,6 +262,7 @@ const SMALL_OBJECT: u64 = 256;
 fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
     let m = &l.measures;
     if !top_holder(p, l, 32 * MIB)
+        || is_import(&l.source)
         || (m.alloc_python_bytes as f64) < 0.8 * m.alloc_bytes as f64
         || m.peak_blocks == 0
         || m.peak_bytes / m.peak_blocks > SMALL_OBJECT
@@ -264,11 +299,16 @@ fn onnx_arena(l: &LineStats) -> Option<Hint> {
     }
     let mut h = Hint::at("onnx_arena", l);
     h.evidence = format!(
-        "onnxruntime runs here and the line still holds {} at the end of the run (at most {}):          its CPU memory arena keeps what it grew to for the largest input",
+        "onnxruntime runs here and the line still holds {} at the end of the run (at most {}): \
+             its CPU memory arena keeps what it grew to for the largest input",
         bytes(kept),
         bytes(most)
     );
-    h.suggestion = "if inputs vary in size, give the CPU provider                     `arena_extend_strategy: \"kSameAsRequested\"` (growth by what is asked, not                     powers of two), shrink it after large runs with the run option                     `memory.enable_memory_arena_shrinkage = \"cpu:0\"`, or turn it off                     (`SessionOptions.enable_cpu_mem_arena = False`, at some allocation cost)"
+    h.suggestion = "if inputs vary in size, give the CPU provider \
+                    `arena_extend_strategy: \"kSameAsRequested\"` (growth by what is asked, not \
+                    powers of two), shrink it after large runs with the run option \
+                    `memory.enable_memory_arena_shrinkage = \"cpu:0\"`, or turn it off \
+                    (`SessionOptions.enable_cpu_mem_arena = False`, at some allocation cost)"
         .into();
     h.saving_bytes = Some(kept);
     h.saving = format!("up to {} held between runs", bytes(kept));
@@ -278,7 +318,9 @@ fn onnx_arena(l: &LineStats) -> Option<Hint> {
 /// Busy threads beyond this many per CPU make a hint.
 const BUSY_THREAD_CPU_S: f64 = 0.05;
 
-/// A process running more busy threads than there are CPUs (OpenMP, BLAS or intra-op pools).
+/// A process running more busy threads at once than there are CPUs (OpenMP, BLAS or
+/// intra-op pools). Pools that ran one after the other (xgboost's, then lightgbm's) are not
+/// busy at once: `peak_busy_threads` counts the threads busy in one stretch of time.
 fn threads(p: &Profile) -> Vec<Hint> {
     if p.cpus == 0 {
         return Vec::new();
@@ -290,7 +332,7 @@ fn threads(p: &Profile) -> Vec<Hint> {
             .iter()
             .filter(|t| t.pid == proc.pid && t.cpu_python_s + t.cpu_native_s >= BUSY_THREAD_CPU_S)
             .collect();
-        let n = busy.len() as u32;
+        let n = proc.peak_busy_threads;
         if n <= p.cpus {
             continue;
         }
@@ -300,14 +342,14 @@ fn threads(p: &Profile) -> Vec<Hint> {
         if pool.is_empty() || pool_cpu < 0.1 * all_cpu {
             continue;
         }
-        let surplus = (n - p.cpus) as f64 / n as f64;
+        let surplus = f64::from(n - p.cpus) / f64::from(n);
         let saving = pool_cpu * surplus;
         out.push(Hint {
             kind: "threads".into(),
             pid: Some(proc.pid),
             evidence: format!(
-                "pid {} ran {n} busy threads ({} of them native pool threads, {} of CPU) on {} \
-                 CPUs",
+                "pid {} ran {n} busy threads at once ({} native pool threads in all, {} of CPU) \
+                 on {} CPUs",
                 proc.pid,
                 pool.len(),
                 seconds(pool_cpu),
@@ -345,7 +387,11 @@ fn fork_inherits(p: &Profile) -> Vec<Hint> {
         .map(|q| q.inherited_heap_bytes)
         .max()
         .unwrap_or(0);
-    let total: u64 = workers.iter().map(|q| q.inherited_heap_bytes).sum();
+    // A worker copies at most the inherited pages it touches: no more than its own RSS.
+    let total: u64 = workers
+        .iter()
+        .map(|q| q.inherited_heap_bytes.min(q.peak_rss_bytes))
+        .sum();
     // Where the parent's memory was allocated: its largest holder at the peak.
     let holder = p
         .lines
@@ -379,6 +425,82 @@ fn fork_inherits(p: &Profile) -> Vec<Hint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn import_lines_are_told() {
+        assert!(is_import("import torch"));
+        assert!(is_import(
+            "from sklearn.ensemble import HistGradientBoostingRegressor  # x"
+        ));
+        assert!(!is_import("imports = load()"));
+        assert!(!is_import("x = [i for i in range(10**7)]  # import later"));
+    }
+
+    #[test]
+    fn no_hint_text_has_runs_of_spaces() {
+        let mut p = Profile::default();
+        let mut l = LineStats {
+            file: "/w/a.py".into(),
+            line: 3,
+            ..LineStats::default()
+        };
+        l.measures.native = vec![super::super::NativeFrame {
+            symbol: "OrtRun".into(),
+            library: "libonnxruntime.so".into(),
+            cpu_s: 1.0,
+        }];
+        l.footprint_bytes = vec![100 * MIB, 100 * MIB];
+        p.lines.push(l);
+        let hints = of(&p);
+        assert!(!hints.is_empty());
+        for h in hints {
+            for text in [&h.evidence, &h.suggestion, &h.saving] {
+                assert!(!text.contains("  "), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_advice_is_for_copies_the_line_makes_not_a_librarys_own() {
+        let copying = |library: &str| {
+            let mut l = LineStats {
+                file: "/w/a.py".into(),
+                line: 3,
+                ..LineStats::default()
+            };
+            l.measures.copy_bytes = 700 * MIB;
+            l.measures.cpu_native_s = 1.0;
+            l.measures.native = vec![super::super::NativeFrame {
+                symbol: "work".into(),
+                library: library.into(),
+                cpu_s: 0.9,
+            }];
+            copies(&l)
+        };
+        assert!(
+            copying("libc.so.6").is_some(),
+            "numpy's a.copy(): libc's memcpy"
+        );
+        assert!(copying("_multiarray_umath.cpython-311-x86_64-linux-gnu.so").is_some());
+        assert!(copying("_polars_runtime.abi3.so").is_none(), "polars' sort");
+    }
+
+    #[test]
+    fn fork_workers_cannot_copy_more_than_they_hold() {
+        let mut p = Profile::default();
+        for pid in [2, 3] {
+            p.processes.push(super::super::Process {
+                pid,
+                ppid: 1,
+                forked: true,
+                inherited_heap_bytes: 1024 * MIB,
+                peak_rss_bytes: 200 * MIB,
+                ..Default::default()
+            });
+        }
+        let h = fork_inherits(&p);
+        assert_eq!(h[0].saving_bytes, Some(400 * MIB));
+    }
 
     #[test]
     fn comments_are_not_code() {

@@ -322,6 +322,10 @@ pub struct Process {
     /// launcher: torchrun's agent, `mpirun`, a parent in `join`); not charged to its lines.
     #[serde(default)]
     pub waiting_for_children_s: f64,
+    /// Most of its threads busy at once: in the 100 ms stretch where the most threads each
+    /// used at least a quarter of a CPU (0 in older profiles).
+    #[serde(default)]
+    pub peak_busy_threads: u32,
     /// The rank it ran as (`rank N`, from its environment: `RANK`, `SLURM_PROCID`, ...); in a
     /// merged profile without one, the name of the merged profile (rank or host).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -331,3 +331,18 @@ fn helper_threads_idle_while_the_main_thread_computes_stay_off_the_lines_unless_
     ));
     assert!(super::invariants::violations(&all).is_empty());
 }
+
+#[test]
+fn busy_threads_are_counted_at_once_not_over_the_run() {
+    // Four pool threads busy in 0-0.5 s, four others in 0.5-1 s: four at once, not eight.
+    let mut b = RecordingBuilder::new(1_000).code(1, "/w/train.py", "main", 1, &[1, 2]);
+    for tid in 0..8u32 {
+        let from = if tid < 4 { 0 } else { 500 };
+        for i in 0..50 {
+            b = b.cpu(from + 10 * i, PID + 1 + tid, IN_BLAS, 10, &[]);
+        }
+    }
+    let p = profile(&b.build());
+    let main = p.processes.iter().find(|q| q.pid == PID).unwrap();
+    assert_eq!(main.peak_busy_threads, 4);
+}
