@@ -460,6 +460,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
     };
     let mut profile = model::attribute(&recording, &natives, &filter);
     profile.attached = true;
+    profile.cpu_unreaped_s = 0.0; // the rows count from the target's start, not the attach
     profile.cpus = cpus();
     annotate::attach(&mut profile);
     profile.hints = model::hints::of(&profile);

@@ -133,7 +133,7 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     if let Some(limit) = b.max_copy_bytes.filter(|&l| copied > l) {
         out.push(violation("copy", "copy volume", limit, copied, ""));
     }
-    let cpu = p.cpu_user_s + p.cpu_kernel_s;
+    let cpu = p.cpu_s();
     if let Some(limit) = b.max_cpu_s.filter(|&l| cpu > l) {
         out.push(Violation {
             budget: "cpu".into(),

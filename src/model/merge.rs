@@ -50,6 +50,7 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.wall_s = out.wall_s.max(p.wall_s);
         out.cpu_user_s += p.cpu_user_s;
         out.cpu_kernel_s += p.cpu_kernel_s;
+        out.cpu_unreaped_s += p.cpu_unreaped_s;
         out.processes
             .extend(p.processes.iter().cloned().map(|proc| Process {
                 rank: proc.rank.or_else(|| Some(name.clone())),
@@ -194,7 +195,7 @@ fn rank(p: &Profile, name: &str, source: &str) -> Rank {
         command: p.command.clone(),
         exit: p.exit,
         wall_s: p.wall_s,
-        cpu_s: p.cpu_user_s + p.cpu_kernel_s,
+        cpu_s: p.cpu_s(),
         peak_heap_bytes: p.memory.peak_heap_bytes,
         peak_rss_bytes: p.memory.peak_rss_bytes,
         peak_gpu_memory_bytes: p.gpu.peak_memory_bytes,

@@ -24,6 +24,11 @@ pub struct Profile {
     /// Kernel-mode CPU seconds, same scope as `cpu_user_s`.
     #[serde(default)]
     pub cpu_kernel_s: f64,
+    /// CPU seconds of descendants the kernel's `wait4` did not count: reaped by a process
+    /// outside the waited chain (ray's raylet reaps its workers) or still running. What the
+    /// process rows add up to beyond `cpu_user_s + cpu_kernel_s` (0 when attached).
+    #[serde(default)]
+    pub cpu_unreaped_s: f64,
     /// The direct child and every descendant that loaded the preload library.
     pub processes: Vec<Process>,
     /// Memory summary and footprint timeline.
@@ -111,6 +116,14 @@ pub struct Profile {
     /// or exit status were measured; absent (false) for `mlprof run`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attached: bool,
+}
+
+impl Profile {
+    /// CPU seconds of the whole tree: what `wait4` counted and what processes reaped
+    /// elsewhere used.
+    pub fn cpu_s(&self) -> f64 {
+        self.cpu_user_s + self.cpu_kernel_s + self.cpu_unreaped_s
+    }
 }
 
 /// One merged profile's totals (see `mlprof merge`).

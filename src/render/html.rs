@@ -163,7 +163,7 @@ fn cards(p: &Profile) -> Vec<(String, String)> {
     vec![
         ("exit".into(), exit),
         ("wall time".into(), seconds(p.wall_s)),
-        ("CPU time".into(), seconds(p.cpu_user_s + p.cpu_kernel_s)),
+        ("CPU time".into(), seconds(p.cpu_s())),
         (
             "peak heap".into(),
             if p.attached {

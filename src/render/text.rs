@@ -109,7 +109,7 @@ fn render_marked(p: &Profile) -> String {
 }
 
 fn header(out: &mut String, p: &Profile) {
-    let cpu = p.cpu_user_s + p.cpu_kernel_s;
+    let cpu = p.cpu_s();
     let m = &p.memory;
     let _ = writeln!(out, "mlprof: {}", Clean(&p.command.join(" ")));
     if p.attached {
@@ -120,10 +120,18 @@ fn header(out: &mut String, p: &Profile) {
     let _ = writeln!(out, "  wall time       {}", seconds(p.wall_s));
     let _ = writeln!(
         out,
-        "  CPU time        {} (user {}, kernel {})",
+        "  CPU time        {} (user {}, kernel {}{})",
         seconds(cpu),
         seconds(p.cpu_user_s),
-        seconds(p.cpu_kernel_s)
+        seconds(p.cpu_kernel_s),
+        if p.cpu_unreaped_s >= 0.01 {
+            format!(
+                "; {} in processes reaped outside the command",
+                seconds(p.cpu_unreaped_s)
+            )
+        } else {
+            String::new()
+        }
     );
     if p.attached {
         let _ = writeln!(

@@ -531,3 +531,24 @@ fn a_fork_tree_counts_each_workers_own_memory_once() {
         }
     }
 }
+
+#[test]
+fn cpu_of_children_reaped_outside_the_command_is_the_trees() {
+    let py = &fixture::pythons()[0];
+    let script = fixture::script("unreaped.py");
+    let run = fixture::profile(&[fixture::os(&py.exe), fixture::os(&script)]);
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let rows: f64 = p.processes.iter().map(|q| q.cpu_s).sum();
+    assert!(
+        p.cpu_s() >= 0.9 && p.cpu_unreaped_s >= 0.8,
+        "the header's CPU holds the worker's 1.0 s: {:.2} s ({:.2} s unreaped), rows {rows:.2} s",
+        p.cpu_s(),
+        p.cpu_unreaped_s
+    );
+    assert!(
+        p.cpu_s() + 1e-9 >= rows,
+        "never below the rows: {} < {rows}",
+        p.cpu_s()
+    );
+}

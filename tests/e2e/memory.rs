@@ -248,3 +248,25 @@ fn pool_peaks_are_right(py: &fixture::Python, method: &str, alloc_line: u32) {
         line.measures
     );
 }
+
+#[test]
+fn the_holders_at_the_peak_belong_to_the_instant_the_header_names() {
+    let py = &fixture::pythons()[0];
+    let script = fixture::script("twin_peaks.py");
+    let run = fixture::profile(&[fixture::os(&py.exe), fixture::os(&script)]);
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let second = crate::starvation::printed(&run.output.stderr, "second at");
+    let m = crate::cpu::markers("twin_peaks.py");
+    let top = p
+        .lines
+        .iter()
+        .max_by_key(|l| l.measures.peak_bytes)
+        .unwrap();
+    assert_eq!(top.line, m["first"], "holders of the first peak: {top:?}");
+    assert!(
+        p.memory.peak_at_s < second,
+        "the header names the holders' instant ({:.2} s), before the second peak ({second:.2} s)",
+        p.memory.peak_at_s
+    );
+}
