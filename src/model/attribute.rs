@@ -234,27 +234,9 @@ fn peak_busy_threads(image: &ChannelSummary) -> u32 {
 /// overlapped; its time is that of the moment its holders are taken at (a single process's
 /// last peak mark), else when the collector first saw it.
 fn memory(rec: &Recording, processes: &[Process]) -> Memory {
-    let (sum_peak, sum_at_ns) = rec.ticks.iter().fold((0, 0), |best, t| {
-        if t.heap_bytes > best.0 {
-            (t.heap_bytes, t.t_ns)
-        } else {
-            best
-        }
-    });
-    let top_image = rec.channels.iter().max_by_key(|c| c.heap_peak);
-    let (mut peak, mut at_ns) = (sum_peak, sum_at_ns);
-    if let Some(image) = top_image {
-        if image.heap_peak.max(0) as u64 >= peak {
-            peak = image.heap_peak.max(0) as u64;
-            // The instant the holders at the peak belong to: its last peak mark (within 1%
-            // of the exact peak). Two peaks closer than that (a pandas job: 0.2% apart) would
-            // otherwise name the later one's time beside the earlier one's holders.
-            at_ns = image
-                .peak_marks
-                .last()
-                .map_or(image.heap_peak_seen_ns, |&(t, _)| t);
-        }
-    }
+    let super::memory::TreePeak {
+        bytes: peak, at_ns, ..
+    } = super::memory::tree_peak(rec);
     let tick_rss = rec.ticks.iter().map(|t| t.rss_bytes).max().unwrap_or(0);
     let proc_rss = processes
         .iter()

@@ -49,6 +49,16 @@ pub fn add(
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
+        // A program without Python started by a Python line works for that line.
+        if let Some(ai) = super::pooljoin::python_ancestor(rec, ci) {
+            let join =
+                super::pooljoin::PoolJoin::new(&rec.channels[ai].samples, &sample_places[ai]);
+            for (sample, place) in channel.samples.iter().zip(placed.iter_mut()) {
+                if let Some(j) = join.at(sample.t_ns) {
+                    *place = sample_places[ai][j].clone();
+                }
+            }
+        }
         for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
             let kind = time_kind(
                 sample,

@@ -24,9 +24,14 @@ impl Filter {
     }
 }
 
-/// The standard library, frozen modules and installed packages.
+/// The standard library, frozen modules, installed packages, and code a library generates
+/// into its cache (torch.compile's inductor writes its kernels' Python wrappers under
+/// `torchinductor_USER/`): what they cost is the cost of the user line that compiled them.
 fn is_library(file: &str) -> bool {
     if file.starts_with("<frozen ") {
+        return true;
+    }
+    if file.split('/').any(|dir| dir.starts_with("torchinductor_")) {
         return true;
     }
     if file.contains("/site-packages/") || file.contains("/dist-packages/") {
@@ -51,6 +56,7 @@ mod tests {
         assert!(!f.profiles("/usr/lib/python3.11/threading.py"));
         assert!(!f.profiles("/root/.pyenv/versions/3.9.18/lib/python3.9/json/decoder.py"));
         assert!(!f.profiles("/venv/lib/python3.12/site-packages/numpy/core/numeric.py"));
+        assert!(!f.profiles("/tmp/torchinductor_ana/kt/cktreaotpjatue3xqymqz5.py"));
         assert!(!f.profiles("<frozen importlib._bootstrap>"));
         assert!(Filter {
             all: true,

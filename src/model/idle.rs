@@ -140,7 +140,9 @@ fn outside_profiled_code(rec: &Recording, ci: usize, places: &[Place], weights: 
 /// agent, `mpirun`, `accelerate launch`, a shell or a wrapper in `subprocess.run`): a process
 /// whose main thread, while any of its descendants was alive, spent at least 90% of its
 /// sampled time waiting, *and* which either runs no Python, or started ranks of a distributed
-/// job without being one, or waited for its children to end (`Popen.wait`, `Process.join`).
+/// job without being one, or spent 90% of its whole life waiting for its children to end
+/// (`Popen.wait`, `Process.join`: a wrapper, not torch.compile waiting for g++ between its
+/// own work).
 /// A main thread that waits for data from its workers (a DataLoader, `client.gather`,
 /// `ray.get`, the wait for `torch.compile`'s compiler) is none of these: its waiting stays on
 /// its lines. The launcher's main-thread waiting samples in those stretches: (index, ns).
@@ -165,13 +167,22 @@ pub fn launcher_waits(rec: &Recording, ci: usize) -> Vec<(usize, u64)> {
     }
     let no_python = waits.iter().all(|(_, s)| s.frames.is_empty());
     let starts_ranks = channel.rank.is_none() && alive.iter().any(|a| a.ranked);
+    // Waiting for children to end, for most of its whole life: a wrapper around the job. A
+    // process that also works a good part of its life and waits for helper programs in
+    // between (torch.compile waiting for g++) keeps that waiting on its lines.
     let waits_for_ends = || {
         let ending: u64 = waits
             .iter()
             .filter(|(_, s)| waits_for_children_to_end(channel, s))
             .map(|(_, s)| s.weight_ns)
             .sum();
-        ending as f64 >= 0.5 * waited as f64
+        let life: u64 = channel
+            .samples
+            .iter()
+            .filter(|s| s.tid == channel.pid)
+            .map(|s| s.weight_ns)
+            .sum();
+        ending as f64 >= 0.5 * waited as f64 && ending as f64 >= 0.9 * life as f64
     };
     if !(no_python || starts_ranks || waits_for_ends()) {
         return Vec::new();
@@ -424,6 +435,28 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_process_that_works_and_waits_for_a_compiler_keeps_its_waiting() {
+        // torch.compile: 2 s waiting in `subprocess.run` for g++ after 1 s of its own work.
+        let mut samples: Vec<CpuSample> = (0..50).map(|i| sample(20 * i, 7, 20, false)).collect();
+        samples.extend((0..100).map(|i| sample(1000 + 20 * i, 7, 20, true)));
+        let mut rec = recording(samples);
+        rec.wall_ns = 3_000_000_000;
+        let popen = code("/usr/lib/python3.11/subprocess.py", "Popen.communicate");
+        rec.channels[0].codes.insert(2, popen);
+        for s in rec.channels[0].samples.iter_mut().filter(|s| waiting(s)) {
+            s.frames.insert(0, (2, 0));
+        }
+        let mut child = rec.channels[0].clone();
+        (child.pid, child.ppid, child.start_ns) = (9, 7, 1_000_000_000);
+        child.exit_ns = Some(3_000_000_000);
+        child.samples = (0..100)
+            .map(|i| sample(1000 + 20 * i, 9, 20, false))
+            .collect();
+        rec.channels.push(child);
+        assert!(launcher_waits(&rec, 0).is_empty());
     }
 
     #[test]

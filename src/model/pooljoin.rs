@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use mlprof_wire::sample_flags;
 
 use super::places::Place;
-use crate::recording::CpuSample;
+use crate::recording::{CpuSample, Recording};
 
 /// How far apart a native-thread event and Python-thread samples may be to be joined when
 /// only one side is known.
@@ -148,4 +148,32 @@ impl<'a> PoolJoin<'a> {
         }
         unique
     }
+}
+
+/// For a process image that runs no Python (a compiler, a shell, a tool a line started): the
+/// image of its nearest ancestor that runs Python, whose line its work is done for (the g++
+/// and cc1plus processes of `torch.compile` work for the line that compiled).
+pub fn python_ancestor(rec: &Recording, ci: usize) -> Option<usize> {
+    let me = &rec.channels[ci];
+    if me.python.is_some() {
+        return None;
+    }
+    let mut pid = me.ppid;
+    for _ in 0..64 {
+        // The newest image of that pid started before this one.
+        let parent = rec
+            .channels
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.pid == pid && c.start_ns <= me.start_ns)
+            .max_by_key(|(_, c)| c.start_ns)?;
+        if parent.1.python.is_some() {
+            return Some(parent.0);
+        }
+        if parent.1.ppid == pid {
+            return None;
+        }
+        pid = parent.1.ppid;
+    }
+    None
 }

@@ -1,6 +1,7 @@
 //! The terminal report: a summary header, the process tree, CPU by line (with the native
 //! functions under each), by function and by thread, and warnings.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 use crate::model::{Exit, Measures, Profile};
@@ -716,7 +717,16 @@ fn processes(out: &mut String, p: &Profile) {
         "CPU",
         "exit"
     );
-    for proc in &p.processes {
+    let groups = folded(p);
+    for (i, proc) in p.processes.iter().enumerate() {
+        match groups.get(&i) {
+            Some(Fold::Into) => continue,
+            Some(Fold::Head(members)) => {
+                fold_row(out, p, members, ranked);
+                continue;
+            }
+            None => {}
+        }
         let rank = match (&proc.rank, ranked) {
             (Some(r), _) => format!("{:<11.11} ", Clean(r)),
             (None, true) => format!("{:<11} ", "-"),
@@ -753,6 +763,76 @@ fn processes(out: &mut String, p: &Profile) {
             }
         );
     }
+}
+
+/// Processes of one program folded into one row of the text report.
+enum Fold {
+    /// The first of the group: the row stands for all these (indices in `processes`).
+    Head(Vec<usize>),
+    /// Folded into its group's row.
+    Into,
+}
+
+/// Programs run three times or more (a compiler's `g++`, `cc1plus`, `as`, `ld` per kernel under
+/// torch.compile, a shell's helpers) fold into one row each: by the program's file name, and
+/// for Python by its script or `-c`/`-m` argument too. Never the launched process, nor a rank.
+fn folded(p: &Profile) -> HashMap<usize, Fold> {
+    let root = p.processes.first().map(|q| q.pid);
+    let mut by_key: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, q) in p.processes.iter().enumerate() {
+        if Some(q.pid) == root || q.rank.is_some() {
+            continue;
+        }
+        let program = q
+            .command
+            .first()
+            .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+            .unwrap_or_default();
+        let argument = match q.python {
+            Some(_) => q.command.get(1).cloned().unwrap_or_default(),
+            None => String::new(),
+        };
+        by_key.entry((program, argument)).or_default().push(i);
+    }
+    let mut out = HashMap::new();
+    for members in by_key.into_values().filter(|m| m.len() >= 3) {
+        for &i in &members[1..] {
+            out.insert(i, Fold::Into);
+        }
+        out.insert(members[0], Fold::Head(members));
+    }
+    out
+}
+
+fn fold_row(out: &mut String, p: &Profile, members: &[usize], ranked: bool) {
+    let procs: Vec<&crate::model::Process> = members.iter().map(|&i| &p.processes[i]).collect();
+    let first = procs[0];
+    let failed = procs.iter().filter(|q| q.exit.code != Some(0)).count();
+    let _ = writeln!(
+        out,
+        "  {}{:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>10}  ({} processes, largest peaks) {}",
+        if ranked { "-           " } else { "" },
+        format!("x{}", procs.len()),
+        "-",
+        Clean(first.python.as_deref().unwrap_or("-")),
+        bytes(procs.iter().map(|q| q.peak_heap_bytes).max().unwrap_or(0)),
+        bytes(procs.iter().map(|q| q.peak_rss_bytes).max().unwrap_or(0)),
+        seconds(procs.iter().map(|q| q.cpu_s).sum()),
+        if failed == 0 {
+            "0".to_string()
+        } else {
+            format!("{failed} failed")
+        },
+        procs.len(),
+        if procs.iter().all(|q| q.command == first.command) {
+            Clean(&first.command.join(" ")).to_string()
+        } else {
+            format!(
+                "{} ...",
+                Clean(first.command.first().map_or("", |c| c.as_str()))
+            )
+        }
+    );
 }
 
 fn exit(e: &Exit) -> String {

@@ -29,3 +29,4 @@ mod starvation;
 mod sweep;
 mod symbolize;
 mod torch;
+mod torch_stack;
