@@ -206,11 +206,13 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
 }
 
 /// Stretches of time busy threads are counted in.
-const BUSY_BUCKET_NS: u64 = 100_000_000;
+const BUSY_BUCKET_NS: u64 = 250_000_000;
 
-/// Most threads of a process image busy at once: per 100 ms stretch, the threads whose CPU
-/// samples there add up to a quarter of it at least. Merged old samples (windows wider than a
-/// stretch) are counted in stretches of their window.
+/// Most threads of a process image busy at once: per 250 ms stretch, the threads whose CPU
+/// samples there add up to a tenth of it at least (eight threads sharing two CPUs get a
+/// quarter each), in the second busiest stretch (so that the hand-over from one pool to the
+/// next, both in one stretch, is not taken for both at once). Merged old samples (windows
+/// wider than a stretch) are counted in stretches of their window.
 fn peak_busy_threads(image: &ChannelSummary) -> u32 {
     let bucket = BUSY_BUCKET_NS.max(image.window_ns);
     let mut cpu: HashMap<(u64, u32), u64> = HashMap::new();
@@ -223,11 +225,13 @@ fn peak_busy_threads(image: &ChannelSummary) -> u32 {
     }
     let mut busy: HashMap<u64, u32> = HashMap::new();
     for ((b, _), ns) in cpu {
-        if ns >= bucket / 4 {
+        if ns >= bucket / 10 {
             *busy.entry(b).or_default() += 1;
         }
     }
-    busy.into_values().max().unwrap_or(0)
+    let mut counts: Vec<u32> = busy.into_values().collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts.get(1).copied().unwrap_or(0)
 }
 
 /// Tree peak: each process's exact peak, or the highest sampled sum when several processes

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use mlprof_wire::sample_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
+use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD, OUTSIDE};
 use super::profile::ThreadStats;
 use crate::recording::maps::{code_class, find_mapping, CodeClass, MappedFile};
 use crate::recording::{CpuSample, Recording};
@@ -49,6 +49,7 @@ pub fn add(
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
+        attribute_helper_threads(&channel.samples, channel.pid, &mut placed);
         // A program without Python started by a Python line works for that line.
         if let Some(ai) = super::pooljoin::python_ancestor(rec, ci) {
             let join =
@@ -169,6 +170,24 @@ fn called_from_native(sample: &CpuSample, maps: &[MappedFile]) -> bool {
 /// belongs to the product before each); and a pool thread busy just after the wait (the short
 /// collective call after a sleep, too short to be sampled) joins the line after it, not the
 /// sleep.
+/// CPU samples of a library's own Python threads (no frame of the user's code on their stack:
+/// scikit-learn's k-means threads, a prefetching thread) work for the line the main thread is
+/// on, as a native pool's do; they no longer go to `<outside profiled code>`. Their waiting
+/// stays off the lines (`idle`).
+fn attribute_helper_threads(samples: &[CpuSample], pid: u32, placed: &mut [Place]) {
+    let join = super::pooljoin::PoolJoin::new(samples, placed);
+    let moves: Vec<(usize, usize)> = (0..samples.len())
+        .filter(|&i| {
+            let s = &samples[i];
+            placed[i].file == OUTSIDE && s.tid != pid && s.flags & sample_flags::WAITING == 0
+        })
+        .filter_map(|i| Some((i, join.at(samples[i].t_ns)?)))
+        .collect();
+    for (i, j) in moves {
+        placed[i] = placed[j].clone();
+    }
+}
+
 fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
     let join = super::pooljoin::PoolJoin::new(samples, placed);
     let moves: Vec<(usize, usize)> = (0..samples.len())

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use mlprof_wire::sample_flags;
 
-use super::places::Place;
+use super::places::{Place, OUTSIDE};
 use crate::recording::{CpuSample, Recording};
 
 /// How far apart a native-thread event and Python-thread samples may be to be joined when
@@ -43,10 +43,11 @@ impl<'a> PoolJoin<'a> {
     /// From a process's samples and where each was placed by its own frames.
     pub fn new(samples: &[CpuSample], placed: &'a [Place]) -> PoolJoin<'a> {
         let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
+        // Samples with no user frame (a library's own threads) say nothing of the user's line.
         let mut python: Vec<(u64, usize)> = samples
             .iter()
             .enumerate()
-            .filter(|(_, s)| !s.frames.is_empty() && !timed(s))
+            .filter(|&(i, s)| !s.frames.is_empty() && !timed(s) && placed[i].file != OUTSIDE)
             .map(|(i, s)| (s.t_ns, i))
             .collect();
         python.sort_unstable();

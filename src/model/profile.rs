@@ -335,8 +335,8 @@ pub struct Process {
     /// launcher: torchrun's agent, `mpirun`, a parent in `join`); not charged to its lines.
     #[serde(default)]
     pub waiting_for_children_s: f64,
-    /// Most of its threads busy at once: in the 100 ms stretch where the most threads each
-    /// used at least a quarter of a CPU (0 in older profiles).
+    /// Most of its threads busy at once: threads with a tenth of a CPU at least in one
+    /// 250 ms stretch, in the second busiest stretch (0 in older profiles).
     #[serde(default)]
     pub peak_busy_threads: u32,
     /// The rank it ran as (`rank N`, from its environment: `RANK`, `SLURM_PROCID`, ...); in a

@@ -334,15 +334,36 @@ fn helper_threads_idle_while_the_main_thread_computes_stay_off_the_lines_unless_
 
 #[test]
 fn busy_threads_are_counted_at_once_not_over_the_run() {
-    // Four pool threads busy in 0-0.5 s, four others in 0.5-1 s: four at once, not eight.
-    let mut b = RecordingBuilder::new(1_000).code(1, "/w/train.py", "main", 1, &[1, 2]);
+    // Four pool threads busy in 0-1 s, four others in 1-2 s: four at once, not eight.
+    let mut b = RecordingBuilder::new(2_000).code(1, "/w/train.py", "main", 1, &[1, 2]);
     for tid in 0..8u32 {
-        let from = if tid < 4 { 0 } else { 500 };
-        for i in 0..50 {
+        let from = if tid < 4 { 0 } else { 1_000 };
+        for i in 0..100 {
             b = b.cpu(from + 10 * i, PID + 1 + tid, IN_BLAS, 10, &[]);
         }
     }
     let p = profile(&b.build());
     let main = p.processes.iter().find(|q| q.pid == PID).unwrap();
     assert_eq!(main.peak_busy_threads, 4);
+}
+
+#[test]
+fn a_librarys_own_python_threads_work_for_the_main_threads_line() {
+    // A helper thread whose stack holds library frames only (scikit-learn's k-means threads)
+    // computes while the main thread is at train.py line 2: its CPU is that line's, not
+    // <outside profiled code>. A helper computing long after the main thread left stays out.
+    let lib = "/venv/lib/python3.10/site-packages/lib/pool.py";
+    let rec = RecordingBuilder::new(1_000)
+        .code(1, "/w/train.py", "main", 1, &[1, 2])
+        .code(2, lib, "worker", 10, &[10, 11])
+        .cpu(10, PID, IN_PYTHON, 10, &[(1, 1)])
+        .cpu(20, PID, IN_PYTHON, 10, &[(1, 1)])
+        .cpu(15, PID + 1, IN_BLAS, 30, &[(2, 0)])
+        .cpu(900, PID + 1, IN_BLAS, 20, &[(2, 0)])
+        .build();
+    let p = profile(&rec);
+    let user = &line(&p, "/w/train.py", 2).measures;
+    assert!(close(user.cpu_native_s, 0.03), "{user:?}");
+    let outside = &line(&p, "<outside profiled code>", 0).measures;
+    assert!(close(outside.cpu_native_s, 0.02), "{outside:?}");
 }
