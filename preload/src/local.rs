@@ -38,6 +38,9 @@ pub struct Local {
     pub short_waits: Cell<u64>,
     /// The base of this thread's signal stack of ours (guard page included; 0: none).
     pub altstack: Cell<u64>,
+    /// The thread's kernel CPU time (ns) and page faults at its last sample.
+    pub last_kernel_ns: Cell<u64>,
+    pub last_faults: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);

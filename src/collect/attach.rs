@@ -197,6 +197,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                     },
                     frames: stack,
                     caller: 0,
+                    fault_ns: 0,
                 });
             } else if !stack.is_empty() {
                 decoded.push_waiting(CpuSample {
@@ -207,6 +208,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                     flags: sample_flags::WAITING,
                     frames: stack,
                     caller: 0,
+                    fault_ns: 0,
                 });
             }
         }

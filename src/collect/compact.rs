@@ -186,6 +186,7 @@ mod tests {
             flags: 0,
             frames,
             caller: 0,
+            fault_ns: 0,
         }
     }
 

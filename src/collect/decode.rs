@@ -248,6 +248,7 @@ impl Decoded {
                 flags: sample_flags::WAITED | sample_flags::WAITING,
                 frames: wait.frames,
                 caller: 0,
+                fault_ns: 0,
             });
         }
     }
@@ -477,10 +478,16 @@ impl Decoder {
         // WAITING is the collector's own flag: a channel that sends it is not believed. A
         // timed wait (WAITED) is off-CPU time, so it is WAITING too, and lasted no longer
         // than the run so far.
-        let caller = if s.flags & sample_flags::WAITED != 0 {
-            0
+        let (caller, s) = if s.flags & sample_flags::WAITED != 0 {
+            (
+                0,
+                mlprof_wire::Sample {
+                    fault_share: 0,
+                    ..s
+                },
+            )
         } else {
-            s.caller
+            (s.caller, s)
         };
         let (weight_ns, flags, ip) = if s.flags & sample_flags::WAITED != 0 {
             if s.weight_ns > MAX_WAIT_NS {
@@ -503,6 +510,7 @@ impl Decoder {
             flags,
             frames: Vec::with_capacity(depth),
             caller,
+            fault_ns: (weight_ns as u128 * u128::from(s.fault_share.min(10_000)) / 10_000) as u64,
         };
         self.pending = Pending::Sample {
             sample,
@@ -816,6 +824,7 @@ mod tests {
                     flags: sample_flags::WAITING,
                     frames: stack(line),
                     caller: 0,
+                    fault_ns: 0,
                 });
                 pushed += 1;
             }
@@ -996,6 +1005,7 @@ mod tests {
             flags: sample_flags::WAITED | flags,
             tstate: 0,
             caller: 0,
+            fault_share: 0,
         };
         let at = [(3u32, 12i32), (3, 40)];
         // Two timed waits of 300 ms at one line, in one merge window: one sample of 600 ms.
@@ -1042,6 +1052,7 @@ mod tests {
                 flags: sample_flags::WAITING,
                 frames: vec![(3, 60)],
                 caller: 0,
+                fault_ns: 0,
             });
         }
         d.out.clocks.insert(

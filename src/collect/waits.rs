@@ -198,6 +198,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             flags: sample_flags::WAITING,
             frames,
             caller: 0,
+            fault_ns: 0,
         });
     }
 }

@@ -83,6 +83,15 @@ pub fn add(
             let acc = places.entry(place.clone()).or_default();
             let python_thread = !sample.frames.is_empty();
             gpu.observe(channel.pid, sample.t_ns, weight, &place, python_thread, acc);
+            // The kernel's time on the thread's page faults is system time (a copy into fresh
+            // memory), the rest of a CPU sample Python or native by its instruction.
+            let faults = match kind {
+                Time::Waiting => 0,
+                _ => sample.fault_ns.min(sample.weight_ns),
+            };
+            acc.system_ns += faults;
+            thread.cpu_system_s += faults as f64 / 1e9;
+            let cpu = sample.weight_ns - faults;
             match kind {
                 Time::Waiting => {
                     acc.system_ns += weight;
@@ -92,13 +101,13 @@ pub fn add(
                     thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
                 }
                 Time::Python => {
-                    acc.python_ns += sample.weight_ns;
-                    thread.cpu_python_s += sample.weight_ns as f64 / 1e9;
+                    acc.python_ns += cpu;
+                    thread.cpu_python_s += cpu as f64 / 1e9;
                 }
                 Time::Native(symbol, library) => {
-                    acc.native_ns += sample.weight_ns;
-                    thread.cpu_native_s += sample.weight_ns as f64 / 1e9;
-                    *acc.natives.entry((symbol, library)).or_default() += sample.weight_ns;
+                    acc.native_ns += cpu;
+                    thread.cpu_native_s += cpu as f64 / 1e9;
+                    *acc.natives.entry((symbol, library)).or_default() += cpu;
                 }
             }
         }

@@ -97,6 +97,11 @@ pub fn build(
                 }
                 continue;
             }
+            let faults = s.fault_ns.min(weight);
+            let secs = (weight - faults) as f64 / 1e9;
+            if faults > 0 {
+                t.stack(&mut lines, &s.frames, None).cpu_system_s += faults as f64 / 1e9;
+            }
             match natives.get(&(ci, s.ip)) {
                 named if super::cpu::python_time(s, channel.pid, named, &channel.maps) => {
                     t.stack(&mut lines, &s.frames, None).cpu_python_s += secs;

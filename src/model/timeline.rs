@@ -38,14 +38,14 @@ pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<
                 continue;
             };
             let secs = weight as f64 / 1e9;
+            let faults = s.fault_ns.min(weight) as f64 / 1e9;
             if s.flags & sample_flags::WAITING != 0 {
                 b.system_s += secs;
-            } else if super::cpu::python_time(
-                s,
-                channel.pid,
-                natives.get(&(ci, s.ip)),
-                &channel.maps,
-            ) {
+                continue;
+            }
+            b.system_s += faults;
+            let secs = secs - faults;
+            if super::cpu::python_time(s, channel.pid, natives.get(&(ci, s.ip)), &channel.maps) {
                 b.python_s += secs;
             } else {
                 b.native_s += secs;

@@ -92,6 +92,7 @@ impl RecordingBuilder {
             flags: 0,
             frames: frames.to_vec(),
             caller: 0,
+            fault_ns: 0,
         });
         self
     }
@@ -106,6 +107,7 @@ impl RecordingBuilder {
             flags: mlprof_wire::sample_flags::WAITING,
             frames: frames.to_vec(),
             caller: 0,
+            fault_ns: 0,
         });
         self
     }

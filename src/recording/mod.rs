@@ -369,6 +369,8 @@ pub struct CpuSample {
     pub frames: Vec<(u32, i32)>,
     /// For a sample in libc or libm: the return address into their caller (0: none).
     pub caller: u64,
+    /// Part of `weight_ns` the kernel spent on the thread's page faults (system time).
+    pub fault_ns: u64,
 }
 
 /// A sampled allocation.

@@ -201,10 +201,13 @@ pub struct Sample {
     pub ip: u64,
     /// CPU nanoseconds this sample stands for.
     pub weight_ns: u64,
-    /// Python frames that follow (innermost first).
+    /// Python frames that follow (innermost first; at most 65535 on the wire).
     pub depth: u32,
     /// [`sample_flags`].
     pub flags: u32,
+    /// Share of `weight_ns` the kernel spent on the thread's page faults, in 1/10000 (0: none
+    /// seen, or not measured).
+    pub fault_share: u16,
     /// The thread's `PyThreadState` address (0 if none).
     pub tstate: u64,
     /// When the sample is in libc or libm: the return address into their caller (0: none
@@ -365,7 +368,9 @@ impl Record {
 
     /// A [`Kind::Sample`] record.
     pub fn sample(tid: u32, ts_ns: u64, s: Sample) -> Record {
-        let c = s.depth as u64 | (s.flags as u64) << 32;
+        let c = u64::from(s.depth.min(0xffff) as u16)
+            | u64::from(s.fault_share) << 16
+            | (s.flags as u64) << 32;
         Record::with(
             Kind::Sample,
             tid,
@@ -380,8 +385,9 @@ impl Record {
         Some(Sample {
             ip: a,
             weight_ns: b,
-            depth: c as u32,
+            depth: u32::from(c as u16),
             flags: (c >> 32) as u32,
+            fault_share: (c >> 16) as u16,
             tstate: d,
             caller: e,
         })
@@ -595,8 +601,9 @@ mod tests {
         let sample = Sample {
             ip: u64::MAX,
             weight_ns: 1 << 40,
-            depth: u32::MAX,
+            depth: 0xffff,
             flags: sample_flags::TRUNCATED | sample_flags::NO_PYTHON,
+            fault_share: 10_000,
             tstate: 0x7fff_0000_1000,
             caller: u64::MAX,
         };
@@ -688,9 +695,13 @@ mod tests {
                 flags: 4,
                 tstate: 50,
                 caller: 60,
+                fault_share: 7,
             },
         );
-        assert_eq!([r.a, r.b, r.c, r.d, r.e], [10, 20, 3 | 4 << 32, 50, 60]);
+        assert_eq!(
+            [r.a, r.b, r.c, r.d, r.e],
+            [10, 20, 3 | 7 << 16 | 4 << 32, 50, 60]
+        );
         let r = Record::alloc(
             1,
             2,

@@ -91,6 +91,7 @@ pub extern "C" fn mlprof_wait_end(since: u64) {
                 flags: stack.flags | sample_flags::WAITED,
                 tstate: stack.tstate as u64,
                 caller: 0,
+                fault_share: 0,
             };
             Record::sample(tid, ts_ns, sample)
         });

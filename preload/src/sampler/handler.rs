@@ -54,8 +54,10 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         crate::local::with(|l| l.taken.set(l.taken.get().wrapping_add(1)));
         let (ip, weight) = (instruction_pointer(context), timer::cpu_since_last_sample());
         let sp = stack_pointer(context);
+        let faults = timer::fault_share(weight);
         super::altstack::run_on_ours(&mut || {
-            sample(ip, weight, super::caller::of(ip, sp));
+            let faults = if after_syscall(ip) { 0 } else { faults };
+            sample(ip, weight, super::caller::of(ip, sp), faults);
         });
         timer::rearm();
     } else {
@@ -66,7 +68,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
 
 /// Record one sample of the calling thread (`caller`: the return address into whoever called
 /// libc or libm, when the sample is in one of them; else 0).
-fn sample(ip: usize, weight_ns: u64, caller: u64) {
+fn sample(ip: usize, weight_ns: u64, caller: u64, fault_share: u16) {
     stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
         let sample = Sample {
             ip: ip as u64,
@@ -75,6 +77,7 @@ fn sample(ip: usize, weight_ns: u64, caller: u64) {
             flags: stack.flags,
             tstate: stack.tstate as u64,
             caller,
+            fault_share,
         };
         Record::sample(tid, ts_ns, sample)
     });
@@ -100,6 +103,24 @@ fn instruction_pointer(context: *mut libc::c_void) -> usize {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         0
+    }
+}
+
+/// Whether the thread was interrupted right after a system call instruction (its kernel time
+/// then is the call's). Read through the kernel; false when unreadable.
+fn after_syscall(ip: usize) -> bool {
+    use mlprof_pyframes::Memory;
+    if ip < 4 || !crate::python::read::checked() {
+        return false;
+    }
+    let mut b = [0u8; 4];
+    if crate::python::read::Direct.bytes(ip - 4, &mut b).is_none() {
+        return false;
+    }
+    if cfg!(target_arch = "aarch64") {
+        u32::from_le_bytes(b) & 0xffe0_001f == 0xd400_0001 // svc #imm
+    } else {
+        b[2..] == [0x0f, 0x05] // syscall
     }
 }
 

@@ -66,6 +66,7 @@ pub fn arm_this_thread() {
             .set(0x9E37_79B9_7F4A_7C15 ^ (tid as u64) << 17 | 1);
         l.last_cpu_ns.set(thread_cpu_ns());
     });
+    fault_share(0);
     rearm();
 }
 
@@ -106,6 +107,31 @@ pub fn rearm() -> u64 {
 pub fn cpu_since_last_sample() -> u64 {
     let now = thread_cpu_ns();
     crate::local::with(|l| now.saturating_sub(l.last_cpu_ns.replace(now)))
+}
+
+/// The share (1/10000) of a sample of `weight_ns` that the kernel spent on this thread's page
+/// faults since its previous sample: its kernel time then, when page faults happened and the
+/// thread did not come back from a system call (whose kernel time is the call's, counted with
+/// the code that made it as before). One `getrusage(RUSAGE_THREAD)`; async-signal-safe.
+pub fn fault_share(weight_ns: u64) -> u16 {
+    // SAFETY: rusage is plain data.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid out-pointer; getrusage is a plain system call.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    let kernel = ru.ru_stime.tv_sec as u64 * 1_000_000_000 + ru.ru_stime.tv_usec as u64 * 1000;
+    let faults = (ru.ru_minflt + ru.ru_majflt) as u64;
+    let (kernel_delta, faults_delta) = crate::local::with(|l| {
+        (
+            kernel.saturating_sub(l.last_kernel_ns.replace(kernel)),
+            faults.saturating_sub(l.last_faults.replace(faults)),
+        )
+    });
+    if faults_delta == 0 || weight_ns == 0 {
+        return 0;
+    }
+    (kernel_delta.min(weight_ns) * 10_000 / weight_ns) as u16
 }
 
 /// The calling thread's CPU time (user + system) in nanoseconds.
