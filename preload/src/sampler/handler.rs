@@ -56,7 +56,11 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         let sp = stack_pointer(context);
         let faults = timer::fault_share(weight);
         super::altstack::run_on_ours(&mut || {
-            let faults = if after_syscall(ip) { 0 } else { faults };
+            let faults = if faults > 0 && after_syscall(ip) {
+                0
+            } else {
+                faults
+            };
             sample(ip, weight, super::caller::of(ip, sp), faults);
         });
         timer::rearm();
