@@ -39,6 +39,19 @@ fn numpys_memcpy_in_a_copy_is_native_time() {
             py.minor,
             l.measures.native
         );
+        // Its page faults are system time: the kernel time of the loop, within the sampling
+        // error of a few hundred samples (and the kernel time of `del`, a system call).
+        let kernel = crate::starvation::printed(&run.output.stderr, "kernel");
+        eprintln!(
+            "{}: copy line system {:.2} s, the loop's kernel time {kernel:.2} s",
+            py.minor, l.measures.cpu_system_s
+        );
+        assert!(
+            (l.measures.cpu_system_s - kernel).abs() <= 0.35 * kernel + 0.05,
+            "{}: page faults on the copy line {:.2} s, the loop's kernel time {kernel:.2} s",
+            py.minor,
+            l.measures.cpu_system_s
+        );
     }
 }
 
