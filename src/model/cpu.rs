@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use mlprof_wire::sample_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD, OUTSIDE};
+use super::places::{place_of, Acc, Lines, Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
 use super::profile::ThreadStats;
 use crate::recording::maps::{code_class, find_mapping, CodeClass, MappedFile};
 use crate::recording::{CpuSample, Recording};
@@ -50,13 +50,19 @@ pub fn add(
         let mut placed = sample_places[ci].clone();
         attribute_native_threads(&channel.samples, &mut placed);
         attribute_helper_threads(&channel.samples, channel.pid, &mut placed);
-        // A program without Python started by a Python line works for that line.
+        // A child a Python line started works for that line where it runs none of the
+        // user's code: a program without Python (g++), a Python child starting up or running
+        // library code only (torch.compile's compile workers).
         if let Some(ai) = super::pooljoin::python_ancestor(rec, ci) {
             let join =
                 super::pooljoin::PoolJoin::new(&rec.channels[ai].samples, &sample_places[ai]);
             for (sample, place) in channel.samples.iter().zip(placed.iter_mut()) {
-                if let Some(j) = join.at(sample.t_ns) {
-                    *place = sample_places[ai][j].clone();
+                let outside = [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str())
+                    && sample.flags & sample_flags::WAITING == 0;
+                if channel.python.is_none() || outside {
+                    if let Some(j) = join.at(sample.t_ns) {
+                        *place = sample_places[ai][j].clone();
+                    }
                 }
             }
         }

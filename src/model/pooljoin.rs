@@ -151,12 +151,13 @@ impl<'a> PoolJoin<'a> {
     }
 }
 
-/// For a process image that runs no Python (a compiler, a shell, a tool a line started): the
-/// image of its nearest ancestor that runs Python, whose line its work is done for (the g++
-/// and cc1plus processes of `torch.compile` work for the line that compiled).
+/// The image of the nearest ancestor of image `ci` that runs Python: the line it was on is
+/// what a child's work outside any user code is done for (the g++ and cc1plus processes of
+/// `torch.compile`, its Python compile workers starting up). None for a rank of a distributed
+/// job, which is a job of its own.
 pub fn python_ancestor(rec: &Recording, ci: usize) -> Option<usize> {
     let me = &rec.channels[ci];
-    if me.python.is_some() {
+    if me.rank.is_some() {
         return None;
     }
     let mut pid = me.ppid;

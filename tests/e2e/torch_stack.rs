@@ -90,8 +90,9 @@ fn torch_compile_is_the_cost_of_the_line_that_compiled() {
         "the compile line holds the compilers' CPU: {:.2} s of {compilers:.2} s",
         cpu(compile)
     );
+    // What is left there is the interpreter's own start-up and shutdown (torch's teardown).
     assert!(
-        startup <= 0.25 * compilers,
+        startup <= 0.25 * cpu(compile),
         "not on start-up and shutdown: {startup:.2} s"
     );
     let main = &p.processes[0];
