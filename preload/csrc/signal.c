@@ -21,6 +21,8 @@ extern int __sigaction(int, const struct sigaction *, struct sigaction *);
 static sigaction_fn real_sigaction;
 /* Notes the receipt of a signal (set by the Rust side once the channel exists). */
 static void (*note)(int);
+/* Takes the program's SIGPROF disposition while mlprof samples (returns 1 when it did). */
+static int (*sigprof_user)(const struct sigaction *, struct sigaction *);
 /* The user's handler (sa_handler or sa_sigaction) and whether it takes siginfo, by signal. */
 static void *user_handler[32];
 static int user_siginfo[32];
@@ -31,9 +33,11 @@ static int forwarded(int sig) {
 }
 
 /* Load time: the real sigaction, and the function that notes a receipt. */
-HIDDEN void mlprof_signals_init(void (*note_fn)(int)) {
+HIDDEN void mlprof_signals_init(void (*note_fn)(int),
+                                int (*sigprof_fn)(const struct sigaction *, struct sigaction *)) {
     __atomic_store_n(&real_sigaction, (sigaction_fn)dlsym(RTLD_NEXT, "sigaction"), __ATOMIC_RELEASE);
     __atomic_store_n(&note, note_fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&sigprof_user, sigprof_fn, __ATOMIC_RELEASE);
 }
 
 static void wrapper(int sig, siginfo_t *info, void *context) {
@@ -58,6 +62,12 @@ HIDDEN int mlprof_sigaction(int sig, const struct sigaction *act, struct sigacti
     struct sigaction mine;
     void *previous, *handler;
     int previous_siginfo, r;
+    int (*prof)(const struct sigaction *, struct sigaction *) =
+        __atomic_load_n(&sigprof_user, __ATOMIC_ACQUIRE);
+    /* SIGPROF carries mlprof's samples: the program's handler (or SIG_DFL, SIG_IGN) is kept
+     * to chain to, and reported back, while ours stays installed. */
+    if (sig == SIGPROF && prof && prof(act, old))
+        return 0;
     if (sig <= 0 || sig >= 32 || !forwarded(sig) || !__atomic_load_n(&note, __ATOMIC_ACQUIRE))
         return call_real(sig, act, old);
     previous = __atomic_load_n(&user_handler[sig], __ATOMIC_ACQUIRE);

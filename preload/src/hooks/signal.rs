@@ -9,15 +9,20 @@ use crate::{channel, clock};
 
 #[cfg(not(test))]
 extern "C" {
-    fn mlprof_signals_init(note: extern "C" fn(libc::c_int));
+    fn mlprof_signals_init(
+        note: extern "C" fn(libc::c_int),
+        sigprof: extern "C" fn(*const libc::sigaction, *mut libc::sigaction) -> libc::c_int,
+    );
 }
 
-/// Start noting receipts (load time, once the channel exists).
+/// Start noting receipts, and keeping the program's SIGPROF disposition beside our handler
+/// (load time, once the channel exists).
 pub fn init() {
     #[cfg(not(test))]
-    // SAFETY: a C function of this library; `note` is async-signal-safe and never unwinds.
+    // SAFETY: a C function of this library; the callbacks are async-signal-safe and never
+    // unwind.
     unsafe {
-        mlprof_signals_init(note)
+        mlprof_signals_init(note, crate::sampler::handler::program_sigprof)
     };
 }
 

@@ -15,6 +15,42 @@ static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 
 static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
+/// The program sets SIGPROF's disposition (`sigaction`, through our hook): while we sample, our
+/// handler stays installed and the program's (a handler, `SIG_DFL`, `SIG_IGN`) becomes the one
+/// chained to for SIGPROFs that are not ours (its own `setitimer`, a `kill`); what it asks for
+/// the previous disposition is its own. Returns 1 when it took the call, 0 to let it through
+/// (not sampling). A program that resets SIGPROF to its default used to be killed by our next
+/// timer signal.
+pub extern "C" fn program_sigprof(
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if !INSTALLED.load(Ordering::Relaxed) || timer::mean_interval() == 0 {
+        return 0;
+    }
+    // `act` and `old` may be the same struct: read it first.
+    // SAFETY: the caller's pointers, valid for a sigaction when not null.
+    let new = (!act.is_null()).then(|| unsafe { *act });
+    if !old.is_null() {
+        // SAFETY: as above; zeroed is a valid sigaction, filled with the program's own.
+        unsafe {
+            let mut mine: libc::sigaction = core::mem::zeroed();
+            mine.sa_sigaction = PREVIOUS_HANDLER.load(Ordering::Relaxed);
+            mine.sa_flags = PREVIOUS_FLAGS.load(Ordering::Relaxed) as libc::c_int;
+            libc::sigemptyset(&mut mine.sa_mask);
+            *old = mine;
+        }
+    }
+    if let Some(new) = new {
+        PREVIOUS_HANDLER.store(new.sa_sigaction, Ordering::Relaxed);
+        PREVIOUS_FLAGS.store(new.sa_flags as usize, Ordering::Relaxed);
+    }
+    1
+}
+
+/// Whether our handler is installed.
+static INSTALLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// Install the handler (once, at load time), remembering the previous one for chaining.
 pub fn install() -> bool {
     // SAFETY: sigaction is plain data; zeroed then filled.
@@ -34,6 +70,7 @@ pub fn install() -> bool {
     if ok {
         PREVIOUS_HANDLER.store(old.sa_sigaction, Ordering::Relaxed);
         PREVIOUS_FLAGS.store(old.sa_flags as usize, Ordering::Relaxed);
+        INSTALLED.store(true, Ordering::Relaxed);
     }
     ok
 }

@@ -300,3 +300,23 @@ fn threads_ended_by_pthread_exit_leave_no_cpu_timer_behind() {
         run.profile();
     }
 }
+
+#[test]
+fn a_program_that_resets_handles_or_ignores_sigprof_runs_as_without_mlprof() {
+    // `same_behaviour` compares exit status and output with a run without mlprof.
+    each_python("sigprof_owner.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(
+            out.contains("own handler kept: True calls >= 30: True") && out.contains("done True"),
+            "{}: {out}",
+            py.minor
+        );
+        let p = run.profile();
+        assert!(
+            p.cpu_samples >= 20,
+            "{}: sampled all along: {}",
+            py.minor,
+            p.cpu_samples
+        );
+    });
+}
