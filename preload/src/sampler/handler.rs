@@ -89,8 +89,7 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
         timer::disarm_this_thread();
     } else if ours {
         crate::local::with(|l| l.taken.set(l.taken.get().wrapping_add(1)));
-        let (ip, weight) = (instruction_pointer(context), timer::cpu_since_last_sample());
-        let sp = stack_pointer(context);
+        let ((ip, sp), weight) = (interrupted(context), timer::cpu_since_last_sample());
         let faults = timer::fault_share(weight);
         super::altstack::run_on_ours(&mut || {
             let faults = if faults > 0 && after_syscall(ip) {
@@ -124,26 +123,29 @@ fn sample(ip: usize, weight_ns: u64, caller: u64, fault_share: u16) {
     });
 }
 
-fn instruction_pointer(context: *mut libc::c_void) -> usize {
+/// The interrupted instruction and stack pointers (0, 0 without a context).
+fn interrupted(context: *mut libc::c_void) -> (usize, usize) {
     if context.is_null() {
-        return 0;
+        return (0, 0);
     }
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: for SA_SIGINFO handlers the third argument is the interrupted ucontext.
-        unsafe {
-            (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize]
-                as usize
-        }
+        let regs = unsafe { &(*(context as *const libc::ucontext_t)).uc_mcontext.gregs };
+        (
+            regs[libc::REG_RIP as usize] as usize,
+            regs[libc::REG_RSP as usize] as usize,
+        )
     }
     #[cfg(target_arch = "aarch64")]
     {
         // SAFETY: as above.
-        unsafe { (*(context as *const libc::ucontext_t)).uc_mcontext.pc as usize }
+        let m = unsafe { &(*(context as *const libc::ucontext_t)).uc_mcontext };
+        (m.pc as usize, m.sp as usize)
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        0
+        (0, 0)
     }
 }
 
@@ -162,29 +164,6 @@ fn after_syscall(ip: usize) -> bool {
         u32::from_le_bytes(b) & 0xffe0_001f == 0xd400_0001 // svc #imm
     } else {
         b[2..] == [0x0f, 0x05] // syscall
-    }
-}
-
-fn stack_pointer(context: *mut libc::c_void) -> usize {
-    if context.is_null() {
-        return 0;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: for SA_SIGINFO handlers the third argument is the interrupted ucontext.
-        unsafe {
-            (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RSP as usize]
-                as usize
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: as above.
-        unsafe { (*(context as *const libc::ucontext_t)).uc_mcontext.sp as usize }
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        0
     }
 }
 
