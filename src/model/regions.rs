@@ -232,6 +232,14 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         channels.push(child);
     }
     let pids: Vec<u32> = channels.iter().map(|c| c.pid).collect();
+    // A tick's heap is every live process's: with a process outside the region alive
+    // meanwhile (pytest-xdist's other worker running its own test), it is not the region's,
+    // and taken as the region's peak instant it left a fork child's 100 MiB line out of the
+    // region's lines. Then only the processes' own peaks say when the region peaked.
+    let outsiders = rec
+        .channels
+        .iter()
+        .any(|c| !pids.contains(&c.pid) && c.start_ns <= to && c.exit_ns.is_none_or(|e| e >= from));
     let cpu_ns: u64 = channels
         .iter()
         .flat_map(|c| &c.samples)
@@ -259,14 +267,17 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
             .copied()
             .collect(),
         // The tree's heap above the region's begin (its own process's, which is what the
-        // region's figures are; RSS stays whole).
+        // region's figures are; RSS stays whole), or none when it is not the region's.
         ticks: rec
             .ticks
             .iter()
             .filter(|t| t.t_ns >= from && t.t_ns <= to)
             .map(|t| Tick {
                 t_ns: t.t_ns.saturating_sub(from),
-                heap_bytes: t.heap_bytes.saturating_sub(span.heap_begin.max(0) as u64),
+                heap_bytes: match outsiders {
+                    true => 0,
+                    false => t.heap_bytes.saturating_sub(span.heap_begin.max(0) as u64),
+                },
                 ..*t
             })
             .collect(),
@@ -307,5 +318,80 @@ fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),
         ..c.without_events()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::build::{RecordingBuilder, PID};
+
+    const MS: u64 = 1_000_000;
+    const MB: u64 = 1 << 20;
+
+    /// A test (region) whose fork child allocated 100 MiB, while another process outside the
+    /// test (xdist's other worker) held 150 MiB a moment before: the child's line is what the
+    /// test held at its peak.
+    #[test]
+    fn a_fork_childs_line_is_held_at_the_regions_peak_whatever_other_processes_held() {
+        let mut rec = RecordingBuilder::new(1_000)
+            .code(1, "/w/test_x.py", "child", 10, &[10, 11])
+            .build();
+        let codes = rec.channels[0].codes.clone();
+        rec.channels[0].regions.push(RegionSpan {
+            id: 1,
+            name: "test_x.py::test_fork".into(),
+            tid: PID,
+            begin_ns: 100 * MS,
+            end_ns: Some(600 * MS),
+            heap_begin: (10 * MB) as i64,
+            heap_end: Some((10 * MB) as i64),
+            peak: (10 * MB + 40_000) as i64,
+            peak_marks: Vec::new(),
+            report: 1,
+        });
+        let child = ChannelSummary {
+            pid: PID + 1,
+            ppid: PID,
+            start_ns: 200 * MS,
+            exit_code: Some(0),
+            exit_ns: Some(400 * MS),
+            python: rec.channels[0].python.clone(),
+            forked: true,
+            inherited_heap: 10 * MB,
+            heap_peak: (110 * MB) as i64,
+            codes,
+            allocs: vec![crate::recording::AllocSample {
+                t_ns: 250 * MS,
+                tid: PID + 1,
+                addr: 0x1000,
+                size: 100 * MB,
+                weight: 100 * MB,
+                flags: 0,
+                frames: vec![(1, 1)],
+                freed_ns: Some(350 * MS),
+            }],
+            peak_marks: vec![(251 * MS, 110 * MB)],
+            ..ChannelSummary::default()
+        };
+        let outsider = ChannelSummary {
+            pid: 200,
+            ppid: 1,
+            start_ns: 0,
+            ..ChannelSummary::default()
+        };
+        rec.channels.extend([child, outsider]);
+        for (t_ms, heap) in [(150, 160 * MB), (300, 130 * MB)] {
+            rec.ticks.push(Tick {
+                t_ns: t_ms * MS,
+                heap_bytes: heap,
+                ..Tick::default()
+            });
+        }
+        let span = rec.channels[0].regions[0].clone();
+        let r = summary(&rec, 0, &span, &NativeNames::default(), &Filter::default());
+        assert_eq!(r.children_peak_bytes, 100 * MB);
+        let held: Vec<(u32, u64)> = r.held_at_peak.iter().map(|l| (l.line, l.bytes)).collect();
+        assert_eq!(held, vec![(11, 100 * MB)], "{r:?}");
     }
 }
