@@ -10,12 +10,17 @@
  * library may be on the stack then (the note itself returns before the handler runs). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef int (*sigmask_fn)(int, const sigset_t *, sigset_t *);
 extern int __sigaction(int, const struct sigaction *, struct sigaction *);
 
 static sigaction_fn real_sigaction;
@@ -23,6 +28,9 @@ static sigaction_fn real_sigaction;
 static void (*note)(int);
 /* Takes the program's SIGPROF disposition while mlprof samples (returns 1 when it did). */
 static int (*sigprof_user)(const struct sigaction *, struct sigaction *);
+static sigmask_fn real_sigprocmask, real_pthread_sigmask;
+/* Notes that this thread now blocks SIGPROF (1) or not (0). */
+static void (*sigprof_masked)(int);
 /* The user's handler (sa_handler or sa_sigaction) and whether it takes siginfo, by signal. */
 static void *user_handler[32];
 static int user_siginfo[32];
@@ -34,8 +42,13 @@ static int forwarded(int sig) {
 
 /* Load time: the real sigaction, and the function that notes a receipt. */
 HIDDEN void mlprof_signals_init(void (*note_fn)(int),
-                                int (*sigprof_fn)(const struct sigaction *, struct sigaction *)) {
+                                int (*sigprof_fn)(const struct sigaction *, struct sigaction *),
+                                void (*masked_fn)(int)) {
     __atomic_store_n(&real_sigaction, (sigaction_fn)dlsym(RTLD_NEXT, "sigaction"), __ATOMIC_RELEASE);
+    __atomic_store_n(&real_sigprocmask, (sigmask_fn)dlsym(RTLD_NEXT, "sigprocmask"), __ATOMIC_RELEASE);
+    __atomic_store_n(&real_pthread_sigmask, (sigmask_fn)dlsym(RTLD_NEXT, "pthread_sigmask"),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&sigprof_masked, masked_fn, __ATOMIC_RELEASE);
     __atomic_store_n(&note, note_fn, __ATOMIC_RELEASE);
     __atomic_store_n(&sigprof_user, sigprof_fn, __ATOMIC_RELEASE);
 }
@@ -95,4 +108,109 @@ HIDDEN int mlprof_sigaction(int sig, const struct sigaction *act, struct sigacti
         }
     }
     return r;
+}
+
+/* glibc's `signal` (BSD semantics, also exported as `bsd_signal`) and `sysv_signal` install
+ * through glibc's internal sigaction, which the exported `sigaction` above never sees: a C
+ * program's `signal(SIGPROF, SIG_DFL)` would replace mlprof's sampling handler (our next
+ * timer signal then kills it), and a forwarded signal's handler would go unwrapped. They are
+ * made here, through `mlprof_sigaction`, with the flags glibc gives them. One difference:
+ * glibc leaves out SA_RESTART for a signal given to `siginterrupt(sig, 1)`, a set we cannot
+ * read; such a program's handler restarts system calls under mlprof. */
+static sighandler_t via_sigaction(int sig, sighandler_t handler, int flags, int mask_self) {
+    struct sigaction act, old;
+    if (handler == SIG_ERR || sig <= 0 || sig >= NSIG) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    memset(&act, 0, sizeof act);
+    act.sa_handler = handler;
+    sigemptyset(&act.sa_mask);
+    if (mask_self && sigaddset(&act.sa_mask, sig) < 0)
+        return SIG_ERR;
+    act.sa_flags = flags;
+    if (mlprof_sigaction(sig, &act, &old) < 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}
+
+HIDDEN sighandler_t mlprof_signal(int sig, sighandler_t handler) {
+    return via_sigaction(sig, handler, SA_RESTART, 1);
+}
+
+HIDDEN sighandler_t mlprof_bsd_signal(int sig, sighandler_t handler) {
+    return via_sigaction(sig, handler, SA_RESTART, 1);
+}
+
+HIDDEN sighandler_t mlprof_sysv_signal(int sig, sighandler_t handler) {
+    return via_sigaction(sig, handler, SA_RESETHAND | SA_NODEFER, 0);
+}
+
+/* `sigprocmask` and `pthread_sigmask`: the program's call, unchanged; when it blocked or
+ * unblocked SIGPROF on this thread, mlprof notes it. A thread that blocks SIGPROF gets mlprof's
+ * timer signals only once it unblocks it (all of its CPU time meanwhile then lands on that one
+ * sample), or never: the report says which threads did, and from when. Changing the program's
+ * mask instead would hand it, or its signalfd, SIGPROFs it did not ask for. */
+static void after_mask(int how, const sigset_t *set) {
+    void (*f)(int) = __atomic_load_n(&sigprof_masked, __ATOMIC_ACQUIRE);
+    if (!f || !set || sigismember(set, SIGPROF) != 1) {
+        if (f && set && how == SIG_SETMASK)
+            f(0);
+        return;
+    }
+    if (how == SIG_BLOCK || how == SIG_SETMASK)
+        f(1);
+    else if (how == SIG_UNBLOCK)
+        f(0);
+}
+
+/* Before `mlprof_signals_init` (another library's constructor): the system call itself, with
+ * glibc's two internal signals (32, 33: thread cancellation and set*id) left unblocked as
+ * glibc leaves them. Returns an errno value. */
+static int raw_mask(int how, const sigset_t *set, sigset_t *old) {
+    sigset_t copy;
+    if (set) {
+        copy = *set;
+        copy.__val[0] &= ~(3UL << 31);
+        set = &copy;
+    }
+    return syscall(SYS_rt_sigprocmask, how, set, old, _NSIG / 8) == 0 ? 0 : errno;
+}
+
+HIDDEN int mlprof_sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+    sigmask_fn f = __atomic_load_n(&real_sigprocmask, __ATOMIC_ACQUIRE);
+    int r, e;
+    if (f) {
+        r = f(how, set, old);
+    } else {
+        e = raw_mask(how, set, old);
+        if (e)
+            errno = e;
+        r = e ? -1 : 0;
+    }
+    if (r == 0) {
+        e = errno;
+        after_mask(how, set);
+        errno = e;
+    }
+    return r;
+}
+
+HIDDEN int mlprof_pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+    sigmask_fn f = __atomic_load_n(&real_pthread_sigmask, __ATOMIC_ACQUIRE);
+    int r = f ? f(how, set, old) : raw_mask(how, set, old), e;
+    if (r == 0) {
+        e = errno;
+        after_mask(how, set);
+        errno = e;
+    }
+    return r;
+}
+
+/* Whether this thread blocks SIGPROF now (a thread inherits its creator's mask). */
+HIDDEN int mlprof_sigprof_blocked(void) {
+    sigset_t now;
+    if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &now, _NSIG / 8) != 0)
+        return 0;
+    return sigismember(&now, SIGPROF) == 1;
 }

@@ -41,6 +41,8 @@ pub struct Local {
     /// The thread's kernel CPU time (ns) and page faults at its last sample.
     pub last_kernel_ns: Cell<u64>,
     pub last_faults: Cell<u64>,
+    /// 1 while the thread blocks SIGPROF (as last noted in the channel).
+    pub sigprof_blocked: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);

@@ -328,6 +328,7 @@ impl Channels {
                 }
             }
             warnings.extend(channel.malformed_warning());
+            warnings.extend(channel.sigprof_warning());
             let mut decoded = std::mem::take(&mut channel.decoder.out);
             let events = decoded.take_events();
             out.push(ChannelSummary {
@@ -378,6 +379,7 @@ impl Channels {
             .iter_mut()
             .map(|(path, channel)| {
                 warnings.extend(channel.malformed_warning());
+                warnings.extend(channel.sigprof_warning());
                 let d = &mut channel.decoder.out;
                 let summary = ChannelSummary {
                     codes: d.codes.clone(),
@@ -398,6 +400,10 @@ impl Channels {
         (out, warnings)
     }
 }
+
+/// A thread blocking SIGPROF for less than this loses nothing worth a warning (its signal waits
+/// a moment and the sample then covers the time).
+const MIN_SIGPROF_BLOCK_NS: u64 = 100_000_000;
 
 /// The last component of `path`, for messages.
 fn file_name(path: &Path) -> String {
@@ -430,6 +436,55 @@ impl Channel {
             })
         };
         self.decoder.out.compact_if_due(&mut canon);
+    }
+
+    /// The warning about threads that blocked SIGPROF long enough to matter, if any did: their
+    /// timer signals waited, so their CPU time went unsampled (until they unblocked it, when
+    /// it all went to one sample).
+    fn sigprof_warning(&self) -> Option<String> {
+        let d = &self.decoder.out;
+        let end = self.summary.exit_ns.unwrap_or(d.newest_ns);
+        let long: Vec<&(u32, u64, Option<u64>)> = d
+            .sigprof_blocks
+            .iter()
+            .filter(|b| b.2.unwrap_or(end).saturating_sub(b.1) >= MIN_SIGPROF_BLOCK_NS)
+            .collect();
+        if long.is_empty() {
+            return None;
+        }
+        let span = |b: &&(u32, u64, Option<u64>)| match b.2 {
+            Some(to) => format!(
+                "thread {} from {:.2} s to {:.2} s (the CPU time it used then is all on the line \
+                 where it unblocked it)",
+                b.0,
+                b.1 as f64 / 1e9,
+                to as f64 / 1e9
+            ),
+            None => format!(
+                "thread {} from {:.2} s to its end (the CPU time it used since is missing from \
+                 its lines)",
+                b.0,
+                b.1 as f64 / 1e9
+            ),
+        };
+        let shown: Vec<String> = long.iter().take(3).map(span).collect();
+        let more = long.len() - shown.len();
+        let command = self
+            .summary
+            .command
+            .first()
+            .map_or(self.name.as_str(), |c| c.rsplit('/').next().unwrap_or(c));
+        Some(format!(
+            "pid {} ({command}): the program blocked SIGPROF, mlprof's sampling signal, with \
+             sigprocmask/pthread_sigmask: {}{}",
+            self.summary.pid,
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more time{}", if more == 1 { "" } else { "s" })
+            } else {
+                String::new()
+            },
+        ))
     }
 
     /// The warning about malformed records dropped so far, if any were.

@@ -87,6 +87,9 @@ pub struct Decoded {
     pub mappings: Vec<AllocSample>,
     /// Marks of the highest bytes mapped: (ns from launch, bytes), rising.
     pub mapped_marks: Vec<(u64, u64)>,
+    /// Times a thread blocked SIGPROF (`sigprocmask`, `pthread_sigmask`, or started with it
+    /// blocked): (tid, from, until it unblocked it), ns from launch, in arrival order.
+    pub sigprof_blocks: Vec<(u32, u64, Option<u64>)>,
     /// Index in `mappings` of each sampled mapping still mapped, by address.
     live_mapped: HashMap<u64, usize>,
     /// Regions that ended with a report asked for and not yet handed out
@@ -104,7 +107,7 @@ pub struct Decoded {
     /// Index in `samples` of each thread's latest waiting sample ([`Decoded::push_waiting`]).
     waiting_at: HashMap<u32, usize>,
     /// Time of the newest event decoded (ns from launch).
-    newest_ns: u64,
+    pub newest_ns: u64,
     /// Events held after the last compaction ([`Decoded::compact_if_due`]).
     held_after_compaction: usize,
 }
@@ -413,6 +416,9 @@ pub struct Decoder {
     pub out: Decoded,
 }
 
+/// Most SIGPROF-blocking spans kept per channel ([`Decoder::sigprof_mask`]).
+const MAX_SIGPROF_BLOCKS: usize = 4096;
+
 impl Default for Decoder {
     fn default() -> Self {
         Decoder {
@@ -423,6 +429,19 @@ impl Default for Decoder {
 }
 
 impl Decoder {
+    /// A thread blocked or unblocked SIGPROF. At most [`MAX_SIGPROF_BLOCKS`] are kept (a
+    /// program that blocks it around every call sends one pair each time; the first ones say
+    /// what the report needs).
+    fn sigprof_mask(&mut self, tid: u32, blocked: bool, t_ns: u64) {
+        let blocks = &mut self.out.sigprof_blocks;
+        let open = blocks.iter().rposition(|b| b.0 == tid && b.2.is_none());
+        match (blocked, open) {
+            (true, None) if blocks.len() < MAX_SIGPROF_BLOCKS => blocks.push((tid, t_ns, None)),
+            (false, Some(i)) => blocks[i].2 = Some(t_ns.max(blocks[i].1)),
+            _ => {}
+        }
+    }
+
     /// Feed one record; `launch_ns` makes sample times relative to launch.
     pub fn feed(&mut self, r: &Record, launch_ns: u64) {
         match Kind::from_u16(r.kind) {
@@ -457,6 +476,10 @@ impl Decoder {
                         _ => self.out.malformed += 1,
                     },
                     Some(Kind::Region) => self.region(r, t_ns),
+                    Some(Kind::SigprofMask) => match r.as_sigprof_mask() {
+                        Some(blocked) => self.sigprof_mask(r.tid, blocked, t_ns),
+                        None => self.out.malformed += 1,
+                    },
                     Some(Kind::MappedMark) => match r.as_mapped_mark() {
                         Some(bytes) if bytes <= MAX_RECORD_BYTES => {
                             self.out.mapped_marks.push((t_ns, bytes))

@@ -22,7 +22,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Environment variables naming a process's rank in a distributed job, most specific first
 /// (torchrun sets `RANK` in workers that Slurm also numbers by node), each with the local rank

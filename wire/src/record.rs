@@ -52,6 +52,11 @@ pub enum Kind {
     /// The process's anonymous mappings (`mmap` outside the malloc family) reached a new high
     /// (at least 1% and 1 MiB above the previous mark). `a` = mapped bytes.
     MappedMark = 13,
+    /// The writing thread blocked (`a` = 1) or unblocked (`a` = 0) SIGPROF with
+    /// `sigprocmask`/`pthread_sigmask` (or started with it blocked): its timer signals wait
+    /// until it unblocks, and all of its CPU time meanwhile then goes to the one sample taken
+    /// there, or to none if it never does.
+    SigprofMask = 14,
 }
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
@@ -125,6 +130,7 @@ impl Kind {
             11 => Some(Kind::Copy),
             12 => Some(Kind::Region),
             13 => Some(Kind::MappedMark),
+            14 => Some(Kind::SigprofMask),
             _ => None,
         }
     }
@@ -520,6 +526,16 @@ impl Record {
     /// A [`Kind::MappedMark`] record: the process's anonymous mappings reached `mapped_bytes`.
     pub fn mapped_mark(tid: u32, ts_ns: u64, mapped_bytes: u64) -> Record {
         Record::with(Kind::MappedMark, tid, ts_ns, [mapped_bytes, 0, 0, 0, 0])
+    }
+
+    /// A [`Kind::SigprofMask`] record: the writing thread now blocks SIGPROF (or not).
+    pub fn sigprof_mask(tid: u32, ts_ns: u64, blocked: bool) -> Record {
+        Record::with(Kind::SigprofMask, tid, ts_ns, [blocked as u64, 0, 0, 0, 0])
+    }
+
+    /// Whether a [`Kind::SigprofMask`] record says SIGPROF is blocked now.
+    pub fn as_sigprof_mask(&self) -> Option<bool> {
+        Some(self.words_of(Kind::SigprofMask)?[0] != 0)
     }
 
     /// The mapped bytes of a [`Kind::MappedMark`] record.

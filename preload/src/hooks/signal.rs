@@ -12,7 +12,9 @@ extern "C" {
     fn mlprof_signals_init(
         note: extern "C" fn(libc::c_int),
         sigprof: extern "C" fn(*const libc::sigaction, *mut libc::sigaction) -> libc::c_int,
+        masked: extern "C" fn(libc::c_int),
     );
+    fn mlprof_sigprof_blocked() -> libc::c_int;
 }
 
 /// Start noting receipts, and keeping the program's SIGPROF disposition beside our handler
@@ -22,8 +24,48 @@ pub fn init() {
     // SAFETY: a C function of this library; the callbacks are async-signal-safe and never
     // unwind.
     unsafe {
-        mlprof_signals_init(note, crate::sampler::handler::program_sigprof)
+        mlprof_signals_init(
+            note,
+            crate::sampler::handler::program_sigprof,
+            sigprof_masked,
+        )
     };
+}
+
+/// The thread blocked SIGPROF (`blocked` = 1) or unblocked it (0) with `sigprocmask` or
+/// `pthread_sigmask`: a change is sent to the collector, which says in the report which
+/// threads' CPU went unsampled meanwhile. Async-signal-safe (a handler may change the mask).
+extern "C" fn sigprof_masked(blocked: libc::c_int) {
+    if crate::sampler::timer::mean_interval() == 0 {
+        return;
+    }
+    let blocked = blocked != 0;
+    let changed = crate::local::with(|l| {
+        let was = l.sigprof_blocked.replace(blocked as u64) != 0;
+        was != blocked
+    });
+    if changed {
+        let tid = clock::tid();
+        channel::send(&mlprof_wire::Record::sigprof_mask(
+            tid,
+            clock::monotonic_ns(),
+            blocked,
+        ));
+    }
+}
+
+/// A thread starts (or a fork child's channel opens): a SIGPROF mask it inherited blocked is
+/// sent as if it had just blocked it.
+pub fn announce_mask() {
+    #[cfg(not(test))]
+    {
+        // SAFETY: a C function of this library that only reads the thread's signal mask.
+        let blocked = unsafe { mlprof_sigprof_blocked() } != 0;
+        crate::local::with(|l| l.sigprof_blocked.set(0));
+        if blocked {
+            sigprof_masked(1);
+        }
+    }
 }
 
 /// A wrapped handler is about to run for `sig`: note the time. Async-signal-safe.

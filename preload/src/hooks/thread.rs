@@ -93,4 +93,5 @@ pub fn announce() {
         clock::monotonic_ns(),
         started,
     ));
+    super::signal::announce_mask();
 }

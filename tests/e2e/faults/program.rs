@@ -302,6 +302,37 @@ fn threads_ended_by_pthread_exit_leave_no_cpu_timer_behind() {
 }
 
 #[test]
+fn a_program_that_blocks_sigprof_runs_as_without_mlprof_and_the_report_says_so() {
+    // `same_behaviour` compares exit status and output with a run without mlprof.
+    each_python("sigprof_blocked.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(
+            out.contains("blocked before: False")
+                && out.contains("thread still blocks SIGPROF: True")
+                && out.contains("done"),
+            "{}: {out}",
+            py.minor
+        );
+        let p = run.profile();
+        let warned: Vec<&String> = p
+            .warnings
+            .iter()
+            .filter(|w| w.contains("blocked SIGPROF"))
+            .collect();
+        assert_eq!(warned.len(), 1, "{}: {:#?}", py.minor, p.warnings);
+        let w = warned[0];
+        // The main thread blocked it for its 0.4 s loop and unblocked it; the worker never did.
+        let main = format!("thread {} from ", p.processes[0].pid);
+        assert!(
+            w.contains(&main) && w.contains("where it unblocked it") && w.contains("to its end"),
+            "{}: both spans named: {w}",
+            py.minor
+        );
+        assert_eq!(w.matches("thread ").count(), 2, "{}: {w}", py.minor);
+    });
+}
+
+#[test]
 fn a_program_that_resets_handles_or_ignores_sigprof_runs_as_without_mlprof() {
     // `same_behaviour` compares exit status and output with a run without mlprof.
     each_python("sigprof_owner.py", &[], |py, run| {
