@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests of all crates and the end-to-end tests, which profile real
 # Python programs on every CPython 3.9-3.13 found (each given a venv with numpy first).
-# Ends with one line summing every test binary's results.
+# Every test binary runs even when an earlier one failed (--no-fail-fast); the exit status is
+# cargo's, so non-zero when anything failed. Ends with one line summing every test binary's
+# results (passed, failed, ignored), after one saying how many test binaries failed when any
+# did (a binary that crashed has no counts of its own to sum).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/pythons.sh
@@ -27,8 +30,24 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
-passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
-failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
-echo "tests: $passed passed, $failed failed"
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+    # cargo's own closing line: "error: 2 targets failed:" (their names follow it above). A
+    # binary that crashed is one of them, with no "test result" line of its own.
+    binaries=$(grep -Eo '^error: [0-9]+ targets? failed' "$log" | tail -n 1 | awk '{print $2}' || true)
+    if [ -n "$binaries" ]; then
+        echo "tests: $binaries test binaries failed (named above)"
+    else
+        echo "tests: cargo test exited with status $status before running every test (see above)"
+    fi
+fi
+# Every binary's "test result: FAILED. 3 passed; 1 failed; 2 ignored; 0 measured; ..." summed.
+awk '/^test result: / {
+        for (i = 2; i <= NF; i++) {
+            if ($i ~ /^passed;?$/) p += $(i - 1)
+            if ($i ~ /^failed;?$/) f += $(i - 1)
+            if ($i ~ /^ignored;?$/) g += $(i - 1)
+        }
+    }
+    END { printf "tests: %d passed, %d failed, %d ignored\n", p, f, g }' "$log"
 exit "$status"

@@ -16,6 +16,16 @@ HIDDEN uint64_t mlprof_deadline_ms(int ms, uint64_t now) {
     return ms < 0 ? FOREVER : sat_add(now, (uint64_t)ms * 1000000u);
 }
 
+/* Whether the kernel takes this timespec as a timeout: none (NULL, forever), or tv_sec not
+ * negative and tv_nsec in [0, 1e9) (the kernel's timespec64_valid). Any other it refuses with
+ * EINVAL at once, so the hooks pass such a call on unchanged for the kernel to refuse, rather
+ * than make a deadline of it (which turned {-1,0} into 0, {0,2e9} into a wait of 2 s). */
+HIDDEN int mlprof_timespec_valid(const struct timespec *ts) {
+    return !ts || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L);
+}
+
+/* The deadline of a valid timeout (mlprof_timespec_valid); negative parts, which a valid one
+ * has not, count as zero. */
 HIDDEN uint64_t mlprof_deadline_ts(const struct timespec *ts, uint64_t now) {
     uint64_t sec, nsec;
     if (!ts)

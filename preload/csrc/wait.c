@@ -4,6 +4,10 @@
  * call, it is made again with the time that was left. EINTR caused by anything else is returned
  * as is.
  *
+ * A timeout the kernel refuses (a negative part, tv_nsec of 1e9 or more) is passed on unchanged,
+ * so that the call fails with EINVAL at once as without us; negative poll and epoll timeouts
+ * (forever), select's timeval and the sleeps' timespecs are passed on as they are anyway.
+ *
  * A call that may block (its timeout is not zero; a sleep always) is also timed:
  * mlprof_wait_begin before it, mlprof_wait_end after it (src/hooks/wait.rs), which send the time
  * it kept the calling Python thread off the CPU as a waiting sample of its stack.
@@ -75,6 +79,7 @@ static uint64_t now_ns(void) {
 }
 
 uint64_t mlprof_deadline_ms(int ms, uint64_t now);
+int mlprof_timespec_valid(const struct timespec *ts);
 uint64_t mlprof_deadline_ts(const struct timespec *ts, uint64_t now);
 int mlprof_remaining_ms(uint64_t deadline, uint64_t now);
 const struct timespec *mlprof_remaining_ts(uint64_t deadline, uint64_t now, struct timespec *out);
@@ -109,6 +114,8 @@ HIDDEN int mlprof_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *tim
     int r;
     if (!ready())
         return -1;
+    if (!mlprof_timespec_valid(timeout)) /* the kernel's EINVAL, at once, as without us */
+        return real_ppoll(fds, n, timeout, mask);
     since = blocks_ts(timeout) ? mlprof_wait_begin() : 0;
     deadline = mlprof_deadline_ts(timeout, now_ns());
     do {
@@ -140,6 +147,8 @@ HIDDEN int mlprof_pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct t
     int res;
     if (!ready())
         return -1;
+    if (!mlprof_timespec_valid(timeout)) /* the kernel's EINVAL, at once, as without us */
+        return real_pselect(n, r, w, e, timeout, mask);
     since = blocks_ts(timeout) ? mlprof_wait_begin() : 0;
     deadline = mlprof_deadline_ts(timeout, now_ns());
     do {

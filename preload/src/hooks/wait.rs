@@ -3,7 +3,12 @@
 //! cancellation points, and a thread cancelled while blocked in one is force-unwound through
 //! the hook's frame, which must not be Rust (this library is built with panic = "abort"). When
 //! our own sampling signal interrupted the call with EINTR, the hook makes it again with the
-//! time that was left. The deadline arithmetic (`csrc/deadline.c`) is tested here.
+//! time that was left. A timeout the kernel refuses (`ppoll`'s or `pselect`'s timespec with a
+//! negative part or a `tv_nsec` of 1e9 or more) is passed on unchanged, so that the call fails
+//! with `EINVAL` at once as it does without mlprof, instead of being made into a deadline (the
+//! sleeps' timespecs, `select`'s timeval and negative millisecond timeouts, "forever", are
+//! passed on as they are anyway). The deadline arithmetic and that check (`csrc/deadline.c`)
+//! are tested here.
 //!
 //! A wait that can block (a timeout that is not zero) is also timed, here: a Python thread
 //! records its stack and the time the call kept it off the CPU as a waiting sample when the
@@ -110,6 +115,7 @@ mod tests {
 
     extern "C" {
         fn mlprof_deadline_ms(ms: c_int, now: u64) -> u64;
+        fn mlprof_timespec_valid(ts: *const libc::timespec) -> c_int;
         fn mlprof_deadline_ts(ts: *const libc::timespec, now: u64) -> u64;
         fn mlprof_remaining_ms(deadline: u64, now: u64) -> c_int;
         fn mlprof_remaining_ts(
@@ -146,6 +152,37 @@ mod tests {
                 mlprof_remaining_ts(mlprof_deadline_ts(core::ptr::null(), now), now, &mut out)
                     .is_null()
             );
+        }
+    }
+
+    #[test]
+    fn timespecs_the_kernel_refuses_are_told_apart_from_valid_ones() {
+        let refused = [
+            ts(-1, 0),
+            ts(0, -1),
+            ts(-1, -1),
+            ts(0, 1_000_000_000),
+            ts(0, 2_000_000_000),
+            ts(0, i64::MAX), // LONG_MAX
+            ts(i64::MIN, 0),
+            ts(5, i64::MIN),
+        ];
+        let valid = [
+            ts(0, 0),
+            ts(0, 999_999_999),
+            ts(1, 5),
+            ts(i64::MAX, 0),
+            ts(i64::MAX, 999_999_999),
+        ];
+        // SAFETY: a pure C function reading valid pointers (or null).
+        unsafe {
+            for t in &refused {
+                assert_eq!(mlprof_timespec_valid(t), 0, "{} {}", t.tv_sec, t.tv_nsec);
+            }
+            for t in &valid {
+                assert_eq!(mlprof_timespec_valid(t), 1, "{} {}", t.tv_sec, t.tv_nsec);
+            }
+            assert_eq!(mlprof_timespec_valid(core::ptr::null()), 1); // forever
         }
     }
 

@@ -1,5 +1,6 @@
 //! Fault suite, the profiled program's side: what real programs do to themselves (threads that
-//! end by `pthread_exit` or cancellation, very long waits, `errno` after successful calls,
+//! end by `pthread_exit` or cancellation, very long waits, waits given timeouts the kernel
+//! refuses, `errno` after successful calls,
 //! failing subprocesses, fork children without a channel, `os._exit`, a full, read-only or
 //! unsafe TMPDIR, a full ring while new functions first run) must not change the program's
 //! behaviour, and the report must still be right.
@@ -47,6 +48,22 @@ fn ppoll_and_pselect_with_a_timeout_of_long_max_seconds_wait_as_asked() {
         assert_eq!(
             out.matches("returned 1 after the write").count(),
             2,
+            "{}: {out}",
+            py.minor
+        );
+    });
+}
+
+#[test]
+fn waits_given_timeouts_the_kernel_refuses_fail_at_once_as_without_mlprof() {
+    // ppoll and pselect with {-1,0}, {0,-1}, {0,2e9} or {0,LONG_MAX}: EINVAL at once, not 0 or
+    // a wait of 2 s or forever; the sleeps and select likewise; negative poll and epoll_pwait
+    // timeouts still wait forever. same_behaviour compares return values, errno and timing.
+    each_python("bad_timeouts.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert_eq!(
+            out.matches("-> -1 errno EINVAL fast").count(),
+            17,
             "{}: {out}",
             py.minor
         );

@@ -28,8 +28,10 @@ def burn_then_write(fd):
 def wait_with(name, call):
     r, w = os.pipe()
     t = threading.Thread(target=burn_then_write, args=(w,))
-    t.start()
+    # Before the thread starts: its 0.3 s then all lie inside the wait however late this
+    # thread runs again on a busy machine (timed after, a 50 ms delay read as "too early").
     started = time.perf_counter()
+    t.start()
     ret = call(r)
     waited = time.perf_counter() - started
     t.join()
