@@ -404,8 +404,8 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
             })?;
             println!(
                 "installed the kernel \"{}\" in {}",
-                args.display_name,
-                dir.display()
+                Clean(&args.display_name),
+                Clean(&dir.display().to_string())
             );
             Ok(0)
         }
@@ -757,9 +757,11 @@ fn cpus() -> u32 {
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
 /// (`2>/dev/full`) loses the line rather than aborting mlprof (as `eprintln!` would), which
-/// would replace the program's exit status.
+/// would replace the program's exit status. The line is [`crate::sanitize::clean`]ed: what it
+/// quotes (paths, names, messages) may come from the profiled program, and stays one line.
 fn say(line: std::fmt::Arguments) {
-    let _ = writeln!(std::io::stderr().lock(), "mlprof: {line}");
+    let line = line.to_string();
+    let _ = writeln!(std::io::stderr().lock(), "mlprof: {}", Clean(&line));
 }
 
 /// A GPU polling rate: 1 to 100 per second.
@@ -949,7 +951,8 @@ fn check(args: CheckArgs) -> Result<i32> {
     }
     let violations = gate.verdicts(&profile);
     for v in &violations {
-        eprintln!("mlprof: {}", v.message);
+        // The messages name files and lines of the program.
+        say(format_args!("{}", v.message));
     }
     Ok(if violations.is_empty() {
         0
