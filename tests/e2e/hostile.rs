@@ -1,7 +1,9 @@
 //! Everything read from a profiled program is untrusted ("Trust on a busy, hostile machine"):
-//! names it controls never reach a terminal raw, whichever command prints them.
+//! names it controls never reach a terminal raw, whichever command prints them, and the
+//! environment cannot steer where `-o` writes.
 
 use std::ffi::OsStr;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use crate::fixture::{self, os};
@@ -81,12 +83,22 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
         "the names are in the profile as the program gave them"
     );
 
-    // `run` printing its report, the budget verdicts and GitHub's annotations.
+    // `run` printing its report, the budget verdicts and GitHub's annotations; its region pages
+    // go where a link was planted at one's name.
     let summary = dir.join("summary.md");
+    let (pages, victim) = (dir.join("pages"), dir.join("victim.txt"));
+    std::fs::create_dir(&pages).unwrap();
+    std::fs::write(&victim, "keep").unwrap();
+    std::os::unix::fs::symlink(&victim, pages.join("plain.html")).unwrap();
     let out = run(
         py,
         "8",
-        &[os("--max-peak"), os("1KiB")],
+        &[
+            os("--max-peak"),
+            os("1KiB"),
+            os("--regions-html"),
+            os(&pages),
+        ],
         &[
             ("GITHUB_ACTIONS", os("true")),
             ("GITHUB_STEP_SUMMARY", os(&summary)),
@@ -99,6 +111,20 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
         says(&out)
     );
     assert_clean("run", &out);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    for page in fixture::dir_entries(&pages) {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(
+            !page.contains(|c: char| c.is_control() || c == '\u{202e}'),
+            "{page:?}"
+        );
+        let meta = std::fs::symlink_metadata(pages.join(&page)).unwrap();
+        assert!(meta.is_file(), "{page}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{page}");
+    }
+    assert!(std::fs::read_to_string(pages.join("plain.html"))
+        .unwrap()
+        .contains("<html"));
     let summary = std::fs::read_to_string(&summary).unwrap();
     assert!(
         !summary.chars().any(|c| c.is_control() && c != '\n') && !summary.contains('\u{202e}'),
@@ -153,5 +179,61 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
         assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
         assert_clean("an error", &out);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `dir` holds, recursively, as paths relative to it.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_rank_of_dot_dot_in_the_environment_writes_no_file_outside_the_directory() {
+    let dir = fixture::tempdir();
+    let runs = dir.join("runs");
+    for sub in ["_", "__", "a_b"] {
+        std::fs::create_dir_all(runs.join(sub)).unwrap();
+    }
+    for (rank, template) in [
+        ("..", "{rank}/p.json"),
+        (".", "{rank}/q.json"),
+        ("a/b", "{rank}/r.json"),
+        ("\x1b[2J\n", "{rank}s.json"),
+    ] {
+        let out = output(
+            fixture::mlprof()
+                .args(["run", "-q", "-o"])
+                .arg(runs.join(template))
+                .args(["--", "true"])
+                .env("RANK", rank),
+        );
+        assert!(out.status.success(), "RANK={rank:?}: {}", says(&out));
+    }
+    // `..`, `.` and `/` became `_`: each file is in the directory its template names.
+    assert_eq!(
+        tree(&dir),
+        [
+            "runs",
+            "runs/_",
+            "runs/_/q.json",
+            "runs/_[2J_s.json",
+            "runs/__",
+            "runs/__/p.json",
+            "runs/a_b",
+            "runs/a_b/r.json"
+        ]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
