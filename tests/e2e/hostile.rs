@@ -237,3 +237,43 @@ fn a_rank_of_dot_dot_in_the_environment_writes_no_file_outside_the_directory() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn jupyter_install_takes_no_directory_name_and_imports_nothing_from_the_working_directory() {
+    let dir = fixture::tempdir();
+    let data = dir.join("data");
+    for name in ["..", ".", "-", "a/b", "k\x1b[2J"] {
+        let out = output(
+            fixture::mlprof()
+                .args(["jupyter", "install", "--user", "--name", name])
+                .env("JUPYTER_DATA_DIR", &data),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--name {name:?}: {}",
+            says(&out)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+        assert_clean("jupyter install --name", &out);
+    }
+    // An `ipykernel.py` planted in the working directory is not what the Python runs.
+    let cwd = dir.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let marker = dir.join("imported");
+    std::fs::write(
+        cwd.join("ipykernel.py"),
+        format!("open({:?}, 'w').close()\n", marker.display().to_string()),
+    )
+    .unwrap();
+    let py = fixture::pythons().last().expect("a Python");
+    let _ = output(
+        fixture::mlprof()
+            .args(["jupyter", "install", "--user", "--python"])
+            .arg(&py.exe)
+            .current_dir(&cwd)
+            .env("JUPYTER_DATA_DIR", &data),
+    );
+    assert!(!marker.exists(), "the planted ipykernel.py ran");
+    let _ = std::fs::remove_dir_all(&dir);
+}
