@@ -83,9 +83,9 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
         "the names are in the profile as the program gave them"
     );
 
-    // `run` printing its report, the budget verdicts and GitHub's annotations; its region pages
-    // go where a link was planted at one's name.
-    let summary = dir.join("summary.md");
+    // `run` printing its report, the budget verdicts and GitHub's annotations, writing the job
+    // summary and JUnit XML; its region pages go where a link was planted at one's name.
+    let (summary, junit) = (dir.join("summary.md"), dir.join("budgets.xml"));
     let (pages, victim) = (dir.join("pages"), dir.join("victim.txt"));
     std::fs::create_dir(&pages).unwrap();
     std::fs::write(&victim, "keep").unwrap();
@@ -98,6 +98,8 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
             os("1KiB"),
             os("--regions-html"),
             os(&pages),
+            os("--junit"),
+            os(&junit),
         ],
         &[
             ("GITHUB_ACTIONS", os("true")),
@@ -130,6 +132,27 @@ fn names_with_control_characters_never_reach_a_terminal_raw() {
         !summary.chars().any(|c| c.is_control() && c != '\n') && !summary.contains('\u{202e}'),
         "{}",
         summary.escape_debug()
+    );
+    let row = summary
+        .lines()
+        .find(|l| l.starts_with("| peak_heap |"))
+        .unwrap_or_else(|| panic!("no table row: {summary}"));
+    assert!(row.contains("zzhead"), "{row}");
+    // Parsed by Python's XML parser, which refuses what XML 1.0 forbids.
+    let parse = Command::new(&py.exe)
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E; \
+             print(E.parse(sys.argv[1]).getroot().get('failures'))",
+        ])
+        .arg(&junit)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&parse.stdout),
+        "1\n",
+        "{}",
+        String::from_utf8_lossy(&parse.stderr)
     );
 
     let report = mlprof(&[os("report"), os(&a)]);
