@@ -110,11 +110,17 @@ fn python(given: Option<&Path>) -> Result<PathBuf> {
     }))
 }
 
-/// What the Python is asked: its prefix, once ipykernel imports. The user's site-packages
-/// (where `pip install --user ipykernel` puts it) is added back by hand, as `-I` leaves it out.
-const PROBE: &str = "import site, sys\n\
-    u = site.getusersitepackages()\n\
-    if isinstance(u, str): sys.path.append(u)\n\
+/// What the Python is asked: its prefix, once ipykernel imports. Outside a virtual environment
+/// the user's site-packages (where `pip install --user ipykernel` puts it, and where the kernel
+/// will find it) is added back by hand, as `-I` leaves it out.
+const PROBE: &str = "import sys\n\
+    try:\n\
+    \x20   import site\n\
+    \x20   if sys.prefix == getattr(sys, 'base_prefix', sys.prefix):\n\
+    \x20       u = site.getusersitepackages()\n\
+    \x20       if isinstance(u, str): sys.path.append(u)\n\
+    except Exception:\n\
+    \x20   pass\n\
     import ipykernel\n\
     print(sys.prefix)";
 
