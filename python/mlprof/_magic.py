@@ -244,7 +244,10 @@ def render(name, source, answer, notice):
     if page:
         parts.append(
             '<details><summary>full report (flame graphs, timeline)</summary>'
-            '<iframe style="width:100%%;height:720px;border:1px solid #ddd" srcdoc="%s"></iframe>'
+            # Sandboxed: the page's scripts run (flame graphs, timeline) in an origin of their
+            # own, with no access to the notebook, its kernel or its cookies.
+            '<iframe sandbox="allow-scripts" style="width:100%%;height:720px;border:1px solid #ddd"'
+            ' srcdoc="%s"></iframe>'
             "</details>" % e(page, quote=True)
         )
     parts.append("</div>")

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from . import _binary
-from ._format import size as format_size
+from ._format import clean, size as format_size
 from ._regions import Region, active
 
 _INNER = "MLPROF_PYTEST_INNER"
@@ -272,7 +272,12 @@ def _violations(data):
 def _lines(title, lines):
     if not lines:
         return "\n(no line named: the collector's summary did not come in time, or sampled no allocation)"
-    rows = ["%s:%d  %s  %s" % (_short(l["file"]), l["line"], format_size(l["bytes"]), l["function"]) for l in lines]
+    # File and function names come from the program: written so that none breaks a line or
+    # reaches the terminal (or a JUnit report) as a control character.
+    rows = [
+        "%s:%d  %s  %s" % (clean(_short(l["file"])), l["line"], format_size(l["bytes"]), clean(l["function"]))
+        for l in lines
+    ]
     return "\n%s (sampled):\n  %s" % (title, "\n  ".join(rows))
 
 
@@ -306,7 +311,7 @@ def pytest_terminal_summary(terminalreporter, config):
     tr.section("mlprof")
     tr.write_line("top tests by peak heap above their start (exact):")
     for nodeid, peak, _ in sorted(_seen, key=lambda s: -s[1])[:top]:
-        tr.write_line("  %10s  %s" % (format_size(peak), nodeid))
+        tr.write_line("  %10s  %s" % (format_size(peak), clean(nodeid)))
     tr.write_line("top tests by CPU time (process, all threads):")
     for nodeid, _, cpu in sorted(_seen, key=lambda s: -s[2])[:top]:
-        tr.write_line("  %9.3f s  %s" % (cpu, nodeid))
+        tr.write_line("  %9.3f s  %s" % (cpu, clean(nodeid)))

@@ -22,16 +22,12 @@ pub struct Install {
 
 /// Write `<kernels>/<name>/kernel.json`; returns the directory.
 pub fn install(args: &Install) -> Result<PathBuf> {
-    if args.name.is_empty()
-        || !args
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-    {
+    if !kernel_name(&args.name) {
         return Err(Error::with_code(
             format!(
-                "--name {:?}: a kernel name is letters, digits, '.', '-' and '_'",
-                args.name
+                "--name {}: a kernel name is letters, digits, '.', '-' and '_', with at least \
+                 one letter or digit",
+                crate::sanitize::Clean(&args.name)
             ),
             crate::error::EXIT_USAGE,
         ));
@@ -63,6 +59,18 @@ pub fn install(args: &Install) -> Result<PathBuf> {
     std::fs::write(&path, text + "\n")
         .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
     Ok(dir)
+}
+
+/// Whether `name` may name the kernel's directory: letters, digits, `.`, `-` and `_` only,
+/// with a letter or digit among them (so never `.` or `..`), at most 64 characters, and not
+/// starting with `-` or `.` (an option, a hidden directory).
+fn kernel_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.chars().any(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        && !name.starts_with(['-', '.'])
 }
 
 /// The Python to run the kernel with, as an absolute path.
@@ -102,10 +110,26 @@ fn python(given: Option<&Path>) -> Result<PathBuf> {
     }))
 }
 
-/// The Python's `sys.prefix`, checking that it can run ipykernel.
+/// What the Python is asked: its prefix, once ipykernel imports. Outside a virtual environment
+/// the user's site-packages (where `pip install --user ipykernel` puts it, and where the kernel
+/// will find it) is added back by hand, as `-I` leaves it out.
+const PROBE: &str = "import sys\n\
+    try:\n\
+    \x20   import site\n\
+    \x20   if sys.prefix == getattr(sys, 'base_prefix', sys.prefix):\n\
+    \x20       u = site.getusersitepackages()\n\
+    \x20       if isinstance(u, str): sys.path.append(u)\n\
+    except Exception:\n\
+    \x20   pass\n\
+    import ipykernel\n\
+    print(sys.prefix)";
+
+/// The Python's `sys.prefix`, checking that it can run ipykernel. In isolated mode (`-I`):
+/// neither the working directory (an `ipykernel.py` planted there) nor `PYTHON*` variables
+/// choose what this runs.
 fn kernel_prefix(python: &Path) -> Result<PathBuf> {
     let out = Command::new(python)
-        .args(["-c", "import sys, ipykernel; print(sys.prefix)"])
+        .args(["-I", "-c", PROBE])
         .output()
         .map_err(|e| Error::new(format!("cannot run {}: {e}", python.display())))?;
     if !out.status.success() {
@@ -134,4 +158,36 @@ fn user_data_dir() -> Result<PathBuf> {
     var("HOME")
         .map(|h| PathBuf::from(h).join(".local/share/jupyter"))
         .ok_or_else(|| Error::new("no HOME to put the user's kernel in (use it without --user)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_are_plain_directory_names() {
+        for good in ["mlprof", "py3.11-mlprof", "a", "x_y"] {
+            assert!(kernel_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "...",
+            "-",
+            "_",
+            "--",
+            ".hidden",
+            "-rf",
+            "a/b",
+            "../x",
+            "a b",
+            "k\x1b[2J",
+            "k\u{202e}",
+            "é",
+        ] {
+            assert!(!kernel_name(bad), "{bad:?}");
+        }
+        assert!(!kernel_name(&"k".repeat(65)));
+    }
 }

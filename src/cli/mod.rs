@@ -404,8 +404,8 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
             })?;
             println!(
                 "installed the kernel \"{}\" in {}",
-                args.display_name,
-                dir.display()
+                Clean(&args.display_name),
+                Clean(&dir.display().to_string())
             );
             Ok(0)
         }
@@ -757,9 +757,11 @@ fn cpus() -> u32 {
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
 /// (`2>/dev/full`) loses the line rather than aborting mlprof (as `eprintln!` would), which
-/// would replace the program's exit status.
+/// would replace the program's exit status. The line is [`crate::sanitize::clean`]ed: what it
+/// quotes (paths, names, messages) may come from the profiled program, and stays one line.
 fn say(line: std::fmt::Arguments) {
-    let _ = writeln!(std::io::stderr().lock(), "mlprof: {line}");
+    let line = line.to_string();
+    let _ = writeln!(std::io::stderr().lock(), "mlprof: {}", Clean(&line));
 }
 
 /// A GPU polling rate: 1 to 100 per second.
@@ -835,12 +837,43 @@ fn placeholders(path: &Path) -> Result<PathBuf> {
             "pid" => std::process::id().to_string(),
             _ => return Err(placeholder_error(text)),
         };
-        // A value names a file, never a directory.
-        out.push_str(&value.replace(['/', '\0'], "_"));
+        out.push_str(&placeholder_value(&value));
         rest = &after[close + 1..];
     }
     out.push_str(rest);
     Ok(PathBuf::from(out))
+}
+
+/// A placeholder's value as it goes into a path. It comes from the environment (a rank
+/// variable) or the host name, so it names part of one file name and nothing else: `/` and
+/// control characters (and bidirectional controls) become `_`, and so do dots at its start
+/// and end, so that it forms no `.` or `..` component whatever the template puts beside it
+/// (`RANK=..` with `-o runs/{rank}/p.json` must not write into the directory above `runs`).
+fn placeholder_value(value: &str) -> String {
+    let mut out: Vec<char> = value
+        .chars()
+        .map(|c| {
+            if c == '/' || crate::sanitize::unsafe_char(c) {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let mut i = 0;
+    while out.get(i) == Some(&'.') {
+        out[i] = '_';
+        i += 1;
+    }
+    let mut j = out.len();
+    while j > 0 && out[j - 1] == '.' {
+        out[j - 1] = '_';
+        j -= 1;
+    }
+    if out.is_empty() {
+        return "_".to_string();
+    }
+    out.into_iter().collect()
 }
 
 fn placeholder_error(text: &str) -> Error {
@@ -949,7 +982,8 @@ fn check(args: CheckArgs) -> Result<i32> {
     }
     let violations = gate.verdicts(&profile);
     for v in &violations {
-        eprintln!("mlprof: {}", v.message);
+        // The messages name files and lines of the program.
+        say(format_args!("{}", v.message));
     }
     Ok(if violations.is_empty() {
         0
@@ -1246,6 +1280,26 @@ fn read_profile(path: &Path) -> Result<model::Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholder_values_name_no_directory_and_hold_no_control_character() {
+        for (value, want) in [
+            ("3", "3"),
+            ("node1.cluster", "node1.cluster"),
+            ("..", "__"),
+            (".", "_"),
+            ("...", "___"),
+            (".hidden.", "_hidden_"),
+            ("../../etc", "___.._etc"),
+            ("a/b", "a_b"),
+            ("/", "_"),
+            ("", "_"),
+            ("\x1b[2J\x07\n\r\0", "_[2J____"),
+            ("r\u{202e}0", "r_0"),
+        ] {
+            assert_eq!(placeholder_value(value), want, "{value:?}");
+        }
+    }
 
     #[test]
     fn report_files_are_checked_and_written_atomically_where_they_can_be() {

@@ -155,30 +155,42 @@ struct Answer {
     page: Option<String>,
 }
 
-/// Write `path` under a temporary name in `dir`, then rename it: a reader never sees half.
+/// Write `path` (0600) under a temporary name in `dir`, then rename it: a reader never sees
+/// half, and whatever was at `path` (a file, a symbolic link someone planted) is replaced, never
+/// written through.
 fn write_renamed(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let temp = dir.join(format!(".{name}.tmp"));
-    write_private(&temp, bytes)
-        .and_then(|()| std::fs::rename(&temp, path))
-        .map_err(|e| Error::new(format!("{}: {e}", path.display())))
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = write_private(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map_err(|e| Error::new(format!("{}: {e}", path.display())))
 }
 
+/// A new file at `path`, 0600, with `bytes`: one left there (by a run that died) is removed
+/// first; the file is created exclusively, so a link planted at the name fails the write
+/// rather than being followed.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     file.write_all(bytes)
 }
 
 /// One HTML page per region of the recording in `dir` (created if missing), named after the
-/// region (`tests_test_x.py__test_big.html`; a number is added when two names clash). Returns
-/// the number of pages written.
+/// region (`tests_test_x.py__test_big.html`; a number is added when two names clash), each
+/// written as the region answers are: 0600, renamed into place, never through a link.
+/// Returns the number of pages written.
 pub fn write_pages(
     rec: &Recording,
     natives: &NativeNames,
@@ -201,9 +213,7 @@ pub fn write_pages(
                 name = format!("{stem}-{n}.html");
                 n += 1;
             }
-            let path = dir.join(&name);
-            std::fs::write(&path, html)
-                .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+            write_renamed(dir, &dir.join(&name), html.as_bytes())?;
             written += 1;
         }
     }
@@ -243,5 +253,38 @@ mod tests {
         assert_eq!(file_stem(""), "r");
         assert_eq!(file_stem("../etc"), "r.._etc");
         assert_eq!(file_stem(&"x".repeat(500)).len(), 120);
+    }
+
+    #[test]
+    fn pages_are_private_and_replace_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mlprof-regions-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, "keep").unwrap();
+        let page = dir.join("plain.html");
+        std::os::unix::fs::symlink(&victim, &page).unwrap();
+        // A link at the temporary name too: removed, not followed.
+        let temp = dir.join(format!(".plain.html.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temp).unwrap();
+        write_renamed(&dir, &page, b"<html>").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        let meta = std::fs::symlink_metadata(&page).unwrap();
+        assert!(meta.is_file(), "the link was replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&page).unwrap(), b"<html>");
+        write_renamed(&dir, &page, b"again").unwrap();
+        assert_eq!(std::fs::read(&page).unwrap(), b"again");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["plain.html", "victim.txt"],
+            "no temporary file left"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -2,30 +2,37 @@
 //! (`::error file=…,line=…::…`), a Markdown job summary, and JUnit XML.
 
 use crate::model::{Profile, Violation};
+use crate::sanitize::clean;
 use crate::units::bytes;
 
-/// GitHub Actions `::error` commands, one per violation (located when it has a place).
+/// GitHub Actions `::error` commands, one per violation (located when it has a place). Messages
+/// and file names (the program's) are [`clean`]ed first: the commands are printed to the job's
+/// log, and each must stay one line.
 pub fn github_annotations(violations: &[Violation]) -> String {
     let mut out = String::new();
     for v in violations {
         let mut props = vec!["title=mlprof budget".to_string()];
         if let (Some(file), Some(line)) = (&v.file, v.line) {
-            props.insert(0, format!("file={},line={line}", escape_property(file)));
+            props.insert(
+                0,
+                format!("file={},line={line}", escape_property(&clean(file))),
+            );
         }
         out.push_str(&format!(
             "::error {}::{}\n",
             props.join(","),
-            escape_data(&v.message)
+            escape_data(&clean(&v.message))
         ));
     }
     out
 }
 
-/// A Markdown summary for `$GITHUB_STEP_SUMMARY`.
+/// A Markdown summary for `$GITHUB_STEP_SUMMARY`: a table, whatever the program's command line
+/// and file names hold (each cell on one line, its pipes and backticks escaped).
 pub fn markdown_summary(p: &Profile) -> String {
     let mut out = format!(
-        "### mlprof: `{}`\n\npeak heap **{}**, peak RSS **{}**\n\n",
-        p.command.join(" ").replace('`', "'"),
+        "### mlprof: {}\n\npeak heap **{}**, peak RSS **{}**\n\n",
+        code(&p.command.join(" "), false),
         bytes(p.memory.peak_heap_bytes),
         bytes(p.memory.peak_rss_bytes)
     );
@@ -36,16 +43,51 @@ pub fn markdown_summary(p: &Profile) -> String {
     out.push_str("| budget | limit | measured | where |\n| --- | --- | --- | --- |\n");
     for v in &p.violations {
         let at = match (&v.file, v.line) {
-            (Some(f), Some(l)) => format!("`{}:{l}`", f.rsplit('/').next().unwrap_or(f)),
+            (Some(f), Some(l)) => code(&format!("{}:{l}", f.rsplit('/').next().unwrap_or(f)), true),
             _ => String::new(),
         };
         out.push_str(&format!(
             "| {} | {} | {} | {at} |\n",
-            v.budget,
+            cell(&v.budget),
             bytes(v.limit_bytes),
             bytes(v.actual_bytes)
         ));
     }
+    out
+}
+
+/// Text for a Markdown table cell: one line ([`clean`]), `|` escaped (it would end the cell),
+/// and `\`, `` ` ``, `*`, `<`, `[`, `]` escaped so that it is shown as it is.
+fn cell(text: &str) -> String {
+    let mut out = String::new();
+    for c in clean(text).chars() {
+        if matches!(c, '\\' | '|' | '`' | '*' | '<' | '[' | ']') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `text` in a code span: one line ([`clean`]), backticks (which would end it) as `'`. In a
+/// table cell (`in_table`) each `|` is also escaped, as GitHub splits cells at a pipe even
+/// inside a code span unless an odd number of backslashes precedes it.
+fn code(text: &str, in_table: bool) -> String {
+    let mut out = String::from("`");
+    for c in clean(text).chars() {
+        match c {
+            '`' => out.push('\''),
+            '|' if in_table => {
+                let before = out.len() - out.trim_end_matches('\\').len();
+                if before % 2 == 0 {
+                    out.push('\\');
+                }
+                out.push('|');
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('`');
     out
 }
 
@@ -73,8 +115,11 @@ pub fn junit(p: &Profile) -> String {
     out
 }
 
+/// Text for an XML attribute or element: [`clean`]ed first (XML 1.0 allows no control
+/// character but tab and newlines, not even escaped), then the markup characters escaped.
 fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
+    clean(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -137,5 +182,60 @@ mod tests {
             junit(&ok).contains("failures=\"0\"")
                 && markdown_summary(&ok).contains("All memory budgets met")
         );
+    }
+
+    /// A profile whose command line, file name and message hold what the program chose.
+    fn hostile() -> Profile {
+        let evil = "e|v`i\x1b[31m\x07\u{202e}\r\n|l\u{0}<&>\"'\\|\\\\|";
+        let mut p = failing();
+        p.command = vec!["python".into(), format!("{evil}.py")];
+        p.violations[0].file = Some(format!("/w/{evil}.py"));
+        p.violations[0].budget = evil.into();
+        p.violations[0].message = format!("budget exceeded: {evil}.py:3 held 2.0 MiB");
+        p
+    }
+
+    #[test]
+    fn whatever_the_names_hold_each_output_keeps_its_form() {
+        let p = hostile();
+        // JUnit: no character XML 1.0 forbids (escaped or not), every `<` and `&` markup.
+        let x = junit(&p);
+        assert!(
+            !x.chars()
+                .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+            "{x:?}"
+        );
+        let body = x.split_once("<testcase").unwrap().1;
+        assert_eq!(body.matches('<').count(), 4, "{x}");
+        assert!(!x.contains("&#"), "{x}");
+        // The summary: every table row has its five pipes, and nothing breaks a line.
+        let md = markdown_summary(&p);
+        assert!(!md.chars().any(|c| c.is_control() && c != '\n'), "{md:?}");
+        assert!(!md.contains('\u{202e}'), "{md:?}");
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 3, "{md}");
+        for row in rows {
+            // GitHub's cell scan: `\` and the character after it go together.
+            let (mut unescaped, mut chars) = (0, row.chars());
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => {
+                        chars.next();
+                    }
+                    '|' => unescaped += 1,
+                    _ => {}
+                }
+            }
+            assert_eq!(unescaped, 5, "{row}");
+        }
+        assert!(
+            md.starts_with("### mlprof: `python e|v'i\\x1b[31m\\x07\\u{202e}\\x0d\\x0a|l"),
+            "{md}"
+        );
+        // Annotations: one line each, no control character.
+        let a = github_annotations(&p.violations);
+        assert_eq!(a.lines().count(), 1, "{a}");
+        assert!(!a.chars().any(|c| c.is_control() && c != '\n'), "{a:?}");
+        assert!(!a.contains('\u{202e}'), "{a:?}");
     }
 }

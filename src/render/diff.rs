@@ -49,8 +49,9 @@ fn cell(l: &LineDiff, figure: &str) -> String {
     }
 }
 
+/// `file.py:12 (was 10)`, the file name [`clean`]ed (it is the program's).
 fn place(l: &LineDiff) -> String {
-    let name = l.file.rsplit('/').next().unwrap_or(&l.file);
+    let name = clean(l.file.rsplit('/').next().unwrap_or(&l.file));
     match (l.status.as_str(), l.base_line) {
         ("changed" | "edited", Some(b)) if b != l.line => format!("{name}:{} (was {b})", l.line),
         ("new", _) => format!("{name}:{} (new)", l.line),
@@ -124,7 +125,7 @@ pub fn text(d: &Diff) -> String {
         &d.functions,
         d.unchanged_functions,
         |l| {
-            let name = l.file.rsplit('/').next().unwrap_or(&l.file);
+            let name = clean(l.file.rsplit('/').next().unwrap_or(&l.file));
             let status = match l.status.as_str() {
                 "new" | "gone" => format!(" ({})", l.status),
                 _ => String::new(),

@@ -33,10 +33,11 @@ fn r2(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
 }
 
+/// `file.py:12`, the file name [`clean`]ed (it is the program's).
 fn place(l: &LineGrowth) -> String {
     format!(
         "{}:{}",
-        l.file.rsplit('/').next().unwrap_or(&l.file),
+        clean(l.file.rsplit('/').next().unwrap_or(&l.file)),
         l.line
     )
 }

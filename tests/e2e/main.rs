@@ -15,6 +15,7 @@ mod foundation;
 mod frameworks;
 mod gpu;
 mod hints;
+mod hostile;
 mod html;
 mod linetables;
 mod mapped;

@@ -156,3 +156,25 @@ fn a_cell_in_a_plain_kernel_gets_its_cpu_and_python_memory_and_says_what_is_miss
     );
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// The cell's own page is shown in a sandboxed frame: its scripts run in an origin of their
+/// own, away from the notebook and its kernel.
+#[test]
+fn the_cells_page_is_framed_in_a_sandbox() {
+    let Some(python) = notebook_python() else {
+        return;
+    };
+    let check = [
+        "from mlprof._magic import render",
+        "html = render('In [1]', 'x = 1', {'page_html': '<script>parent.x = 1</script>'}, None)",
+        "assert '<iframe sandbox=\"allow-scripts\" ' in html, html",
+        "assert 'allow-same-origin' not in html and '<script>' not in html, html",
+    ]
+    .join("\n");
+    let out = Command::new(&python)
+        .args(["-c", &check])
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -162,6 +162,28 @@ fn limits_read_sizes_as_pytest_memray_does() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Names from the program (a failing test's lines, test ids) are printed with their control
+/// characters written visibly: none breaks a line of pytest's report or its JUnit XML.
+#[test]
+fn names_from_the_program_are_printed_clean() {
+    let py = &fixture::numpy_pythons()[0];
+    let check = [
+        "from mlprof._format import clean",
+        "from mlprof.pytest_plugin import _lines",
+        "assert clean('t.py') == 't.py'",
+        r"assert clean('\x1b]0;x\x07a\r\nb\u202ec\x85\td') == r'\x1b]0;x\x07a\x0d\x0ab\u{202e}c\u{85} d'",
+        r"text = _lines('held', [{'file': '/w/e\x1b[2J\n.py', 'line': 3, 'bytes': 4096, 'function': 'f\u202e\r'}])",
+        r"assert text == '\nheld (sampled):\n  /w/e\\x1b[2J\\x0a.py:3  4.0 KiB  f\\u{202e}\\x0d', repr(text)",
+    ]
+    .join("\n");
+    let out = Command::new(&py.exe)
+        .args(["-c", &check])
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 #[test]
 fn without_the_flag_the_markers_change_nothing() {
     let py = &fixture::numpy_pythons()[0];
