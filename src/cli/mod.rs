@@ -1141,10 +1141,12 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn write_direct(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o600)
         .open(path)?;
     file.write_all(bytes)?;
     file.flush()?;
@@ -1170,10 +1172,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     } else {
         dir.join(format!(".mlprof-{pid}.tmp"))
     };
-    // What the file had, or what a new file gets (0666 less the umask).
+    // What the file had, or 0600 for a new one: a profile holds the program's command line,
+    // paths and names, which are the user's alone.
     let mode = match std::fs::metadata(path) {
         Ok(meta) => meta.permissions().mode() & 0o7777,
-        Err(_) => 0o666 & !umask(),
+        Err(_) => 0o600,
     };
     let written = (|| {
         let mut file = std::fs::OpenOptions::new()
@@ -1195,19 +1198,6 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
-}
-
-/// This process's umask, read without changing it (`umask(2)` can only set it).
-fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
 }
 
 fn io_reason(e: &std::io::Error) -> String {

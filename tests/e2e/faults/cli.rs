@@ -117,16 +117,6 @@ fn a_report_that_cannot_be_written_after_the_run_keeps_the_programs_exit_status(
     assert_eq!(out.status.code(), Some(97), "{}", program_stderr(&out));
 }
 
-/// The umask of this process (and of the mlprof it starts).
-fn umask() -> u32 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let value = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Umask:"))
-        .unwrap();
-    u32::from_str_radix(value.trim(), 8).unwrap()
-}
-
 #[test]
 fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -138,7 +128,7 @@ fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     assert_eq!(names(&dir), ["p.json"]);
     fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
     let meta = std::fs::metadata(&path).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o666 & !umask());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "a new profile is private");
 
     // `mlprof report` and `export` write their files the same way.
     let text = dir.join("again.txt");
