@@ -1,11 +1,13 @@
 //! `mlprof attach PID`: a running CPython profiled from outside, without restarting or
-//! stopping it. Every sampling period, each thread: running or waiting as the kernel shows it
-//! (`/proc/PID/task/TID/stat`), its Python stack read with `process_vm_readv` (the walker the
-//! collector uses for waiting threads), and, when running, where: the newest user-space
-//! instruction pointer a perf event on its CPU clock recorded (Python vs native, and which
-//! native function). A running thread's sample stands for the period's wall time (the chance
-//! of finding it on a line is its share of time there), as py-spy's do. RSS from `/proc`. No
-//! allocation hooks: memory per line is not measured.
+//! stopping it. Every sampling period, each thread: its CPU clock and state as the kernel keeps
+//! them (`/proc/PID/task/TID/schedstat`, `stat`), its Python stack read with `process_vm_readv`
+//! (the walker the collector uses for waiting threads), and, when it ran, where: the newest
+//! user-space instruction pointer a perf event on its CPU clock recorded (Python vs native, and
+//! which native function). A thread's sample stands for the CPU time it used since the previous
+//! look (never the wall time: on a busy machine a runnable thread runs a fraction of it), at the
+//! line it is on now (the chance of finding it on a line is its share of time there, as with
+//! py-spy's samples); a Python thread found sleeping waited for the rest of that time. RSS from
+//! `/proc`. No allocation hooks: memory per line is not measured.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +55,6 @@ const PERF_PERIOD_NS: u64 = 500_000;
 const MAX_DEPTH: usize = 128;
 /// Most threads of the interpreter looked at.
 const MAX_THREADS: usize = 512;
-
 /// Profile `opts.pid` until the duration is over, `opts.stop` is set, or it ends.
 pub fn record(opts: &Options) -> Result<Recording> {
     let pid = opts.pid;
@@ -75,7 +76,6 @@ pub fn record(opts: &Options) -> Result<Recording> {
     probe(pid, python.runtime)?;
     let period = Duration::from_secs_f64(1.0 / opts.rate_hz.max(1) as f64);
     let period_ns = period.as_nanos() as u64;
-    let usage_before = procfs::usage(pid).unwrap_or_default();
     let interp = Interpreter {
         layout: python.layout,
         code_type: python.code_type as usize,
@@ -89,7 +89,12 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let mut decoded = Decoded::default();
     let mut perf: HashMap<u32, ThreadIps> = HashMap::new();
     let mut perf_refused: Option<std::io::Error> = None;
-    let mut seen: HashMap<u32, u64> = HashMap::new();
+    let mut looks: HashMap<u32, Look> = HashMap::new();
+    // Whether a look has counted the threads' clocks yet (they count from there).
+    let mut looked = false;
+    // The process's CPU time at the first look, for the profile's totals.
+    let mut usage_before = (0.0, 0.0);
+    let ns_per_tick = 1_000_000_000 / clock_ticks_per_s();
     let mut pthreads: BTreeMap<u32, u64> = BTreeMap::new();
     let mut ticks = Vec::new();
     let mut proc_summary = ProcSummary {
@@ -110,8 +115,6 @@ pub fn record(opts: &Options) -> Result<Recording> {
     loop {
         let now_abs = monotonic_ns();
         let now = now_abs - start_ns;
-        let wall_delta = now_abs - last_wall;
-        last_wall = now_abs;
         let Some(reading) = procfs::read(pid, round.is_multiple_of(5), false) else {
             ended = true;
             break;
@@ -125,92 +128,111 @@ pub fn record(opts: &Options) -> Result<Recording> {
             mapped_bytes: 0,
             anon_bytes: reading.anon_bytes,
         });
-        // Its reads are cached by block: a fresh one each round sees the threads as they are.
-        let mem = Remote::new(pid);
-        let n = walk::threads(&mem, python.layout, python.runtime as usize, &mut states);
-        let all = tasks(pid);
-        if python.layout.tstate_native_thread_id.is_none() && tid_at.is_none() {
-            let live: Vec<u32> = all.iter().map(|&(tid, _)| tid).collect();
-            tid_at = pthread_tid_offset(&mem, &states[..n], &live);
+        if !looked {
+            usage_before = procfs::usage(pid).unwrap_or(usage_before);
         }
-        let by_tid: HashMap<u32, (usize, usize)> = states[..n]
-            .iter()
-            .filter_map(|&(tstate, pthread, tid)| {
-                let tid = tid.or_else(|| read_u32(&mem, pthread + tid_at?))?;
-                Some((tid, (tstate, pthread)))
-            })
-            .collect();
-        for (tid, state) in all {
-            let seen_before = seen.insert(tid, now).is_some();
-            if perf_refused.is_none() && !perf.contains_key(&tid) {
-                match ThreadIps::open(tid, PERF_PERIOD_NS) {
-                    Ok(p) => {
-                        perf.insert(tid, p);
+        if let Some(all) = tasks(pid, ns_per_tick) {
+            let wall_delta = now_abs - last_wall;
+            last_wall = now_abs;
+            // Its reads are cached by block: a fresh one each round sees the threads as they are.
+            let mem = Remote::new(pid);
+            let n = walk::threads(&mem, python.layout, python.runtime as usize, &mut states);
+            // The threads that ended: their clocks forgotten.
+            looks.retain(|tid, _| all.iter().any(|&(t, _)| t == *tid));
+            if python.layout.tstate_native_thread_id.is_none() && tid_at.is_none() {
+                let live: Vec<u32> = all.iter().map(|&(tid, _)| tid).collect();
+                tid_at = pthread_tid_offset(&mem, &states[..n], &live);
+            }
+            let by_tid: HashMap<u32, (usize, usize)> = states[..n]
+                .iter()
+                .filter_map(|&(tstate, pthread, tid)| {
+                    let tid = tid.or_else(|| read_u32(&mem, pthread + tid_at?))?;
+                    Some((tid, (tstate, pthread)))
+                })
+                .collect();
+            for (tid, task) in all {
+                // A thread that exited between the listing and its files: nothing to count.
+                let Some(task) = task else { continue };
+                if perf_refused.is_none() && !perf.contains_key(&tid) {
+                    match ThreadIps::open(tid, PERF_PERIOD_NS) {
+                        Ok(p) => {
+                            perf.insert(tid, p);
+                        }
+                        Err(e) => perf_refused = Some(e),
                     }
-                    Err(e) => perf_refused = Some(e),
                 }
-            }
-            ips.clear();
-            if let Some(p) = perf.get_mut(&tid) {
-                p.drain(&mut ips);
-            }
-            if !seen_before {
-                continue; // its first round: no time to give it yet
-            }
-            let python_thread = by_tid.get(&tid).copied();
-            let running = state == 'R';
-            let waiting = matches!(state, 'S' | 'D');
-            if !(running || waiting && python_thread.is_some()) {
-                continue;
-            }
-            let stack: Vec<(u32, i32)> = match python_thread {
-                Some((tstate, pthread)) => {
-                    pthreads.insert(tid, pthread as u64);
-                    let w = walk::walk(&mem, &interp, tstate, &mut frames);
-                    frames[..w.depth]
-                        .iter()
-                        .map(|f| {
-                            let id = waits::code_id(&mem, python.layout, f.code, &mut decoded);
-                            (id, f.lasti)
-                        })
-                        .collect()
+                ips.clear();
+                if let Some(p) = perf.get_mut(&tid) {
+                    p.drain(&mut ips);
                 }
-                None => Vec::new(),
-            };
-            if running {
-                // Where it runs now: the newest instruction pointer perf recorded (at most a
-                // half a millisecond of its CPU time ago).
-                let ip = ips.last().copied().unwrap_or(if python_thread.is_some() {
-                    interpreter_ip
+                let previous = looks.insert(tid, Look::of(&task));
+                let Some((cpu_ns, queued_ns)) =
+                    since_last(previous.as_ref(), &task, !looked, wall_delta)
+                else {
+                    continue;
+                };
+                let python_thread = by_tid.get(&tid).copied();
+                // A Python thread asleep now was blocked for the time it neither ran nor waited
+                // for a CPU.
+                let blocked_ns = if matches!(task.state, 'S' | 'D') && python_thread.is_some() {
+                    wall_delta.saturating_sub(cpu_ns.saturating_add(queued_ns))
                 } else {
                     0
-                });
-                decoded.samples.push(CpuSample {
-                    t_ns: now,
-                    tid,
-                    ip,
-                    weight_ns: wall_delta,
-                    flags: if python_thread.is_some() {
-                        0
+                };
+                if cpu_ns == 0 && blocked_ns == 0 {
+                    continue;
+                }
+                let stack: Vec<(u32, i32)> = match python_thread {
+                    Some((tstate, pthread)) => {
+                        pthreads.insert(tid, pthread as u64);
+                        let w = walk::walk(&mem, &interp, tstate, &mut frames);
+                        frames[..w.depth]
+                            .iter()
+                            .map(|f| {
+                                let id = waits::code_id(&mem, python.layout, f.code, &mut decoded);
+                                (id, f.lasti)
+                            })
+                            .collect()
+                    }
+                    None => Vec::new(),
+                };
+                if cpu_ns > 0 {
+                    // Where it runs: the newest instruction pointer perf recorded (at most half
+                    // a millisecond of its CPU time before the look).
+                    let ip = ips.last().copied().unwrap_or(if python_thread.is_some() {
+                        interpreter_ip
                     } else {
-                        sample_flags::NO_PYTHON
-                    },
-                    frames: stack,
-                    caller: 0,
-                    fault_ns: 0,
-                });
-            } else if !stack.is_empty() {
-                decoded.push_waiting(CpuSample {
-                    t_ns: now,
-                    tid,
-                    ip: 0,
-                    weight_ns: wall_delta,
-                    flags: sample_flags::WAITING,
-                    frames: stack,
-                    caller: 0,
-                    fault_ns: 0,
-                });
+                        0
+                    });
+                    decoded.samples.push(CpuSample {
+                        t_ns: now,
+                        tid,
+                        ip,
+                        weight_ns: cpu_ns,
+                        flags: if python_thread.is_some() {
+                            0
+                        } else {
+                            sample_flags::NO_PYTHON
+                        },
+                        frames: stack.clone(),
+                        caller: 0,
+                        fault_ns: 0,
+                    });
+                }
+                if blocked_ns > 0 && !stack.is_empty() {
+                    decoded.push_waiting(CpuSample {
+                        t_ns: now,
+                        tid,
+                        ip: 0,
+                        weight_ns: blocked_ns,
+                        flags: sample_flags::WAITING,
+                        frames: stack,
+                        caller: 0,
+                        fault_ns: 0,
+                    });
+                }
             }
+            looked = true;
         }
         round += 1;
         if opts.stop.load(Ordering::Acquire) || opts.duration.is_some_and(|d| start.elapsed() >= d)
@@ -485,19 +507,135 @@ fn not_permitted(pid: u32) -> Error {
     ))
 }
 
-/// Every thread of `pid`: (tid, state letter of `/proc/PID/task/TID/stat`).
-fn tasks(pid: u32) -> Vec<(u32, char)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
+/// Which of the kernel's clocks a thread's CPU time was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Clock {
+    /// `schedstat`: nanoseconds, exact.
+    Schedstat,
+    /// utime + stime of `stat`, in clock ticks (kernels without `schedstat`).
+    Stat,
+}
+
+/// One thread as its `/proc/PID/task/TID` files show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Task {
+    /// State letter (`R`, `S`, `D`, ...).
+    state: char,
+    /// When it started (clock ticks after boot): a thread id reused by a new thread has another.
+    start: u64,
+    /// Nanoseconds it has run.
+    ran_ns: u64,
+    /// Nanoseconds it has waited for a CPU (0 when the clock is `Stat`).
+    queued_ns: u64,
+    clock: Clock,
+}
+
+/// A thread's clocks at the previous look at it.
+#[derive(Clone, Copy, Debug)]
+struct Look {
+    start: u64,
+    ran_ns: u64,
+    queued_ns: u64,
+    clock: Clock,
+}
+
+impl Look {
+    fn of(task: &Task) -> Look {
+        Look {
+            start: task.start,
+            ran_ns: task.ran_ns,
+            queued_ns: task.queued_ns,
+            clock: task.clock,
+        }
+    }
+}
+
+/// The CPU time a thread used and the time it waited for a CPU since the previous look (ns),
+/// or `None` when there is nothing to count: the first look of the attach (the clocks count
+/// from there), or clocks that cannot be compared (read from another source, or a count that
+/// went back). A thread not seen at the previous look started since: all it ran is in the
+/// attach, and no more than the `wall_ns` since that look.
+fn since_last(
+    previous: Option<&Look>,
+    now: &Task,
+    first: bool,
+    wall_ns: u64,
+) -> Option<(u64, u64)> {
+    match previous {
+        Some(p) if p.start == now.start => {
+            (p.clock == now.clock && now.ran_ns >= p.ran_ns).then(|| {
+                (
+                    now.ran_ns - p.ran_ns,
+                    now.queued_ns.saturating_sub(p.queued_ns),
+                )
+            })
+        }
+        _ if first => None,
+        _ => Some((now.ran_ns.min(wall_ns), 0)),
+    }
+}
+
+/// Every thread of `pid`, as listed in `/proc/PID/task` (`None` when that cannot be read), each
+/// with what its files say: `None` where they could not be read (it exited meanwhile) or are
+/// not what the kernel writes.
+fn tasks(pid: u32, ns_per_tick: u64) -> Option<Vec<(u32, Option<Task>)>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+            .map(|tid| (tid, task(pid, tid, ns_per_tick)))
+            .collect(),
+    )
+}
+
+fn task(pid: u32, tid: u32, ns_per_tick: u64) -> Option<Task> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let (state, start, cpu_ticks) = parse_stat(&stat)?;
+    let schedstat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| parse_schedstat(&s));
+    let (ran_ns, queued_ns, clock) = match schedstat {
+        Some((ran, queued)) => (ran, queued, Clock::Schedstat),
+        None => (cpu_ticks.saturating_mul(ns_per_tick), 0, Clock::Stat),
     };
-    dir.flatten()
-        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|tid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
-            Some((tid, state))
-        })
-        .collect()
+    Some(Task {
+        state,
+        start,
+        ran_ns,
+        queued_ns,
+        clock,
+    })
+}
+
+/// State letter, start time and utime + stime (clock ticks) of a `/proc/PID/task/TID/stat`.
+fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
+    // The name, in parentheses, may hold anything: the fields count from the last `)`.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    // Field 3 (state) is index 0: utime (14) and stime (15) are 11 and 12, starttime (22) 19.
+    let state = fields.first()?.chars().next()?;
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let start: u64 = fields.get(19)?.parse().ok()?;
+    Some((state, start, utime.checked_add(stime)?))
+}
+
+/// Nanoseconds run and waited for a CPU, the first two fields of a `schedstat`.
+fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
 }
 
 fn cmdline(pid: u32) -> Vec<String> {
@@ -536,6 +674,67 @@ mod tests {
         assert_eq!(version_in_name("python"), None);
         assert!(free_threaded("python3.13t") && free_threaded("libpython3.13t.so.1.0"));
         assert!(!free_threaded("python3.13") && !free_threaded("libpython3.11.so.1.0"));
+    }
+
+    fn task(ran_ns: u64, start: u64) -> Task {
+        Task {
+            state: 'R',
+            start,
+            ran_ns,
+            queued_ns: 0,
+            clock: Clock::Schedstat,
+        }
+    }
+
+    #[test]
+    fn a_thread_counts_the_cpu_it_used_since_the_previous_look() {
+        let before = Look::of(&task(1_000, 7));
+        assert_eq!(
+            since_last(Some(&before), &task(4_000, 7), false, 10_000),
+            Some((3_000, 0))
+        );
+        // Runnable all along but never on a CPU: no CPU, whatever the wall time.
+        assert_eq!(
+            since_last(Some(&before), &task(1_000, 7), false, 10_000),
+            Some((0, 0))
+        );
+        // The first look sets the clocks; a count that went back or changed clock counts
+        // nothing.
+        assert_eq!(since_last(None, &task(4_000, 7), true, 10_000), None);
+        assert_eq!(
+            since_last(Some(&before), &task(500, 7), false, 10_000),
+            None
+        );
+        let mut ticks = task(4_000, 7);
+        ticks.clock = Clock::Stat;
+        assert_eq!(since_last(Some(&before), &ticks, false, 10_000), None);
+        // Born since the previous look (or a reused id): all it ran, at most the time since.
+        assert_eq!(
+            since_last(None, &task(4_000, 9), false, 10_000),
+            Some((4_000, 0))
+        );
+        assert_eq!(
+            since_last(Some(&before), &task(40_000, 9), false, 10_000),
+            Some((10_000, 0))
+        );
+    }
+
+    #[test]
+    fn proc_files_that_make_no_sense_are_skipped() {
+        let stat = "4242 (a) b (c)) R 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 3 0 777 0 0";
+        assert_eq!(parse_stat(stat), Some(('R', 777, 175)));
+        for bad in [
+            "",
+            "4242 (a",
+            "4242 (a) R 1 2",
+            "4242 (a) R 1 2 3 4 5 6 7 8 9 10 x 25 0 0 20 0 3 0 777",
+            "4242 (a) R 1 2 3 4 5 6 7 8 9 10 18446744073709551615 1 0 0 20 0 3 0 7",
+        ] {
+            assert_eq!(parse_stat(bad), None, "{bad}");
+        }
+        assert_eq!(parse_schedstat("123 456 7\n"), Some((123, 456)));
+        assert_eq!(parse_schedstat("123"), None);
+        assert_eq!(parse_schedstat("-1 2 3"), None);
     }
 
     /// A real libpython, renamed as a version mlprof has no layout for, mapped (as far as
