@@ -378,3 +378,98 @@ fn attached_cpu_adds_up_to_what_the_kernel_counted_on_a_busy_machine() {
          than 10%"
     );
 }
+
+/// Whether perf events on a thread's CPU clock (user space only, as mlprof opens them) are
+/// allowed here: tried on this thread.
+fn perf_events_here() -> bool {
+    let mut attr = [0u8; 112];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    attr[4..8].copy_from_slice(&112u32.to_ne_bytes()); // its size
+    attr[8..16].copy_from_slice(&1u64.to_ne_bytes()); // PERF_COUNT_SW_TASK_CLOCK
+    attr[40..48].copy_from_slice(&(1u64 << 5 | 1 << 6).to_ne_bytes()); // exclude kernel, hv
+                                                                       // SAFETY: perf_event_open reads the 112 bytes of `attr`, whose size field says so.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            0 as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            0 as libc::c_ulong,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: closing the descriptor just opened, once.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
+    fd >= 0
+}
+
+/// Issue "Trust on a busy, hostile machine", item 6: a target starting short-lived threads
+/// without a pause, attached under an open-files limit of 64. Threads that exit must not turn
+/// sampling off nor leave their descriptors open, and running out of descriptors is not the
+/// process ending: every 3 s of the attach has samples, and no "ended meanwhile".
+#[test]
+fn threads_that_come_and_go_under_a_low_open_files_limit_are_sampled_throughout() {
+    let py = &fixture::pythons()[0];
+    let (mut child, _out) = started(&py.exe, "attach_churn.py", "60");
+    let dir = fixture::tempdir();
+    let path = dir.join("attach.json");
+    let run = Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_mlprof"))
+        .args(["attach", &child.id().to_string(), "--duration", "9", "-o"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map_or("?".to_string(), |s| s.trim().to_string());
+    let perf = perf_events_here();
+    eprintln!(
+        "path exercised: {} (kernel.perf_event_paranoid {paranoid}); warnings: {:#?}",
+        match perf {
+            true => "perf events on the threads that run, closed as they end, within 64 files",
+            false => "no perf events here: running time from the kernel's clocks only",
+        },
+        p.warnings
+    );
+    // Where this process may have perf events, so may mlprof: a thread that ended before its
+    // event was opened, or the descriptors running out, must not turn them off.
+    if perf {
+        assert!(
+            !p.warnings.iter().any(|w| w.contains("not told apart")),
+            "perf events turned off: {:?}",
+            p.warnings
+        );
+    }
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("ended meanwhile")) && !stderr.contains("ended"),
+        "the process did not end: {stderr}"
+    );
+    assert!(p.wall_s >= 8.5, "attached {} s of 9", p.wall_s);
+    for window in 0..3 {
+        let (from, to) = (3.0 * window as f64, 3.0 * (window + 1) as f64);
+        let sampled: Vec<f64> = p
+            .samples
+            .iter()
+            .filter(|s| s.t_s >= from && s.t_s < to && s.cpu_s > 0.0)
+            .map(|s| s.cpu_s)
+            .collect();
+        let cpu: f64 = sampled.iter().sum();
+        eprintln!(
+            "{from} s to {to} s: {} samples, {cpu:.3} s of CPU",
+            sampled.len()
+        );
+        assert!(
+            cpu > 0.0,
+            "no CPU sampled from {from} s to {to} s; warnings: {:?}",
+            p.warnings
+        );
+    }
+}
