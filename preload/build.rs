@@ -10,6 +10,7 @@ fn main() {
         "csrc/wait.c",
         "csrc/deadline.c",
         "csrc/signal.c",
+        "csrc/sigwait.c",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

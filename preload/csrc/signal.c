@@ -53,6 +53,14 @@ HIDDEN void mlprof_signals_init(void (*note_fn)(int),
     __atomic_store_n(&sigprof_user, sigprof_fn, __ATOMIC_RELEASE);
 }
 
+/* The program took `sig` without a handler (sigwait, signalfd: sigwait.c): noted as the
+ * wrapper notes a handler's receipt, for the signals mlprof forwards. */
+HIDDEN void mlprof_note_signal(int sig) {
+    void (*note_fn)(int) = __atomic_load_n(&note, __ATOMIC_ACQUIRE);
+    if (note_fn && sig > 0 && sig < 32 && forwarded(sig))
+        note_fn(sig);
+}
+
 static void wrapper(int sig, siginfo_t *info, void *context) {
     void *handler = __atomic_load_n(&user_handler[sig], __ATOMIC_ACQUIRE);
     void (*note_fn)(int) = __atomic_load_n(&note, __ATOMIC_ACQUIRE);

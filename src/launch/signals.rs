@@ -243,20 +243,18 @@ fn monotonic_ns() -> u64 {
 }
 
 /// Whether the command `pid` received `sig` itself around `at_ns` (mlprof's own receipt): its
-/// handler for `sig` (wrapped by the preload library) noted the time in its channel header.
-/// A command that does not catch `sig` is never waited for: a second delivery of a default or
+/// handler for `sig` (wrapped by the preload library), or its `sigwait` or `signalfd` read,
+/// noted the time in its channel header. A command that neither catches nor waits for `sig` is
+/// never waited for: a second delivery of a default or
 /// ignored signal changes nothing.
 fn already_received(channels: &Path, pid: u32, sig: libc::c_int, at_ns: u64) -> bool {
-    if !catches(pid, sig) {
-        return false;
-    }
     let Some(file) = newest_channel(channels, pid) else {
         return false;
     };
     let Ok(index) = usize::try_from(sig) else {
         return false;
     };
-    if index >= 32 {
+    if !(1..32).contains(&index) || !(catches(pid, sig) || waits_for(&file, index)) {
         return false;
     }
     let offset = std::mem::offset_of!(mlprof_wire::Header, signal_ns) + index * 8;
@@ -288,6 +286,16 @@ fn catches(pid: u32, sig: libc::c_int) -> bool {
         .find_map(|l| l.strip_prefix("SigCgt:"))
         .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
         .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
+}
+
+/// Whether the program takes signal `index` without a handler (`sigwait`, `signalfd`), as its
+/// channel header says ([`mlprof_wire::Header::signals_waited`]). (`SigBlk` cannot say it:
+/// while a thread waits in `sigtimedwait` the kernel unblocks the signals it waits for.)
+fn waits_for(file: &std::fs::File, index: usize) -> bool {
+    let offset = std::mem::offset_of!(mlprof_wire::Header, signals_waited);
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, offset as u64).is_ok()
+        && u64::from_le_bytes(word) & (1u64 << (index - 1)) != 0
 }
 
 /// The newest channel file of `pid` (`PID.START_NS.ring`; a process that exec'd has several),

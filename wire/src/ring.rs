@@ -141,6 +141,11 @@ pub struct Header {
     /// never). Lets the collector tell whether a signal sent to the whole process group (or
     /// cgroup) already reached the program, so that it is not forwarded a second time.
     pub signal_ns: [AtomicU64; 32],
+    /// Bit `sig - 1` set once the program waited for signal `sig` without a handler
+    /// (`sigwait`, `sigtimedwait`, `sigwaitinfo`) or made a `signalfd` for it: it takes it
+    /// from its pending set, so the collector waits for its note in [`Header::signal_ns`]
+    /// before forwarding one, as for a handler.
+    pub signals_waited: AtomicU64,
     /// Exact heap counters.
     pub heap: HeapCounters,
     /// Exact counters of the anonymous mappings the program made itself (`mmap`, `mremap`;

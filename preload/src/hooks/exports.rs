@@ -1,4 +1,5 @@
-//! The exported names of the hooks written in C (`csrc/wait.c`, `csrc/signal.c`). A Rust
+//! The exported names of the hooks written in C (`csrc/wait.c`, `csrc/signal.c`,
+//! `csrc/sigwait.c`). A Rust
 //! cdylib exports only Rust items, so each is a naked function of no frame at all that jumps to
 //! the C code: a thread force-unwound while inside one (cancelled in `poll`, or leaving a
 //! signal handler by `pthread_exit`) meets only C frames.
@@ -35,3 +36,8 @@ export!(bsd_signal => mlprof_bsd_signal);
 export!(sysv_signal => mlprof_sysv_signal);
 export!(sigprocmask => mlprof_sigprocmask);
 export!(pthread_sigmask => mlprof_pthread_sigmask);
+export!(sigtimedwait => mlprof_sigtimedwait);
+export!(sigwaitinfo => mlprof_sigwaitinfo);
+export!(sigwait => mlprof_sigwait);
+export!(signalfd => mlprof_signalfd);
+export!(read => mlprof_read);

@@ -1,7 +1,9 @@
 //! The program's handlers of the signals mlprof forwards are wrapped (`csrc/signal.c`, with
 //! the `sigaction` hook) so that each receipt is noted in the channel header
 //! ([`mlprof_wire::Header::signal_ns`]): the collector then forwards a signal only if the
-//! program did not already get it from the same group-wide kill.
+//! program did not already get it from the same group-wide kill. A program that takes them
+//! with `sigwait` or a `signalfd` is noted the same way (`csrc/sigwait.c`), and never handed
+//! mlprof's own SIGPROF.
 
 use core::sync::atomic::Ordering;
 
@@ -15,6 +17,11 @@ extern "C" {
         masked: extern "C" fn(libc::c_int),
     );
     fn mlprof_sigprof_blocked() -> libc::c_int;
+    fn mlprof_sigwait_init(
+        sampling: extern "C" fn() -> libc::c_int,
+        magic: usize,
+        waits_for: extern "C" fn(u64),
+    );
 }
 
 /// Start noting receipts, and keeping the program's SIGPROF disposition beside our handler
@@ -30,6 +37,26 @@ pub fn init() {
             sigprof_masked,
         )
     };
+    #[cfg(not(test))]
+    // SAFETY: a C function of this library; the callback is async-signal-safe.
+    unsafe {
+        mlprof_sigwait_init(sampling, crate::sampler::timer::MAGIC, waits_for)
+    };
+}
+
+/// The program takes the signals `bits` (bit `sig - 1`) without a handler (`sigwait`,
+/// `signalfd`): published in the header for the collector. Async-signal-safe.
+extern "C" fn waits_for(bits: u64) {
+    if let Some(ring) = channel::ring() {
+        ring.header()
+            .signals_waited
+            .fetch_or(bits, Ordering::Relaxed);
+    }
+}
+
+/// Whether mlprof's CPU timers run (for `csrc/sigwait.c`). Async-signal-safe.
+extern "C" fn sampling() -> libc::c_int {
+    (crate::sampler::timer::mean_interval() != 0) as libc::c_int
 }
 
 /// The thread blocked SIGPROF (`blocked` = 1) or unblocked it (0) with `sigprocmask` or

@@ -307,6 +307,47 @@ fn signals_sent_to_the_whole_process_group_reach_the_program_once() {
 }
 
 #[test]
+fn group_signals_reach_a_program_that_waits_for_them_once_and_sigprof_never() {
+    use std::os::unix::process::CommandExt;
+    let path = script("signals_waited.py");
+    for mode in ["sigwait", "signalfd"] {
+        for py in pythons() {
+            let run = |profiled: bool| {
+                let out = fixture::tempdir().join("profile.json");
+                let mut cmd = if profiled {
+                    let mut c = fixture::mlprof();
+                    c.arg("run").arg("-o").arg(&out).arg("--");
+                    c.arg(&py.exe);
+                    c
+                } else {
+                    Command::new(&py.exe)
+                };
+                let output = cmd
+                    .arg(&path)
+                    .arg(mode)
+                    .process_group(0)
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .unwrap();
+                (output, std::fs::read_to_string(&out).ok())
+            };
+            let (plain, _) = run(false);
+            let (got, profile) = run(true);
+            let stdout = String::from_utf8_lossy(&got.stdout);
+            // Once each (mlprof, in the group too, forwarded a second before), and never a
+            // SIGPROF of mlprof's timer read from the catch-all signalfd.
+            assert!(
+                stdout.contains("received: {'TERM': 1, 'USR1': 1, 'PROF': 0}"),
+                "{mode} {}: {stdout}",
+                py.minor
+            );
+            super::assert_same(&plain, &got, &[os(&py.exe), os(&path), os(mode)]);
+            assert!(profile.is_some(), "{mode} {}: no report", py.minor);
+        }
+    }
+}
+
+#[test]
 fn threads_ended_by_pthread_exit_leave_no_cpu_timer_behind() {
     // A leaked timer per thread would exhaust RLIMIT_SIGPENDING under thread churn.
     let path = script("thread_timers.py");
