@@ -27,7 +27,11 @@ extern "C" fn on_load() {
         return;
     };
     crate::python::read::init();
-    let status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
+    let mut status = python_version_text().map_or(mlprof_wire::python_status::NONE, runtime::init);
+    if status == mlprof_wire::python_status::WALKED && !crate::python::read::allowed() {
+        // Every frame read would fail: say why rather than show lines without Python.
+        status = mlprof_wire::python_status::READ_REFUSED;
+    }
     header.python_status.store(status, Ordering::Relaxed);
     publish_addresses(header);
     memory::pymem::resolve();

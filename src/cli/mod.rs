@@ -97,7 +97,7 @@ struct AttachArgs {
     /// Stop after SECONDS (default: at Ctrl-C, or when the process ends).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     duration: Option<f64>,
-    /// Samples per second.
+    /// Samples per second (at most 10000, as `run`).
     #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
     rate: u32,
     #[command(flatten)]
@@ -288,7 +288,7 @@ struct RunArgs {
     /// Print no report (use with -o to only save the profile).
     #[arg(short, long)]
     quiet: bool,
-    /// CPU samples per second of CPU time, per thread (0: no CPU sampling).
+    /// CPU samples per second of CPU time, per thread (0: no CPU sampling; at most 10000).
     #[arg(long, value_name = "HZ", default_value_t = DEFAULT_RATE_HZ)]
     rate: u32,
     /// Mean bytes allocated between two allocation samples (0: no per-line memory).
@@ -426,6 +426,13 @@ fn attach(args: AttachArgs) -> Result<i32> {
             crate::error::EXIT_USAGE,
         ));
     }
+    let rate = args.rate.min(mlprof_wire::MAX_RATE_HZ);
+    if rate < args.rate {
+        eprintln!(
+            "mlprof: --rate {} is above the most mlprof samples at; using {rate}, as `run` does",
+            args.rate
+        );
+    }
     let (format, destination) = destination(&args.output, args.format.chosen(), false)?;
     if let Destination::File(path) = &destination {
         file_write(path)?;
@@ -446,7 +453,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
     let options = collect::attach::Options {
         pid: args.pid,
         duration: args.duration.map(std::time::Duration::from_secs_f64),
-        rate_hz: args.rate,
+        rate_hz: rate,
         stop: &ATTACH_STOP,
         start_ns,
     };

@@ -283,6 +283,10 @@ fn python_warnings(rec: &Recording) -> Vec<String> {
                 "the interpreter's debug offsets differ from mlprof's table"
             }
             status::MISSING_SYMBOL => "a required interpreter symbol was not found",
+            status::READ_REFUSED => {
+                "the process may not read its own memory (process_vm_readv refused: a seccomp \
+                 filter or container policy), so its Python frames cannot be read"
+            }
             _ => continue,
         };
         let version = c.python.as_deref().unwrap_or("?");

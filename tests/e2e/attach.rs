@@ -185,6 +185,35 @@ fn each_way_attaching_fails_is_one_line() {
     let _ = sleeper.wait();
 }
 
+#[test]
+fn a_rate_above_the_most_is_clamped_as_run_clamps_it() {
+    let python = &fixture::pythons()[0];
+    let (mut child, _out) = spinner(&python.exe, "20");
+    let dir = fixture::tempdir();
+    let path = dir.join("attach.json");
+    let run = attach(&[
+        &child.id().to_string(),
+        "--duration",
+        "1",
+        "--rate",
+        "1000000",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("using 10000"), "{stderr}");
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
+    // One look every 100 us at most (it was every microsecond: /proc read in a busy loop).
+    assert!(
+        p.sample_interval_s >= 1e-4 * 0.999,
+        "{}",
+        p.sample_interval_s
+    );
+}
+
 /// As another user, without CAP_SYS_PTRACE: the kernel refuses the reads.
 #[test]
 fn attaching_without_the_right_to_ptrace_names_what_is_needed() {

@@ -24,6 +24,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
 pub const VERSION: u32 = 8;
 
+/// The highest CPU sampling rate (samples per second) `run` and `attach` use; a higher
+/// `--rate` is clamped to it.
+pub const MAX_RATE_HZ: u32 = 10_000;
+
 /// Environment variables naming a process's rank in a distributed job, most specific first
 /// (torchrun sets `RANK` in workers that Slurm also numbers by node), each with the local rank
 /// and world size of the same launcher: (rank, local rank, world size).
@@ -80,6 +84,9 @@ pub mod python_status {
     pub const OFFSETS_MISMATCH: u32 = 4;
     /// A required interpreter symbol was not found.
     pub const MISSING_SYMBOL: u32 = 5;
+    /// The process may not read its own memory with `process_vm_readv` (a seccomp filter or
+    /// a container's policy refuses the call): Python frames cannot be read safely.
+    pub const READ_REFUSED: u32 = 6;
 }
 
 /// Process states stored in [`Header::state`].

@@ -33,6 +33,11 @@ pub fn init() {
     }
 }
 
+/// Whether the probe found `process_vm_readv` allowed (false before [`init`]).
+pub fn allowed() -> bool {
+    SELF_PID.load(Ordering::Relaxed) > 0
+}
+
 /// Copy `len` bytes at `addr` of this process into `out` with `process_vm_readv`; false if
 /// any of it is not readable (or the call is refused).
 fn vm_read(addr: usize, out: *mut u8, len: usize) -> bool {

@@ -14,7 +14,7 @@ pub fn start(rate_hz: u64) -> u64 {
         return 0;
     }
     caller::init();
-    let interval = 1_000_000_000 / rate_hz.clamp(1, 10_000);
+    let interval = 1_000_000_000 / rate_hz.clamp(1, u64::from(mlprof_wire::MAX_RATE_HZ));
     timer::set_mean_interval(interval);
     timer::arm_this_thread();
     interval

@@ -360,6 +360,24 @@ fn threads_ended_by_pthread_exit_leave_no_cpu_timer_behind() {
 }
 
 #[test]
+fn a_program_whose_seccomp_filter_refuses_process_vm_readv_is_told_why_it_has_no_python_lines() {
+    // `same_behaviour` compares exit status and output with a run without mlprof.
+    each_python("seccomp_reads.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(out.contains("spun True"), "{}: {out}", py.minor);
+        let p = run.profile();
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("process_vm_readv refused") && w.contains("seccomp")),
+            "{}: {:#?}",
+            py.minor,
+            p.warnings
+        );
+    });
+}
+
+#[test]
 fn a_program_that_blocks_sigprof_runs_as_without_mlprof_and_the_report_says_so() {
     // `same_behaviour` compares exit status and output with a run without mlprof.
     each_python("sigprof_blocked.py", &[], |py, run| {
