@@ -50,24 +50,27 @@ pub fn open_mapped(pid: Option<u32>, map: &MappedFile, cap: u64) -> Result<Opene
         return Err("not a file".to_string());
     }
     let mut why = None;
-    let mut tries: Vec<(String, bool)> = Vec::new();
+    // (Path, a link of the kernel's, whether a refusal there says nothing of the mapping.)
+    let mut tries: Vec<(String, bool, bool)> = Vec::new();
     if let Some(pid) = pid {
         tries.push((
             format!("/proc/{pid}/map_files/{:x}-{:x}", map.start, map.end),
             true,
+            false,
         ));
-        // The main binary; only where the mapping names its inode, which tells.
+        // The main binary, tried for any mapping: only where the mapping names its inode,
+        // which tells.
         if map.inode != 0 {
-            tries.push((format!("/proc/{pid}/exe"), true));
+            tries.push((format!("/proc/{pid}/exe"), true, true));
         }
-        tries.push((format!("/proc/{pid}/root{path}"), false));
+        tries.push((format!("/proc/{pid}/root{path}"), false, false));
     }
-    tries.push((path.to_string(), false));
-    for (candidate, kernel_link) in &tries {
+    tries.push((path.to_string(), false, false));
+    for (candidate, kernel_link, quiet) in &tries {
         match open_checked(candidate, *kernel_link, map, cap) {
             Ok(opened) => return Ok(opened),
-            Err(Some(reason)) => why = Some(reason),
-            Err(None) => {}
+            Err(Some(reason)) if !quiet => why = Some(reason),
+            Err(_) => {}
         }
     }
     Err(why.unwrap_or_else(|| "no such file".to_string()))
@@ -252,6 +255,22 @@ mod tests {
         let err = open_mapped(None, &map, 1 << 20).unwrap_err();
         assert!(err.contains("symbolic link"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_library_with_nothing_at_its_path_is_not_called_replaced() {
+        let me = std::process::id();
+        let exe = std::fs::metadata("/proc/self/exe").unwrap();
+        let gone = MappedFile {
+            start: 1,
+            end: 2,
+            inode: exe.ino() + 1,
+            ..mapping("/nonexistent/libgone.so (deleted)", &exe)
+        };
+        assert_eq!(
+            open_mapped(Some(me), &gone, 1 << 30).unwrap_err(),
+            "no such file"
+        );
     }
 
     #[test]
