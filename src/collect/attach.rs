@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::launch::ChildExit;
 use crate::recording::maps::{library_name, MappedFile};
 use crate::recording::{ChannelSummary, CpuSample, ProcSummary, Recording, Tick};
+use crate::symbolize::mapped::{self, MAX_INTERPRETER_BYTES};
 
 /// How to attach.
 pub struct Options<'a> {
@@ -347,14 +348,20 @@ fn is_python_file(name: &str) -> bool {
 /// version.
 fn find_python(pid: u32, maps: &[MappedFile]) -> Result<Python> {
     let mut seen = Vec::new();
+    // The first interpreter file that could not be read, and why.
+    let mut unread: Option<(&str, String)> = None;
     for m in maps {
         let name = library_name(&m.path);
         if !is_python_file(name) || seen.contains(&m.path) {
             continue;
         }
         seen.push(m.path.clone());
-        let Some(symbols) = elf_symbols(pid, &m.path) else {
-            continue;
+        let symbols = match elf_symbols(pid, m) {
+            Ok(symbols) => symbols,
+            Err(why) => {
+                unread.get_or_insert((&m.path, why));
+                continue;
+            }
         };
         let Some(&runtime) = symbols.values.get("_PyRuntime") else {
             continue;
@@ -409,6 +416,11 @@ fn find_python(pid: u32, maps: &[MappedFile]) -> Result<Python> {
             code_type: code_type + bias,
         });
     }
+    if let Some((path, why)) = unread {
+        return Err(Error::new(format!(
+            "process {pid} maps {path}, but mlprof cannot read its symbols there: {why}"
+        )));
+    }
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "?".to_string());
@@ -423,15 +435,14 @@ struct Symbols {
     first_vaddr: u64,
 }
 
-/// The symbols mlprof needs from an ELF file the target maps (read through the target's
-/// root, for a process in a container).
-fn elf_symbols(pid: u32, path: &str) -> Option<Symbols> {
+/// The symbols mlprof needs from an ELF file the target maps, read through the mapping's
+/// inode where the kernel allows (`symbolize::mapped`: a checked regular file of at most
+/// [`MAX_INTERPRETER_BYTES`], read in bounded pieces); else why not, in a few words.
+fn elf_symbols(pid: u32, map: &MappedFile) -> std::result::Result<Symbols, String> {
     use object::{Object, ObjectSegment, ObjectSymbol};
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-        .or_else(|_| std::fs::read(path))
-        .ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    let opened = mapped::open_mapped(Some(pid), map, MAX_INTERPRETER_BYTES)?;
+    let data = mapped::Bounded::new(opened.file);
+    let file = object::File::parse(&data).map_err(|_| "not an ELF file".to_string())?;
     let wanted = ["_PyRuntime", "PyCode_Type", "Py_Version"];
     let mut values = HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
@@ -442,7 +453,7 @@ fn elf_symbols(pid: u32, path: &str) -> Option<Symbols> {
         }
     }
     let first_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-    Some(Symbols {
+    Ok(Symbols {
         values,
         first_vaddr,
     })
@@ -1137,6 +1148,8 @@ mod tests {
             offset: 0,
             path: renamed.display().to_string(),
             executable: false,
+            dev: 0,
+            inode: 0,
         }];
         let err = find_python(std::process::id(), &maps)
             .err()

@@ -141,8 +141,8 @@ fn parse_maps_line(line: &str) -> Option<MappedFile> {
     let (range, rest) = split_field(line)?;
     let (perms, rest) = split_field(rest)?;
     let (offset, rest) = split_field(rest)?;
-    let (_dev, rest) = split_field(rest)?;
-    let (_inode, rest) = split_field(rest)?;
+    let (dev, rest) = split_field(rest)?;
+    let (inode, rest) = split_field(rest)?;
     let path = rest.trim_start();
     if !path.starts_with('/') && path != "[vdso]" {
         return None;
@@ -159,6 +159,15 @@ fn parse_maps_line(line: &str) -> Option<MappedFile> {
         offset: u64::from_str_radix(offset, 16).ok()?,
         path: path.to_owned(),
         executable: perms.as_bytes().get(2) == Some(&b'x'),
+        dev: dev
+            .split_once(':')
+            .and_then(|(major, minor)| {
+                let major = u64::from_str_radix(major, 16).ok()?;
+                let minor = u64::from_str_radix(minor, 16).ok()?;
+                Some(crate::symbolize::mapped::makedev(major, minor))
+            })
+            .unwrap_or(0),
+        inode: inode.parse().unwrap_or(0),
     })
 }
 

@@ -251,6 +251,8 @@ mod tests {
             offset: 0,
             path: path.to_string(),
             executable: true,
+            dev: 0,
+            inode: 0,
         };
         let maps = [
             map(0x1000, "/usr/bin/python3.11"),

@@ -14,6 +14,10 @@ pub struct MappedFile {
     pub path: String,
     /// The mapping is executable (`x` in the permissions).
     pub executable: bool,
+    /// Device of the mapped file, as `stat`'s `st_dev` encodes it (from `maps`' `MAJ:MIN`).
+    pub dev: u64,
+    /// Inode of the mapped file (0: not known).
+    pub inode: u64,
 }
 
 /// The mapping containing `ip`: binary search when `maps` is sorted (as the kernel prints

@@ -4,6 +4,7 @@
 
 pub mod ehframe;
 pub mod linetable;
+pub mod mapped;
 pub mod native;
 pub mod perfmap;
 
@@ -51,6 +52,7 @@ pub fn native_names(rec: &Recording) -> NativeNames {
     for (ci, channel) in rec.channels.iter().enumerate() {
         // Read once per process, when an address lies outside every mapped file.
         let mut perf_map: Option<Option<perfmap::PerfMap>> = None;
+        symbolizer.in_process((channel.pid != 0).then_some(channel.pid));
         for sample in &channel.samples {
             if names.contains_key(&(ci, sample.ip)) || sample.ip == 0 {
                 continue;

@@ -25,9 +25,13 @@
 //! * a mapping whose path ends in ` (deleted)` keeps its library name but gets no symbol: the
 //!   file now at that path (if any) is not what the process ran;
 //! * `[vdso]` gets no symbol (it is not a file);
-//! * paths are opened as seen from this process (a target in another mount namespace would
-//!   need a `/proc/PID/root` prefix: not handled yet);
-//! * missing, unreadable, non-regular or corrupt files give `symbol: None` but still a library;
+//! * a mapped file is read through the mapping's own inode while the process runs and the
+//!   kernel allows (`/proc/PID/map_files`), else through `/proc/PID/root/PATH` or the path as
+//!   seen from this process, and only when it is the inode the mapping names, a regular file
+//!   of at most [`mapped::MAX_LIBRARY_BYTES`], read in pieces of at most
+//!   [`mapped::MAX_READ_BYTES`] in all ([`mapped`]: a path may name anything by now);
+//! * missing, unreadable, non-regular, replaced or corrupt files give `symbol: None` but still
+//!   a library;
 //! * DWARF (file/line, inlined frames) is not read here: that comes later, on demand, through
 //!   `addr2line` (which shares this module's `object` version), because libtorch-size DWARF
 //!   costs seconds and gigabytes.
@@ -38,9 +42,10 @@ use std::os::unix::fs::MetadataExt;
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym as _};
-use object::read::{ReadCache, ReadRef, StringTable};
+use object::read::{ReadRef, StringTable};
 use object::{Endianness, FileKind};
 
+use super::mapped::{self, Bounded};
 use crate::recording::maps::{code_class, find_mapping, library_name, CodeClass, MappedFile};
 
 /// What an instruction pointer resolved to.
@@ -126,13 +131,17 @@ struct FileKey {
 /// Resolves instruction pointers against a maps snapshot, caching each file's symbols.
 #[derive(Debug, Default)]
 pub struct Symbolizer {
-    /// Path → index in `files`; `None` when the path has no readable regular file.
-    by_path: HashMap<String, Option<usize>>,
+    /// (Path, device, inode) → index in `files`; `None` when that mapping's file could not be
+    /// read.
+    by_path: HashMap<(String, u64, u64), Option<usize>>,
     by_key: HashMap<FileKey, usize>,
     files: Vec<FileSymbols>,
     /// File offsets that will be looked up, by path ([`Symbolizer::want`]): a file with some
     /// keeps only the symbols that contain them.
     wanted: HashMap<String, Vec<u64>>,
+    /// The process whose mappings are resolved, when it may still run: its files are read
+    /// through `/proc/PID/map_files` first.
+    pid: Option<u32>,
 }
 
 impl Symbolizer {
@@ -180,10 +189,16 @@ impl Symbolizer {
         }
     }
 
-    /// GNU build-id of the file at `path` (parsing it if needed), for recording
+    /// Read the files of the mappings resolved from now on through process `pid`'s
+    /// `/proc/PID/map_files` first (where permitted, and while it runs), else by path.
+    pub fn in_process(&mut self, pid: Option<u32>) {
+        self.pid = pid;
+    }
+
+    /// GNU build-id of the file `map` maps (parsing it if needed), for recording
     /// `build-id + offset` so that symbolization can be redone elsewhere.
-    pub fn build_id(&mut self, path: &str) -> Option<Vec<u8>> {
-        let index = self.file_index(path)?;
+    pub fn build_id(&mut self, map: &MappedFile) -> Option<Vec<u8>> {
+        let index = self.file_index(map)?;
         self.files[index].build_id.clone()
     }
 
@@ -191,7 +206,7 @@ impl Symbolizer {
         if !map.path.starts_with('/') || map.path.ends_with(" (deleted)") {
             return None;
         }
-        let index = self.file_index(&map.path)?;
+        let index = self.file_index(map)?;
         let file = &mut self.files[index];
         let file_offset = ip.checked_sub(map.start)?.checked_add(map.offset)?;
         let vaddr = file.vaddr_of(file_offset)?;
@@ -204,27 +219,27 @@ impl Symbolizer {
         if !map.path.starts_with('/') || map.path.ends_with(" (deleted)") {
             return None;
         }
-        let index = self.file_index(&map.path)?;
+        let index = self.file_index(map)?;
         let file = &self.files[index];
         let vaddr = file.vaddr_of(ip.checked_sub(map.start)?.checked_add(map.offset)?)?;
         file.offset_of(super::ehframe::function_of(&file.function_starts, vaddr)?)
     }
 
-    fn file_index(&mut self, path: &str) -> Option<usize> {
-        if let Some(&entry) = self.by_path.get(path) {
+    fn file_index(&mut self, map: &MappedFile) -> Option<usize> {
+        let id = (map.path.clone(), map.dev, map.inode);
+        if let Some(&entry) = self.by_path.get(&id) {
             return entry;
         }
-        let entry = self.load_path(path);
-        self.by_path.insert(path.to_owned(), entry);
+        let entry = self.load(map);
+        self.by_path.insert(id, entry);
         entry
     }
 
-    fn load_path(&mut self, path: &str) -> Option<usize> {
-        // stat before open: never open a device node or FIFO that a mapping may name.
-        let meta = std::fs::metadata(path).ok()?;
-        if !meta.is_file() {
-            return None;
-        }
+    fn load(&mut self, map: &MappedFile) -> Option<usize> {
+        // Never a FIFO, device node or a file put at the path since it was mapped; read in
+        // bounded pieces (`mapped`).
+        let opened = mapped::open_mapped(self.pid, map, mapped::MAX_LIBRARY_BYTES).ok()?;
+        let meta = opened.meta;
         let key = FileKey {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -235,8 +250,8 @@ impl Symbolizer {
         if let Some(&index) = self.by_key.get(&key) {
             return Some(index);
         }
-        let file = File::open(path).ok()?;
-        let mut wanted = self.wanted.remove(path);
+        let file = opened.file;
+        let mut wanted = self.wanted.remove(&map.path);
         if let Some(w) = &mut wanted {
             w.sort_unstable();
             w.dedup();
@@ -253,7 +268,7 @@ impl FileSymbols {
     /// Parses an ELF file's segments, build-id and function symbols (only those containing
     /// the sorted file offsets `wanted`, when given); `None` if not ELF.
     fn load(file: File, wanted: Option<&[u64]>) -> Option<FileSymbols> {
-        let data = ReadCache::new(file);
+        let data = Bounded::new(file);
         match FileKind::parse(&data).ok()? {
             FileKind::Elf32 => load_elf::<elf::FileHeader32<Endianness>>(&data, wanted),
             FileKind::Elf64 => load_elf::<elf::FileHeader64<Endianness>>(&data, wanted),
@@ -306,7 +321,7 @@ impl FileSymbols {
 }
 
 fn load_elf<Elf: FileHeader<Endian = Endianness>>(
-    data: &ReadCache<File>,
+    data: &Bounded,
     wanted: Option<&[u64]>,
 ) -> Option<FileSymbols> {
     let header = Elf::parse(data).ok()?;
@@ -698,6 +713,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 offset: 0x1000,
                 path: "/usr/bin/python3.11".into(),
                 executable: true,
+                dev: crate::symbolize::mapped::makedev(8, 1),
+                inode: 1234,
             }
         );
         assert!(!maps[0].executable);
@@ -743,9 +760,9 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(r.class, CodeClass::Interpreter);
         let symbol = r.symbol.as_deref().unwrap_or("");
         assert!(symbol == "getpid" || symbol == "__getpid", "{r:?}");
-        assert!(symbolizer
-            .build_id(&r.path)
-            .is_some_and(|id| !id.is_empty()));
+        let maps = own_maps();
+        let map = find_mapping(&maps, addr).expect("mapped");
+        assert!(symbolizer.build_id(map).is_some_and(|id| !id.is_empty()));
         // Inside the function, not only at its start.
         let inside = symbolizer.resolve(&own_maps(), addr + 1).expect("mapped");
         assert_eq!(inside.symbol, r.symbol);
@@ -837,6 +854,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             offset: 0,
             path: path.to_owned(),
             executable: true,
+            dev: 0,
+            inode: 0,
         };
         Symbolizer::new().resolve(&[map], 0x7000_0000_0000 + ip_offset)
     }
@@ -902,11 +921,17 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let libc = find_mapping(&maps, getpid_address()).unwrap();
         let dir = std::env::temp_dir().join(format!("mlprof-native-link-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join("libc-link.so.6");
+        // A link to libc's directory: the same file under another path (a link to the file
+        // itself is not followed: `maps` never names one).
+        let link = dir.join("lib-link");
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&libc.path, &link).unwrap();
+        let libc_path = std::path::Path::new(&libc.path);
+        std::os::unix::fs::symlink(libc_path.parent().unwrap(), &link).unwrap();
         let mut linked = libc.clone();
-        linked.path = link.to_string_lossy().into_owned();
+        linked.path = link
+            .join(libc_path.file_name().unwrap())
+            .to_string_lossy()
+            .into_owned();
         let mut symbolizer = Symbolizer::new();
         let ip = getpid_address();
         let direct = symbolizer.resolve(&maps, ip).unwrap();
@@ -1017,6 +1042,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             offset: 0,
             path,
             executable: true,
+            dev: 0,
+            inode: 0,
         };
         let maps = std::slice::from_ref(&map);
         symbolizer.resolve(maps, 0x1000_0000);

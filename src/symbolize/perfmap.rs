@@ -26,13 +26,28 @@ impl PerfMap {
 
     /// Read and parse a perf map file.
     pub fn load(path: &Path) -> Option<PerfMap> {
-        let meta = std::fs::symlink_metadata(path).ok()?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        if !meta.is_file() || meta.uid() != uid || meta.len() > MAX_BYTES {
+        let fits = |meta: &std::fs::Metadata| {
+            meta.is_file() && meta.uid() == uid && meta.len() <= MAX_BYTES
+        };
+        // Looked at before opening (never a FIFO), and again once open (it may have been
+        // swapped in between): open neither waits nor follows a link, and reads stop at the cap.
+        if !fits(&std::fs::symlink_metadata(path).ok()?) {
             return None;
         }
-        let text = std::fs::read(path).ok()?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .open(path)
+            .ok()?;
+        if !fits(&file.metadata().ok()?) {
+            return None;
+        }
+        let mut text = Vec::new();
+        file.take(MAX_BYTES).read_to_end(&mut text).ok()?;
         Some(Self::parse(&String::from_utf8_lossy(&text)))
     }
 
@@ -83,5 +98,24 @@ mod tests {
         assert_eq!(map.lookup(0x7f00_0000_20ff), Some("jitted_kernel"));
         assert_eq!(map.lookup(0x7f00_0000_3000), None);
         assert_eq!(map.lookup(0x10), None);
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_is_not_read() {
+        let dir = std::env::temp_dir().join(format!("mlprof-perfmap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("perf-1.map");
+        std::fs::write(&path, "7f0000001000 40 f\n").unwrap();
+        assert!(PerfMap::load(&path).is_some());
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(PerfMap::load(&path).is_none());
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(PerfMap::load(&path).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

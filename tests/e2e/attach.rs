@@ -502,3 +502,216 @@ fn threads_that_come_and_go_under_a_low_open_files_limit_are_sampled_throughout(
         );
     }
 }
+
+/// What the interpreter's library file becomes once the target has mapped it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Swap {
+    /// Left as it is.
+    Keep,
+    /// Another copy of the same library: the same bytes, not the inode mapped.
+    Copy,
+    /// A FIFO no one writes: opening it for reading waits for a writer forever.
+    Fifo,
+    /// A sparse 3 GiB file: reading it whole takes 3 GiB of memory.
+    Sparse,
+}
+
+/// How an attach ended: its status and one-line error, its peak RSS (KiB), the profile.
+struct Ended {
+    code: Option<i32>,
+    stderr: String,
+    peak_rss_kib: i64,
+    profile: Option<mlprof::model::Profile>,
+}
+
+/// `setpriv` arguments that run a command as this user without capabilities (root without
+/// CAP_SYS_ADMIN may not open `/proc/PID/map_files`, as any other user).
+const NO_CAPS: [&str; 2] = ["--bounding-set=-all", "--inh-caps=-all"];
+
+/// `mlprof attach PID --duration 1`, given `limit` to end (a blocked attach is killed and the
+/// test fails), run by `python` through `peak_rss.py` for its peak RSS.
+fn attach_within(python: &std::path::Path, pid: u32, without_caps: bool, limit: Duration) -> Ended {
+    let dir = fixture::tempdir();
+    let path = dir.join("attach.json");
+    let mut cmd = Command::new(python);
+    cmd.arg(fixture::script("peak_rss.py"))
+        .arg(limit.as_secs().to_string());
+    if without_caps {
+        cmd.arg("setpriv").args(NO_CAPS);
+    }
+    let out = cmd
+        .arg(env!("CARGO_BIN_EXE_mlprof"))
+        .args(["attach", &pid.to_string(), "--duration", "1", "-o"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut fields = stdout.split_whitespace();
+    let status = fields.next().unwrap_or_default();
+    assert_ne!(
+        status, "timeout",
+        "mlprof attach did not end within {limit:?} (blocked?): {stderr}"
+    );
+    let code: i32 = status.parse().expect(&stdout);
+    let peak_rss_kib = fields.next().and_then(|f| f.parse().ok()).expect(&stdout);
+    let profile =
+        (code == 0).then(|| fixture::check_profile(&std::fs::read_to_string(&path).unwrap()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ended {
+        code: Some(code),
+        stderr,
+        peak_rss_kib,
+        profile,
+    }
+}
+
+/// A spinning CPython whose libpython is a copy in a directory of the test's, swapped by
+/// `swap` once mapped; `None` where the interpreter has no libpython beside it to copy.
+fn relocated_spinner(
+    py: &fixture::Python,
+    swap: Swap,
+    without_caps: bool,
+) -> Option<(
+    Child,
+    BufReader<std::process::ChildStdout>,
+    std::path::PathBuf,
+)> {
+    let name = format!("libpython{}.so.1.0", py.minor);
+    let lib = py.exe.parent()?.parent()?.join("lib").join(&name);
+    if !lib.exists() {
+        return None;
+    }
+    let dir = fixture::tempdir();
+    let copy = dir.join(&name);
+    std::fs::copy(&lib, &copy).unwrap();
+    let mut cmd = match without_caps {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args(NO_CAPS).arg(&py.exe);
+            c
+        }
+        false => Command::new(&py.exe),
+    };
+    let mut child = cmd
+        .arg(fixture::script("spin_line.py"))
+        .arg("120")
+        .env("LD_LIBRARY_PATH", &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+    if !maps.contains(copy.to_str().unwrap()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    match swap {
+        Swap::Keep => {}
+        Swap::Copy => {
+            std::fs::remove_file(&copy).unwrap();
+            std::fs::copy(&lib, &copy).unwrap();
+        }
+        Swap::Fifo => {
+            std::fs::remove_file(&copy).unwrap();
+            let c = std::ffi::CString::new(copy.to_str().unwrap()).unwrap();
+            // SAFETY: mkfifo with a NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        }
+        Swap::Sparse => {
+            std::fs::remove_file(&copy).unwrap();
+            let f = std::fs::File::create(&copy).unwrap();
+            f.set_len(3 << 30).unwrap();
+        }
+    }
+    Some((child, out, dir))
+}
+
+/// Issue "Trust on a busy, hostile machine", item 7: the library the interpreter was loaded
+/// from is replaced once mapped, by a FIFO, a sparse 3 GiB file or another copy. mlprof
+/// reads the interpreter through the mapping's own inode where the kernel lets it
+/// (`/proc/PID/map_files`, for root) and so profiles as if nothing happened; elsewhere it
+/// refuses what is at the path now, in one line. Either way it ends (a FIFO's open never
+/// does) and its memory stays small (reading the sparse file took 3 GiB).
+fn hostile_library(without_caps: bool) {
+    let py = &fixture::pythons()[0];
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    for swap in [Swap::Keep, Swap::Copy, Swap::Fifo, Swap::Sparse] {
+        // The output is kept open until the spinner is killed.
+        let Some((mut child, _out, dir)) = relocated_spinner(py, swap, without_caps) else {
+            eprintln!("skipped: CPython {} has no libpython to relocate", py.minor);
+            return;
+        };
+        let ended = attach_within(&py.exe, child.id(), without_caps, Duration::from_secs(120));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "{swap:?} (without capabilities: {without_caps}): exit {:?}, peak RSS {} KiB, {}",
+            ended.code,
+            ended.peak_rss_kib,
+            ended.stderr.trim()
+        );
+        assert!(
+            ended.peak_rss_kib < 256 << 10,
+            "{swap:?}: mlprof's peak RSS was {} KiB",
+            ended.peak_rss_kib
+        );
+        let works = swap == Swap::Keep || (root && !without_caps);
+        if works {
+            assert_eq!(ended.code, Some(0), "{swap:?}: {}", ended.stderr);
+            assert!(ended.profile.is_some_and(|p| p.attached));
+        } else {
+            let expected = match swap {
+                Swap::Keep => unreachable!(),
+                Swap::Copy => "not the file mapped",
+                Swap::Fifo => "not a regular file (a FIFO)",
+                Swap::Sparse => "more than the 1024 MiB read",
+            };
+            assert_ne!(ended.code, Some(0), "{swap:?}: {}", ended.stderr);
+            assert_eq!(
+                ended.stderr.lines().count(),
+                1,
+                "{swap:?}: {}",
+                ended.stderr
+            );
+            assert!(
+                ended.stderr.starts_with("mlprof: ")
+                    && ended
+                        .stderr
+                        .contains("but mlprof cannot read its symbols there")
+                    && ended.stderr.contains(expected),
+                "{swap:?}: {}",
+                ended.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn a_replaced_interpreter_library_is_read_through_the_mapping() {
+    hostile_library(false);
+}
+
+/// As root without capabilities: `/proc/PID/map_files` is closed, the path is all there is.
+#[test]
+fn a_replaced_interpreter_library_is_refused_without_map_files() {
+    let dropped = || {
+        Command::new("setpriv")
+            .args(NO_CAPS)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !dropped() {
+        eprintln!("skipped: needs root and setpriv that can drop capabilities");
+        return;
+    }
+    hostile_library(true);
+}
