@@ -432,9 +432,37 @@ mod tests {
         assert_eq!(placed[2], place("before.py"));
         assert_eq!(placed[3], place("before.py"));
 
-        let far = [sample(0, true), sample(200, false), sample(400, true)];
+        // 400 ms apart while the Python thread ran all along (its later sample stands for
+        // 400 ms of CPU: samples of it were lost): too far apart to tell.
+        let mut far = [sample(0, true), sample(200, false), sample(400, true)];
+        far[2].weight_ns = 400_000_000;
         let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];
         attribute_native_threads(&far, &mut placed);
         assert_eq!(placed[1], place(NATIVE_THREAD), "too far apart to tell");
+
+        // As far apart, but the Python thread ran 20 ms of CPU meanwhile: it was starved of
+        // the CPU (a machine loaded beyond its cores), still on its line; where it moved on
+        // meanwhile, the nearer side.
+        far[2].weight_ns = 20_000_000;
+        let mut placed = vec![place("a.py"), place(NATIVE_THREAD), place("a.py")];
+        attribute_native_threads(&far, &mut placed);
+        assert_eq!(placed[1], place("a.py"), "starved, not moved");
+        let starved = [
+            sample(0, true),
+            sample(300, false),
+            sample(700, false),
+            CpuSample {
+                weight_ns: 20_000_000,
+                ..sample(1_000, true)
+            },
+        ];
+        let mut placed = vec![
+            place("a.py"),
+            place(NATIVE_THREAD),
+            place(NATIVE_THREAD),
+            place("b.py"),
+        ];
+        attribute_native_threads(&starved, &mut placed);
+        assert_eq!((&placed[1], &placed[2]), (&place("a.py"), &place("b.py")));
     }
 }

@@ -13,7 +13,8 @@ use crate::recording::{CpuSample, Recording};
 /// only one side is known.
 const JOIN_WINDOW_NS: u64 = 25_000_000;
 /// How far apart the Python-thread samples on both sides of a native-thread event may be when
-/// they agree (waiting samples come every collector tick, later on a loaded machine).
+/// they agree (waiting samples come every collector tick, later on a loaded machine), unless
+/// the Python thread ran less than this much CPU between them ([`PoolJoin::at`]).
 const BRACKET_WINDOW_NS: u64 = 150_000_000;
 
 /// Slack around a timed wait's interval for [`lasted`] (clocks read on either side of the
@@ -30,8 +31,8 @@ fn lasted(s: &CpuSample) -> (u64, u64) {
 /// One process's Python-thread samples, by time, and where each was placed.
 pub struct PoolJoin<'a> {
     placed: &'a [Place],
-    /// CPU samples and looks of Python threads: (time, sample).
-    python: Vec<(u64, usize)>,
+    /// CPU samples and looks of Python threads: (time, sample, the CPU it stands for).
+    python: Vec<(u64, usize, u64)>,
     /// Timed waits of Python threads: (from, to, sample), by start.
     waits: Vec<(u64, u64, usize)>,
     /// Where the wait each piece belongs to began.
@@ -44,11 +45,17 @@ impl<'a> PoolJoin<'a> {
     pub fn new(samples: &[CpuSample], placed: &'a [Place]) -> PoolJoin<'a> {
         let timed = |s: &CpuSample| s.flags & sample_flags::WAITED != 0;
         // Samples with no user frame (a library's own threads) say nothing of the user's line.
-        let mut python: Vec<(u64, usize)> = samples
+        let mut python: Vec<(u64, usize, u64)> = samples
             .iter()
             .enumerate()
             .filter(|&(i, s)| !s.frames.is_empty() && !timed(s) && placed[i].file != OUTSIDE)
-            .map(|(i, s)| (s.t_ns, i))
+            .map(|(i, s)| {
+                let cpu = match s.flags & sample_flags::WAITING {
+                    0 => s.weight_ns,
+                    _ => 0,
+                };
+                (s.t_ns, i, cpu)
+            })
             .collect();
         python.sort_unstable();
         let mut waits: Vec<(u64, u64, usize)> = samples
@@ -112,11 +119,11 @@ impl<'a> PoolJoin<'a> {
         if let Some(from) = during {
             t = from;
         }
-        let from = python.partition_point(|&(pt, _)| pt + JOIN_WINDOW_NS < t);
+        let from = python.partition_point(|&(pt, _, _)| pt + JOIN_WINDOW_NS < t);
         let near = python[from..]
             .iter()
-            .take_while(|&&(pt, _)| pt <= t + JOIN_WINDOW_NS)
-            .map(|&(pt, j)| (pt.abs_diff(t), j));
+            .take_while(|&&(pt, _, _)| pt <= t + JOIN_WINDOW_NS)
+            .map(|&(pt, j, _)| (pt.abs_diff(t), j));
         let mut unique: Option<usize> = None;
         let mut agreed = true;
         let mut nearest: Option<(u64, usize)> = None;
@@ -137,13 +144,21 @@ impl<'a> PoolJoin<'a> {
             return nearest.map(|(_, j)| j);
         }
         if unique.is_none() {
-            // No Python sample close by: the ones before and after, if they agree.
-            let after = python.partition_point(|&(pt, _)| pt < t);
+            // No Python sample close by: the ones before and after. Far apart in time but
+            // with little CPU run between them (the later one stands for what ran since), the
+            // Python thread was starved of the CPU, not busy elsewhere (a waiting thread is
+            // looked at every tick): on a machine loaded beyond its cores, gaps of 0.8 s
+            // left the OpenMP team's work on `<native thread>`. Then the line they agree on,
+            // or, where the thread moved on meanwhile, the nearer one in time.
+            let after = python.partition_point(|&(pt, _, _)| pt < t);
             let before = after.checked_sub(1).map(|k| python[k]);
             let next = python.get(after).copied();
-            if let (Some((tb, jb)), Some((ta, ja))) = (before, next) {
-                if ta - tb <= BRACKET_WINDOW_NS && placed[jb] == placed[ja] {
+            if let (Some((tb, jb, _)), Some((ta, ja, ran))) = (before, next) {
+                let starved = ran <= BRACKET_WINDOW_NS;
+                if placed[jb] == placed[ja] && (ta - tb <= BRACKET_WINDOW_NS || starved) {
                     unique = Some(jb);
+                } else if starved && ta - tb > BRACKET_WINDOW_NS {
+                    unique = Some(if t - tb <= ta - t { jb } else { ja });
                 }
             }
         }
