@@ -1,5 +1,6 @@
-//! Scale: a large saved profile is read with memory in proportion to what it holds, and an
-//! implausibly large file is refused in one line.
+//! Scale: a large saved profile is read with memory in proportion to what it holds, an
+//! implausibly large file is refused in one line, and a program that marks 100,000 regions gets
+//! every one reported or counted as dropped.
 
 use std::ffi::OsStr;
 use std::io::Write as _;
@@ -102,5 +103,64 @@ fn a_large_profile_is_read_with_memory_in_proportion_and_a_huge_file_is_refused(
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("larger than any profile"), "{stderr}");
     assert!(rss < 64 << 20, "{rss} bytes resident to refuse it");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 100,000 regions, one after the other (a large pytest session, one region per test): each is
+/// in the profile, or counted in the warning that says its records were dropped because the
+/// channel was full, and none is called malformed. The program stops the collector (its
+/// parent, `mlprof run`) while it marks the first half, so that the ring fills and drops
+/// region records for certain.
+#[test]
+fn a_hundred_thousand_regions_are_each_reported_or_counted_as_dropped() {
+    const N: usize = 100_000;
+    let dir = fixture::tempdir();
+    let program = dir.join("regions.py");
+    std::fs::write(
+        &program,
+        format!(
+            "import os, signal, time\nimport mlprof\n\
+             collector = os.getppid()\n\
+             with open('/proc/%d/comm' % collector) as f:\n    assert 'mlprof' in f.read()\n\
+             os.kill(collector, signal.SIGSTOP)\n\
+             try:\n    for i in range({half}):\n        with mlprof.mark('test_%d' % i):\n            pass\n\
+             finally:\n    os.kill(collector, signal.SIGCONT)\n\
+             for i in range({half}, {last}):\n    with mlprof.mark('test_%d' % i):\n        pass\n\
+             time.sleep(0.2)\n\
+             with mlprof.mark('last'):\n    pass\n",
+            half = N / 2,
+            last = N - 1,
+        ),
+    )
+    .unwrap();
+    let python = fixture::pythons().last().unwrap();
+    let pythonpath = fixture::root().join("python");
+    let run = fixture::profile_with_env(
+        &[python.exe.as_os_str(), program.as_os_str()],
+        &[("PYTHONPATH", pythonpath.to_str().unwrap())],
+    );
+    assert!(
+        run.output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    let p = &run.profile;
+    let warnings = p.warnings.join("\n");
+    assert!(!warnings.contains("malformed"), "{warnings}");
+    assert!(!warnings.contains("left out"), "{warnings}");
+    let dropped: usize = p
+        .warnings
+        .iter()
+        .filter_map(|w| {
+            let (_, rest) = w.split_once("): ")?;
+            let (n, rest) = rest.split_once(' ')?;
+            rest.contains("records were dropped because the channel was full")
+                .then(|| n.parse::<usize>().ok())?
+        })
+        .sum();
+    assert!(p.dropped_events > 0 && dropped > 0, "{warnings}");
+    assert_eq!(p.regions.len() + dropped, N, "{warnings}");
+    assert!(p.regions.iter().any(|r| r.name == "last" && r.ended));
+    eprintln!("{} regions reported, {dropped} dropped", p.regions.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
