@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::filter::Filter;
 use super::profile::Profile;
+use crate::recording::gpu::{GpuPoll, GpuRecording};
 use crate::recording::{ChannelSummary, Recording, RegionSpan, Tick, Timed};
 use crate::symbolize::NativeNames;
 
@@ -201,6 +202,7 @@ pub struct Index<'a> {
     /// Per channel.
     channels: Vec<ChannelIndex>,
     ticks: Order,
+    gpu: Order,
 }
 
 /// One channel's lists in time order.
@@ -234,6 +236,7 @@ impl<'a> Index<'a> {
             by_start,
             channels,
             ticks: Order::new(rec.ticks.iter().map(|t| t.t_ns)),
+            gpu: Order::new(rec.gpu.polls.iter().map(|p| p.t_ns)),
         }
     }
 }
@@ -393,7 +396,36 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
             .collect(),
         warnings: Vec::new(),
         labels: rec.labels.clone(),
-        gpu: rec.gpu.clone(),
+        gpu: gpu_between(index, from, to),
+    }
+}
+
+/// The GPU polls of the region (and the first one after it, which the samples just before its
+/// end are joined to), times shifted as the cut's events are; devices and notes whole.
+fn gpu_between(index: &Index, from: u64, to: u64) -> GpuRecording {
+    let gpu = &index.rec.gpu;
+    let polls = &gpu.polls;
+    let mut at = index.gpu.between(from, to);
+    let next = at.last().map_or_else(
+        || polls.partition_point(|p| p.t_ns < from),
+        |&last| last + 1,
+    );
+    if next < polls.len() && !at.contains(&next) {
+        at.push(next);
+    }
+    GpuRecording {
+        polls: at
+            .into_iter()
+            .map(|i| GpuPoll {
+                t_ns: polls[i].t_ns.saturating_sub(from),
+                ..polls[i].clone()
+            })
+            .collect(),
+        available: gpu.available,
+        reason: gpu.reason.clone(),
+        devices: gpu.devices.clone(),
+        process_util: gpu.process_util,
+        notes: gpu.notes.clone(),
     }
 }
 
@@ -555,6 +587,29 @@ mod tests {
             large_s <= 30.0 * small_s.max(1e-3),
             "1,000 regions: {small_s:.3} s of CPU; 10,000: {large_s:.3} s"
         );
+    }
+
+    /// A region's cut holds its own GPU polls (and the next), on its own clock, not the whole
+    /// run's on the run's clock (copied for every region, they made a GPU session quadratic).
+    #[test]
+    fn a_regions_cut_holds_its_gpu_polls_on_its_clock() {
+        let mut b = RecordingBuilder::new(1_000);
+        for t in (0..1_000).step_by(10) {
+            b = b.gpu_poll(t, t * MB, 50);
+        }
+        let mut rec = b.build();
+        let span = RegionSpan {
+            id: 1,
+            begin_ns: 105 * MS,
+            end_ns: Some(200 * MS),
+            ..RegionSpan::default()
+        };
+        rec.channels[0].regions.push(span.clone());
+        let cut = cut(&Index::new(&rec), 0, &span, Moment::Peak);
+        let times: Vec<u64> = cut.gpu.polls.iter().map(|p| p.t_ns / MS).collect();
+        assert_eq!(times, (5..=105).step_by(10).collect::<Vec<u64>>());
+        assert_eq!(cut.gpu.polls[0].processes, rec.gpu.polls[11].processes);
+        assert_eq!(cut.gpu.devices, rec.gpu.devices);
     }
 
     /// A test (region) whose fork child allocated 100 MiB, while another process outside the
