@@ -1268,10 +1268,7 @@ fn ci_outputs(
 
 /// Read and check a saved profile.
 fn read_profile(path: &Path) -> Result<model::Profile> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::new(format!("{origin}: {}", io_reason(&e))))?;
-    render::json::parse(&text, &origin)
+    render::json::read(path, &path.display().to_string(), io_reason)
 }
 
 #[cfg(test)]

@@ -487,19 +487,47 @@ impl Channel {
         ))
     }
 
-    /// The warning about malformed records dropped so far, if any were.
-    fn malformed_warning(&self) -> Option<String> {
-        let malformed = self.decoder.out.malformed;
-        (malformed > 0).then(|| {
-            format!(
-                "pid {} ({}): {malformed} malformed record{} dropped (the channel was \
+    /// The warnings about records dropped so far: malformed ones, and regions lost to a full
+    /// ring or left out beyond [`super::decode::MAX_REGIONS`].
+    fn malformed_warning(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let (pid, name) = (self.summary.pid, &self.name);
+        let losses = &self.decoder.out.region_losses;
+        let mut malformed = self.decoder.out.malformed;
+        // Region records of no open region, from a channel whose ring was full: their begin was
+        // dropped with the rest, which is not the writer's fault.
+        if self.summary.dropped > 0 {
+            let lost = losses.begins_lost(self.summary.forked);
+            if lost > 0 {
+                out.push(format!(
+                    "pid {pid} ({name}): {lost} {}' records were dropped because the channel \
+                     was full (the program marked regions faster than mlprof read them); those \
+                     regions are missing from the report, and a region whose end alone was \
+                     dropped shows as not ended",
+                    if lost == 1 { "region" } else { "regions" },
+                ));
+            }
+        } else {
+            malformed += losses.orphan_records;
+        }
+        if losses.over_cap > 0 {
+            out.push(format!(
+                "pid {pid} ({name}): more than {} regions: the {} after the first {} are left \
+                 out of the report",
+                super::decode::MAX_REGIONS,
+                losses.over_cap,
+                super::decode::MAX_REGIONS,
+            ));
+        }
+        if malformed > 0 {
+            out.push(format!(
+                "pid {pid} ({name}): {malformed} malformed record{} dropped (the channel was \
                  overwritten or its writer is buggy); the events they belonged to are missing \
                  from the report",
-                self.summary.pid,
-                self.name,
                 if malformed == 1 { "" } else { "s" },
-            )
-        })
+            ));
+        }
+        out
     }
 
     /// Stop reading this channel (it is corrupt or was truncated), with a warning saying what
@@ -796,6 +824,52 @@ pub(crate) mod tests {
         assert_eq!(warnings.len(), MAX_SKIP_WARNINGS + 1, "{warnings:#?}");
         assert!(warnings.last().unwrap().starts_with("5 more files"));
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A full ring dropped region 2 whole and region 3's begin (its end came alone): with the
+    /// channel's `dropped` counter set, that is said as regions lost to a full channel (ids
+    /// seen up to 4, two begins), not as malformed records; without drops, the lone end is
+    /// malformed.
+    #[test]
+    fn regions_lost_to_a_full_ring_are_not_called_malformed() {
+        let region = |id: u64, phase: u8| {
+            let r = mlprof_wire::Region {
+                id,
+                phase,
+                ..Default::default()
+            };
+            Record::region(1, 5, r)
+        };
+        use mlprof_wire::region_phase::{BEGIN, END, PEAK};
+        let records = [
+            region(1, BEGIN),
+            region(1, END),
+            region(3, PEAK),
+            region(3, END),
+            region(4, BEGIN),
+            region(4, END),
+        ];
+        for (dropped, want) in [
+            (
+                5,
+                "pid 12 (12.1.ring): 2 regions' records were dropped because the channel was full",
+            ),
+            (0, "pid 12 (12.1.ring): 2 malformed records dropped"),
+        ] {
+            let d = dir(&format!("regions-lost-{dropped}"));
+            let ring = image(64, 12, &records, |h| {
+                h.dropped.0.store(dropped, Ordering::Relaxed)
+            });
+            std::fs::write(d.join("12.1.ring"), ring).unwrap();
+            let mut channels = Channels::new(&d, 0);
+            channels.scan();
+            channels.drain(1);
+            let (summaries, warnings) = finish(channels);
+            assert_eq!(summaries[0].regions.len(), 2);
+            assert_eq!(warnings.len(), 1, "{warnings:#?}");
+            assert!(warnings[0].starts_with(want), "{warnings:#?}");
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 
     #[test]

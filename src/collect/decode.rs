@@ -82,6 +82,8 @@ pub struct Decoded {
     pub peak_marks: Vec<(u64, u64)>,
     /// Regions the program marked (few: never compacted, copied into each snapshot).
     pub regions: Vec<RegionSpan>,
+    /// What became of the region records that could not be kept ([`RegionLosses`]).
+    pub region_losses: RegionLosses,
     /// Sampled anonymous mappings and the marks of their highs (few: copied into each
     /// snapshot; pruned by [`Decoded::prune_mappings`]).
     pub mappings: Vec<AllocSample>,
@@ -405,9 +407,43 @@ enum Pending {
     },
 }
 
-/// Most regions one process image may declare; more are dropped as malformed (a program that
+/// Most regions one process image may declare; more are left out, and counted (a program that
 /// marks a million regions gets the first ones).
 pub const MAX_REGIONS: usize = 100_000;
+
+/// Region records that match no region kept, and what they say about regions lost. A full ring
+/// drops a region's begin (with its name) or its end like any record: the end of a region whose
+/// begin was dropped then finds no open region, which is the ring's doing, not a malformed
+/// record. The collector tells the two apart by the channel's `dropped` counter.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RegionLosses {
+    /// End and peak records of no open region (their begin was dropped, or they are bogus).
+    pub orphan_records: u64,
+    /// Of those, ends: one per region whose begin was lost.
+    pub orphan_ends: u64,
+    /// Begins seen, kept or left out beyond [`MAX_REGIONS`].
+    pub begins: u64,
+    /// Highest region id seen in any region record: ids count regions begun in a process
+    /// (from 1 in a process image that is not a fork child), so ids never seen are regions
+    /// whose every record was dropped.
+    pub max_id: u64,
+    /// Begins left out beyond [`MAX_REGIONS`] (their ends and peaks are ignored).
+    pub over_cap: u64,
+}
+
+impl RegionLosses {
+    /// Regions missing from the recording because a full ring dropped their begin: those
+    /// whose end arrived alone, or (for a process image that is not a fork child, whose ids
+    /// count from 1) every id below the highest seen that began no region.
+    pub fn begins_lost(&self, forked: bool) -> u64 {
+        let unseen = if forked {
+            0
+        } else {
+            self.max_id.saturating_sub(self.begins)
+        };
+        unseen.max(self.orphan_ends)
+    }
+}
 
 /// The decoder state of one channel.
 pub struct Decoder {
@@ -683,12 +719,19 @@ impl Decoder {
             return;
         }
         let regions = &mut self.out.regions;
+        let losses = &mut self.out.region_losses;
         match region.phase {
             region_phase::BEGIN => {
                 let len = region.name_len as usize;
-                if len > MAX_REGION_NAME || regions.len() >= MAX_REGIONS {
+                if len > MAX_REGION_NAME {
                     self.out.malformed += 1;
                     return;
+                }
+                losses.begins += 1;
+                losses.max_id = losses.max_id.max(region.id);
+                if regions.len() >= MAX_REGIONS {
+                    // Read with its name as any begin, and not kept (`finish_pending`).
+                    losses.over_cap += 1;
                 }
                 let span = RegionSpan {
                     id: region.id,
@@ -708,6 +751,7 @@ impl Decoder {
                 }
             }
             region_phase::END | region_phase::PEAK => {
+                losses.max_id = losses.max_id.max(region.id);
                 // The region is open and recent: look from the newest.
                 let Some(span) = regions
                     .iter_mut()
@@ -715,7 +759,11 @@ impl Decoder {
                     .take(MAX_DEPTH_SEARCHED)
                     .find(|s| s.id == region.id && s.end_ns.is_none())
                 else {
-                    self.out.malformed += 1;
+                    // Past the cap, a region's end is one of those left out.
+                    if losses.over_cap == 0 {
+                        losses.orphan_records += 1;
+                        losses.orphan_ends += u64::from(region.phase == region_phase::END);
+                    }
                     return;
                 };
                 span.peak = span.peak.max(region.peak);
@@ -795,8 +843,10 @@ impl Decoder {
             Pending::Region {
                 mut span, bytes, ..
             } => {
-                span.name = String::from_utf8_lossy(&bytes).into_owned();
-                self.out.regions.push(span);
+                if self.out.regions.len() < MAX_REGIONS {
+                    span.name = String::from_utf8_lossy(&bytes).into_owned();
+                    self.out.regions.push(span);
+                }
             }
         }
     }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::filter::Filter;
 use super::profile::Profile;
-use crate::recording::{between, ChannelSummary, Recording, RegionSpan, Tick};
+use crate::recording::gpu::{GpuPoll, GpuRecording};
+use crate::recording::{ChannelSummary, Recording, RegionSpan, Tick, Timed};
 use crate::symbolize::NativeNames;
 
 /// Lines named per list of a region summary.
@@ -62,12 +63,15 @@ pub struct RegionLine {
     pub bytes: u64,
 }
 
-/// Every region of the recording, summarised, in begin order per process image.
+/// Every region of the recording, summarised, in begin order per process image. The work per
+/// region is bounded by what happened inside it (events found by binary search in an index
+/// made once), so a session of 100,000 tests takes time in proportion.
 pub fn summarize(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Vec<Region> {
+    let index = Index::new(rec);
     let mut out = Vec::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         for span in &channel.regions {
-            out.push(summary(rec, ci, span, natives, filter));
+            out.push(summary_in(&index, ci, span, natives, filter));
         }
     }
     out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
@@ -82,16 +86,27 @@ pub fn summary(
     natives: &NativeNames,
     filter: &Filter,
 ) -> Region {
+    summary_in(&Index::new(rec), ci, span, natives, filter)
+}
+
+fn summary_in(
+    index: &Index,
+    ci: usize,
+    span: &RegionSpan,
+    natives: &NativeNames,
+    filter: &Filter,
+) -> Region {
+    let rec = index.rec;
     let end_ns = region_end(rec, ci, span);
-    let at_peak = profile_at(rec, ci, span, natives, filter, Moment::Peak);
+    let at_peak = profile_at(index, ci, span, natives, filter, Moment::Peak);
     let heap_start = span.heap_begin.max(0) as u64;
     let end_bytes = span.heap_end.map_or(0, |end| end - span.heap_begin);
     let held_at_end = if end_bytes > 0 || span.heap_end.is_none() {
-        top_lines(&profile_at(rec, ci, span, natives, filter, Moment::End))
+        top_lines(&profile_at(index, ci, span, natives, filter, Moment::End))
     } else {
         Vec::new()
     };
-    let children_peak_bytes = children(rec, ci, span.begin_ns, end_ns)
+    let children_peak_bytes = children(index, ci, span.begin_ns, end_ns)
         .iter()
         .map(|&i| own_peak(&rec.channels[i]))
         .sum();
@@ -124,7 +139,7 @@ pub fn profile(
     natives: &NativeNames,
     filter: &Filter,
 ) -> Profile {
-    profile_at(rec, ci, span, natives, filter, Moment::Peak)
+    profile_at(&Index::new(rec), ci, span, natives, filter, Moment::Peak)
 }
 
 /// Which moment of a region its lines' `peak_bytes` describe.
@@ -135,14 +150,14 @@ enum Moment {
 }
 
 fn profile_at(
-    rec: &Recording,
+    index: &Index,
     ci: usize,
     span: &RegionSpan,
     natives: &NativeNames,
     filter: &Filter,
     moment: Moment,
 ) -> Profile {
-    let cut = cut(rec, ci, span, moment);
+    let cut = cut(index, ci, span, moment);
     super::attribute(&cut, natives, filter)
 }
 
@@ -177,15 +192,108 @@ fn own_peak(c: &ChannelSummary) -> u64 {
     (c.heap_peak - c.inherited_heap as i64).max(0) as u64
 }
 
+/// What the cuts of a recording's regions share, made once ([`Index::new`]): each list of
+/// events in time order, so that a region's events are found by binary search instead of by
+/// scanning the whole run's once per region.
+pub struct Index<'a> {
+    rec: &'a Recording,
+    /// Channels in start order.
+    by_start: Vec<usize>,
+    /// Per channel.
+    channels: Vec<ChannelIndex>,
+    ticks: Order,
+    gpu: Order,
+}
+
+/// One channel's lists in time order.
+struct ChannelIndex {
+    samples: Order,
+    allocs: Order,
+    copies: Order,
+    peak_marks: Order,
+    /// Its regions by begin.
+    regions: Order,
+}
+
+impl<'a> Index<'a> {
+    /// Index `rec` (n log n in its events).
+    pub fn new(rec: &'a Recording) -> Index<'a> {
+        let mut by_start: Vec<usize> = (0..rec.channels.len()).collect();
+        by_start.sort_by_key(|&i| rec.channels[i].start_ns);
+        let channels = rec
+            .channels
+            .iter()
+            .map(|c| ChannelIndex {
+                samples: Order::new(c.samples.iter().map(|e| e.t_ns)),
+                allocs: Order::new(c.allocs.iter().map(|e| e.t_ns)),
+                copies: Order::new(c.copies.iter().map(|e| e.t_ns)),
+                peak_marks: Order::new(c.peak_marks.iter().map(|m| m.0)),
+                regions: Order::new(c.regions.iter().map(|r| r.begin_ns)),
+            })
+            .collect();
+        Index {
+            rec,
+            by_start,
+            channels,
+            ticks: Order::new(rec.ticks.iter().map(|t| t.t_ns)),
+            gpu: Order::new(rec.gpu.polls.iter().map(|p| p.t_ns)),
+        }
+    }
+}
+
+/// The times of a list's items, sorted, and where each sorted time is in the list (none when
+/// the list is in time order already, as it usually is).
+struct Order {
+    times: Vec<u64>,
+    at: Option<Vec<usize>>,
+}
+
+impl Order {
+    fn new(times: impl Iterator<Item = u64>) -> Order {
+        let times: Vec<u64> = times.collect();
+        if times.is_sorted() {
+            return Order { times, at: None };
+        }
+        let mut at: Vec<usize> = (0..times.len()).collect();
+        at.sort_by_key(|&i| times[i]);
+        Order {
+            times: at.iter().map(|&i| times[i]).collect(),
+            at: Some(at),
+        }
+    }
+
+    /// Where in the list the items timed from `from` to `to` (inclusive) are, in list order.
+    fn between(&self, from: u64, to: u64) -> Vec<usize> {
+        let lo = self.times.partition_point(|&t| t < from);
+        let hi = self.times.partition_point(|&t| t <= to).max(lo);
+        match &self.at {
+            None => (lo..hi).collect(),
+            Some(at) => {
+                let mut found = at[lo..hi].to_vec();
+                found.sort_unstable();
+                found
+            }
+        }
+    }
+
+    /// The events of `events` (the list this was made from) from `from` to `to`, as
+    /// [`crate::recording::between`] cuts them.
+    fn cut<T: Timed>(&self, events: &[T], from: u64, to: u64) -> Vec<T> {
+        self.between(from, to)
+            .into_iter()
+            .map(|i| events[i].cut(from, to))
+            .collect()
+    }
+}
+
 /// Channels of processes started by channel `ci`'s process (or their descendants) inside
 /// `[from, to]`.
-fn children(rec: &Recording, ci: usize, from: u64, to: u64) -> Vec<usize> {
+fn children(index: &Index, ci: usize, from: u64, to: u64) -> Vec<usize> {
+    let rec = index.rec;
     let mut pids = vec![rec.channels[ci].pid];
     let mut out: Vec<usize> = Vec::new();
     // Parents attach before their children: one pass in start order finds every generation.
-    let mut order: Vec<usize> = (0..rec.channels.len()).collect();
-    order.sort_by_key(|&i| rec.channels[i].start_ns);
-    for i in order {
+    for &i in &index.by_start {
         let c = &rec.channels[i];
         if i != ci && c.start_ns >= from && c.start_ns <= to && pids.contains(&c.ppid) {
             out.push(i);
@@ -199,11 +307,12 @@ fn children(rec: &Recording, ci: usize, from: u64, to: u64) -> Vec<usize> {
 /// region and those of the processes it started meanwhile, times shifted so that the region
 /// begins at 0, its heap figures above the heap at its begin, and one peak mark at the
 /// region's peak (or its end, for `Moment::End`) so that lines' held bytes are the region's.
-fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recording {
+fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording {
+    let rec = index.rec;
     let from = span.begin_ns;
     let to = region_end(rec, ci, span);
     let main = &rec.channels[ci];
-    let mut own = clip(main, from, to);
+    let mut own = clip(index, ci, from, to);
     own.start_ns = 0;
     own.forked = false;
     own.inherited_heap = 0;
@@ -213,14 +322,16 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
     own.heap_peak = (span.peak - span.heap_begin).max(0);
     own.heap_current = span.heap_end.unwrap_or(main.heap_current) - span.heap_begin;
     let peak_at = match moment {
-        Moment::Peak => peak_moment(main, from, to),
+        Moment::Peak => peak_moment(index, ci, from, to),
         Moment::End => to,
     };
     own.heap_peak_seen_ns = peak_at.saturating_sub(from);
     own.peak_marks = vec![(peak_at.saturating_sub(from), own.heap_peak as u64)];
     let mut channels = vec![own];
-    for i in children(rec, ci, from, to) {
-        let mut child = clip(&rec.channels[i], from, to);
+    let mut sources = vec![ci];
+    for i in children(index, ci, from, to) {
+        sources.push(i);
+        let mut child = clip(index, i, from, to);
         child.start_ns = rec.channels[i].start_ns.saturating_sub(from);
         child.exit_ns = rec.channels[i]
             .exit_ns
@@ -231,6 +342,7 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
         }
         channels.push(child);
     }
+    keep_used_codes(rec, &sources, &mut channels);
     let pids: Vec<u32> = channels.iter().map(|c| c.pid).collect();
     // A tick's heap is every live process's: with a process outside the region alive
     // meanwhile (pytest-xdist's other worker running its own test), it is not the region's,
@@ -268,10 +380,11 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
             .collect(),
         // The tree's heap above the region's begin (its own process's, which is what the
         // region's figures are; RSS stays whole), or none when it is not the region's.
-        ticks: rec
+        ticks: index
             .ticks
-            .iter()
-            .filter(|t| t.t_ns >= from && t.t_ns <= to)
+            .between(from, to)
+            .into_iter()
+            .map(|i| &rec.ticks[i])
             .map(|t| Tick {
                 t_ns: t.t_ns.saturating_sub(from),
                 heap_bytes: match outsiders {
@@ -283,18 +396,49 @@ fn cut(rec: &Recording, ci: usize, span: &RegionSpan, moment: Moment) -> Recordi
             .collect(),
         warnings: Vec::new(),
         labels: rec.labels.clone(),
-        gpu: rec.gpu.clone(),
+        gpu: gpu_between(index, from, to),
+    }
+}
+
+/// The GPU polls of the region (and the first one after it, which the samples just before its
+/// end are joined to), times shifted as the cut's events are; devices and notes whole.
+fn gpu_between(index: &Index, from: u64, to: u64) -> GpuRecording {
+    let gpu = &index.rec.gpu;
+    let polls = &gpu.polls;
+    let mut at = index.gpu.between(from, to);
+    let next = at.last().map_or_else(
+        || polls.partition_point(|p| p.t_ns < from),
+        |&last| last + 1,
+    );
+    if next < polls.len() && !at.contains(&next) {
+        at.push(next);
+    }
+    GpuRecording {
+        polls: at
+            .into_iter()
+            .map(|i| GpuPoll {
+                t_ns: polls[i].t_ns.saturating_sub(from),
+                ..polls[i].clone()
+            })
+            .collect(),
+        available: gpu.available,
+        reason: gpu.reason.clone(),
+        devices: gpu.devices.clone(),
+        process_util: gpu.process_util,
+        notes: gpu.notes.clone(),
     }
 }
 
 /// When the heap was highest between `from` and `to`: the highest peak mark of the regions of
 /// `c` inside that time (a region's own, or a region nested in it: the preload library marks
 /// only the innermost open region's highs). With no mark (the heap never rose 1 MiB), the end.
-fn peak_moment(c: &ChannelSummary, from: u64, to: u64) -> u64 {
-    c.regions
-        .iter()
-        .filter(|r| r.begin_ns >= from && r.begin_ns <= to)
-        .flat_map(|r| &r.peak_marks)
+fn peak_moment(index: &Index, ci: usize, from: u64, to: u64) -> u64 {
+    let c = &index.rec.channels[ci];
+    index.channels[ci]
+        .regions
+        .between(from, to)
+        .into_iter()
+        .flat_map(|i| &c.regions[i].peak_marks)
         .filter(|&&(t, _)| t >= from && t <= to)
         .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
         .map_or(to, |&(t, _)| t)
@@ -304,20 +448,60 @@ fn peak_moment(c: &ChannelSummary, from: u64, to: u64) -> u64 {
 /// allocations made inside (freed after `to` counts as not freed), samples and copies inside.
 /// Folded allocation groups are left out (only runs long enough to fold have them, and their
 /// times are windows, not moments).
-fn clip(c: &ChannelSummary, from: u64, to: u64) -> ChannelSummary {
+fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
+    let c = &index.rec.channels[ci];
+    let at = &index.channels[ci];
     ChannelSummary {
-        samples: between(&c.samples, from, to, true),
-        allocs: between(&c.allocs, from, to, true),
-        copies: between(&c.copies, from, to, true),
-        peak_marks: c
+        samples: at.samples.cut(&c.samples, from, to),
+        allocs: at.allocs.cut(&c.allocs, from, to),
+        copies: at.copies.cut(&c.copies, from, to),
+        peak_marks: at
             .peak_marks
-            .iter()
-            .filter(|m| (from..=to).contains(&m.0))
-            .map(|&(t, h)| (t - from, h))
+            .between(from, to)
+            .into_iter()
+            .map(|i| c.peak_marks[i])
+            .map(|(t, h)| (t - from, h))
             .collect(),
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),
-        ..c.without_events()
+        ..c.without_events_or_codes()
+    }
+}
+
+/// Give each channel of a cut the code objects its frames, or those of the processes it
+/// forked, name (a fork child finds its inherited code objects in its parent's table), and the
+/// mapped files its samples' callers are in: not the whole tables, copied once per region.
+/// `sources`: the index in `rec` of each channel of the cut.
+fn keep_used_codes(rec: &Recording, sources: &[usize], channels: &mut [ChannelSummary]) {
+    let mut used: Vec<u32> = Vec::new();
+    for c in channels.iter() {
+        let frames = c
+            .samples
+            .iter()
+            .flat_map(|s| &s.frames)
+            .chain(c.allocs.iter().flat_map(|a| &a.frames))
+            .chain(c.copies.iter().flat_map(|s| &s.frames));
+        used.extend(frames.map(|&(code, _)| code));
+    }
+    used.sort_unstable();
+    used.dedup();
+    for (c, &source) in channels.iter_mut().zip(sources) {
+        let whole = &rec.channels[source];
+        c.codes = used
+            .iter()
+            .filter_map(|id| Some((*id, whole.codes.get(id)?.clone())))
+            .collect();
+        // The mapped files are looked up only by the callers of samples
+        // (`cpu::called_from_native`): those it finds, in their order.
+        let mut maps: Vec<usize> = c
+            .samples
+            .iter()
+            .filter(|s| s.caller != 0)
+            .filter_map(|s| crate::recording::maps::find_mapping_index(&whole.maps, s.caller))
+            .collect();
+        maps.sort_unstable();
+        maps.dedup();
+        c.maps = maps.into_iter().map(|i| whole.maps[i].clone()).collect();
     }
 }
 
@@ -328,6 +512,105 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const MB: u64 = 1 << 20;
+
+    /// This thread's CPU time (load on the machine does not change it much, unlike wall time).
+    fn thread_cpu_s() -> f64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is valid for writes.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    }
+
+    /// A session of `n` tests one after the other, as a long pytest run records it: one region
+    /// of 1 ms each, with a CPU sample and an allocation in it, a code object per ten tests, a
+    /// collector tick per twenty; every region is summarised with its own figures.
+    fn session(n: u64) -> (f64, Vec<Region>) {
+        let mut b = RecordingBuilder::new(n + 10);
+        for code in 1..=(n / 10) as u32 {
+            b = b.code(code, "/w/test_many.py", "test_one", 10, &[10, 11]);
+        }
+        for i in 0..n {
+            let code = (i / 10) as u32 + 1;
+            b = b.cpu(i, PID, 0, 1, &[(code, 1)]).alloc(
+                i,
+                0x10_0000 + i * 64,
+                MB,
+                &[(code, 1)],
+                None,
+                false,
+            );
+        }
+        let mut rec = b.build();
+        for t in (0..n).step_by(20) {
+            rec.ticks.push(Tick {
+                t_ns: t * MS,
+                ..Tick::default()
+            });
+        }
+        rec.channels[0].regions = (0..n)
+            .map(|i| RegionSpan {
+                id: i + 1,
+                name: format!("test_many.py::test_{i}"),
+                tid: PID,
+                begin_ns: i * MS,
+                end_ns: Some(i * MS + MS - 1),
+                heap_begin: (i * MB) as i64,
+                heap_end: Some(((i + 1) * MB) as i64),
+                peak: ((i + 1) * MB) as i64,
+                peak_marks: vec![(i * MS + 1, ((i + 1) * MB) as i64)],
+                report: 0,
+            })
+            .collect();
+        let started = thread_cpu_s();
+        let regions = summarize(&rec, &NativeNames::default(), &Filter::default());
+        (thread_cpu_s() - started, regions)
+    }
+
+    /// Ten times the regions take about ten times the work (it was quadratic: each region's
+    /// cut scanned every region, event and code object of the run, and 100,000 took minutes).
+    /// CPU time, not wall time, and a wide margin: 30 where linear is 10 and quadratic 100.
+    #[test]
+    fn regions_are_summarised_in_time_linear_in_their_number() {
+        let (small_s, small) = session(1_000);
+        let (large_s, large) = session(10_000);
+        assert_eq!((small.len(), large.len()), (1_000, 10_000));
+        for (i, r) in large.iter().enumerate() {
+            assert_eq!(r.name, format!("test_many.py::test_{i}"));
+            assert_eq!((r.peak_bytes, r.end_bytes), (MB, MB as i64));
+            assert_eq!(r.held_at_end.len(), 1, "{r:?}");
+            assert_eq!(r.held_at_end[0].bytes, MB, "{r:?}");
+        }
+        assert!(
+            large_s <= 30.0 * small_s.max(1e-3),
+            "1,000 regions: {small_s:.3} s of CPU; 10,000: {large_s:.3} s"
+        );
+    }
+
+    /// A region's cut holds its own GPU polls (and the next), on its own clock, not the whole
+    /// run's on the run's clock (copied for every region, they made a GPU session quadratic).
+    #[test]
+    fn a_regions_cut_holds_its_gpu_polls_on_its_clock() {
+        let mut b = RecordingBuilder::new(1_000);
+        for t in (0..1_000).step_by(10) {
+            b = b.gpu_poll(t, t * MB, 50);
+        }
+        let mut rec = b.build();
+        let span = RegionSpan {
+            id: 1,
+            begin_ns: 105 * MS,
+            end_ns: Some(200 * MS),
+            ..RegionSpan::default()
+        };
+        rec.channels[0].regions.push(span.clone());
+        let cut = cut(&Index::new(&rec), 0, &span, Moment::Peak);
+        let times: Vec<u64> = cut.gpu.polls.iter().map(|p| p.t_ns / MS).collect();
+        assert_eq!(times, (5..=105).step_by(10).collect::<Vec<u64>>());
+        assert_eq!(cut.gpu.polls[0].processes, rec.gpu.polls[11].processes);
+        assert_eq!(cut.gpu.devices, rec.gpu.devices);
+    }
 
     /// A test (region) whose fork child allocated 100 MiB, while another process outside the
     /// test (xdist's other worker) held 150 MiB a moment before: the child's line is what the

@@ -23,12 +23,16 @@ pub struct MappedFile {
 /// The mapping containing `ip`: binary search when `maps` is sorted (as the kernel prints
 /// it), linear scan otherwise.
 pub fn find_mapping(maps: &[MappedFile], ip: u64) -> Option<&MappedFile> {
-    let contains = |m: &&MappedFile| m.start <= ip && ip < m.end;
+    find_mapping_index(maps, ip).map(|i| &maps[i])
+}
+
+/// Where in `maps` [`find_mapping`] finds `ip`.
+pub fn find_mapping_index(maps: &[MappedFile], ip: u64) -> Option<usize> {
+    let contains = |m: &MappedFile| m.start <= ip && ip < m.end;
     let pos = maps.partition_point(|m| m.start <= ip);
     pos.checked_sub(1)
-        .and_then(|i| maps.get(i))
-        .filter(contains)
-        .or_else(|| maps.iter().find(contains))
+        .filter(|&i| contains(&maps[i]))
+        .or_else(|| maps.iter().position(contains))
 }
 
 /// Whether time at an instruction pointer counts as the interpreter's or native code's.

@@ -225,6 +225,15 @@ impl ChannelSummary {
     /// code objects, threads, maps), for a view that keeps only some events.
     pub fn without_events(&self) -> ChannelSummary {
         ChannelSummary {
+            codes: self.codes.clone(),
+            ..self.without_events_or_codes()
+        }
+    }
+
+    /// A copy without the sampled events, regions and code objects (for a cut that keeps
+    /// only the code objects its events name).
+    pub fn without_events_or_codes(&self) -> ChannelSummary {
+        ChannelSummary {
             pid: self.pid,
             ppid: self.ppid,
             start_ns: self.start_ns,
@@ -252,7 +261,7 @@ impl ChannelSummary {
             window_ns: self.window_ns,
             merged_cpu_samples: 0,
             peak_marks: Vec::new(),
-            codes: self.codes.clone(),
+            codes: BTreeMap::new(),
             threads: self.threads.clone(),
             maps: self.maps.clone(),
             py_runtime: self.py_runtime,

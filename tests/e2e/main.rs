@@ -25,6 +25,7 @@ mod notebook;
 mod overhead;
 mod pytest_plugin;
 mod ranks;
+mod scale;
 mod snapshot;
 mod starvation;
 mod sweep;
