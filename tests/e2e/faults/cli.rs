@@ -128,7 +128,11 @@ fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     assert_eq!(names(&dir), ["p.json"]);
     fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
     let meta = std::fs::metadata(&path).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "a new profile is private");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "a new profile is private"
+    );
 
     // `mlprof report` and `export` write their files the same way.
     let text = dir.join("again.txt");
