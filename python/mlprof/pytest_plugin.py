@@ -201,14 +201,23 @@ def _exec(command, env):
             pass
     # Python ignores SIGPIPE (and SIGXFSZ); an ignored signal stays ignored across exec.
     # Give mlprof and the tests the defaults, as subprocess does for a child.
+    previous = {}
     for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
         if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
+            sig = getattr(signal, name)
+            previous[sig] = signal.signal(sig, signal.SIG_DFL)
     try:
         os.execve(command[0], command, env)
     except OSError as e:
-        sys.stderr.write("mlprof: cannot run %s: %s\n" % (command[0], e.strerror or e))
-        raise SystemExit(4)
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        _cannot_run(command[0], e)
+
+
+def _cannot_run(binary, error):
+    # pytest prints it as one line and ends with its usage status (pytest.main() returns it).
+    raise pytest.UsageError("mlprof: cannot run %s: %s" % (binary, error.strerror or error))
 
 
 # Signals an outer pytest passes on to mlprof while it waits (pytest.main() in a program).
@@ -242,7 +251,10 @@ def _call(command, env):
             if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
                 previous[sig] = signal.signal(sig, forward)
     try:
-        proc = subprocess.Popen(command, env=env)
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as e:
+            _cannot_run(command[0], e)
         children.append(proc)
         for sig in received:
             # Arrived while mlprof was being started.
