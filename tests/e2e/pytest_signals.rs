@@ -300,11 +300,20 @@ fn pytest_main_in_a_program_passes_signals_on() {
 #[test]
 fn ctrl_c_at_a_pdb_prompt_stays_in_pdb() {
     for py in fixture::numpy_pythons() {
-        ctrl_c_at_a_pdb_prompt(py);
+        ctrl_c_at_a_pdb_prompt(py, false);
     }
 }
 
-fn ctrl_c_at_a_pdb_prompt(py: &fixture::Python) {
+/// A Ctrl-C that mlprof takes up late (its collector stalled: a loaded machine, a CPU quota
+/// used up), long after pdb had it, is still not sent again.
+#[test]
+fn a_ctrl_c_mlprof_takes_up_late_is_not_sent_twice() {
+    ctrl_c_at_a_pdb_prompt(&fixture::numpy_pythons()[0], true);
+}
+
+/// With `stall`, mlprof (the pid pytest started as) is stopped from before the Ctrl-C until a
+/// second after pdb took it.
+fn ctrl_c_at_a_pdb_prompt(py: &fixture::Python, stall: bool) {
     let dir = module(BREAKS, "test_pdb.py");
     let mut run = Run::start(py, &dir, &["test_pdb.py"], Stdio::piped());
     let prompts = |run: &mut Run| run.text().matches("(Pdb) ").count();
@@ -312,10 +321,20 @@ fn ctrl_c_at_a_pdb_prompt(py: &fixture::Python) {
     run.wait_for("pdb prompt", 120, |run| {
         prompts(run) >= 1 && reading_stdin(pgid)
     });
+    let mlprof = run.child.id() as libc::pid_t;
+    if stall {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child, not reaped.
+        assert_eq!(unsafe { libc::kill(mlprof, libc::SIGSTOP) }, 0);
+    }
     run.signal_group(libc::SIGINT);
     run.wait_for("second pdb prompt after Ctrl-C", 30, |run| {
         prompts(run) >= 2
     });
+    if stall {
+        std::thread::sleep(Duration::from_secs(1));
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(mlprof, libc::SIGCONT) }, 0);
+    }
     // The run is still there a while later: nothing of ours took the Ctrl-C as the end.
     std::thread::sleep(Duration::from_secs(1));
     assert!(
