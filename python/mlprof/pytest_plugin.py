@@ -8,7 +8,8 @@
     @pytest.mark.limit_leaks("1 MiB")    # fails if the test left that much more allocated
 
 The markers have pytest-memray's names and meaning. ``--mlprof`` re-runs pytest under
-``mlprof run`` when it was not started that way; each test's call is a region
+``mlprof run`` when it was not started that way (this pytest becomes mlprof by exec, so signals
+sent to it reach the tests as they would without mlprof); each test's call is a region
 (``mlprof_region_begin``/``end`` of the preload library), whose exact heap high comes back at
 once. A test over its limit waits (at most ``--mlprof-wait`` seconds) for the collector's
 summary of the region, which names the lines that held the memory.
@@ -17,8 +18,10 @@ summary of the region, which names the lines that held the memory.
 import gc
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -150,10 +153,122 @@ def pytest_cmdline_main(config):
     command += ["--", sys.executable, "-m", "pytest"] + _pytest_args(config)
     env = dict(os.environ)
     env[_INNER] = "1"
+    _release_standard_streams(config)
+    if _whole_process(config):
+        _exec(command, env)
+    return _call(command, env)
+
+
+def _whole_process(config):
+    """Whether this pytest is the whole process (``pytest ...``, ``python -m pytest ...``), not
+    ``pytest.main()`` called by a program that goes on after it."""
+    if list(config.invocation_params.args) != sys.argv[1:]:
+        return False
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in ("pytest", "pytest.__main__"):
+        return True
+    name = os.path.basename(getattr(main, "__file__", None) or "")
+    return spec is None and name in ("pytest", "py.test")
+
+
+def _release_standard_streams(config):
+    """Give the standard descriptors back as they were before pytest's capturing, which holds
+    stdin on /dev/null even while suspended: the inner pytest (and pdb in it) reads the
+    terminal, or whatever stdin was. What conftest files printed while captured is dropped:
+    the inner pytest loads them again and shows their output as pytest does (not at all,
+    once collection succeeds)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return
     try:
-        return subprocess.call(command, env=env)
-    except KeyboardInterrupt:
-        return 2
+        capman.read_global_capture()
+    except Exception:
+        pass
+    capman.stop_global_capturing()
+
+
+def _exec(command, env):
+    """Become mlprof: the pid the shell or job runner knows is then the collector's, which
+    passes a signal sent to it on to the inner pytest (once: a Ctrl-C to the whole process
+    group reaches that pytest directly and is not sent again), writes the profile, and exits
+    with the inner pytest's status. No outer process is left to die on a Ctrl-C at a pdb
+    prompt, or to be killed while mlprof and the tests run on."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    # Python ignores SIGPIPE (and SIGXFSZ); an ignored signal stays ignored across exec.
+    # Give mlprof and the tests the defaults, as subprocess does for a child.
+    previous = {}
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            sig = getattr(signal, name)
+            previous[sig] = signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execve(command[0], command, env)
+    except OSError as e:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        _cannot_run(command[0], e)
+
+
+def _cannot_run(binary, error):
+    # pytest prints it as one line and ends with its usage status (pytest.main() returns it).
+    raise pytest.UsageError("mlprof: cannot run %s: %s" % (binary, error.strerror or error))
+
+
+# Signals an outer pytest passes on to mlprof while it waits (pytest.main() in a program).
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def _call(command, env):
+    """Run mlprof as a child (pytest.main() in a program that goes on after it) and return its
+    status. A signal that reaches this process meanwhile is passed on to mlprof, which passes
+    it on to the inner pytest unless that already had it (a Ctrl-C reaches the whole process
+    group): neither mlprof nor the tests are left running. Once mlprof has written its report
+    and ended, the program gets the signal itself, as it would have without mlprof; except a
+    SIGINT it would have taken as KeyboardInterrupt, which pytest turns into its status 2 (the
+    inner pytest's, returned here)."""
+    previous = {}
+    received = []
+    children = []
+
+    def forward(signum, frame):
+        if signum not in received:
+            received.append(signum)
+        for proc in children:
+            try:
+                proc.send_signal(signum)
+            except OSError:
+                pass
+
+    if threading.current_thread() is threading.main_thread():
+        for name in _FORWARDED:
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, forward)
+    try:
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as e:
+            _cannot_run(command[0], e)
+        children.append(proc)
+        for sig in received:
+            # Arrived while mlprof was being started.
+            proc.send_signal(sig)
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            # None: a handler not set from Python, which cannot be put back from here.
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in received:
+            if sig == signal.SIGINT and previous.get(sig) is signal.default_int_handler:
+                continue
+            if sig in previous:
+                os.kill(os.getpid(), sig)
 
 
 def _pytest_args(config):

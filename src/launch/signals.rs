@@ -186,8 +186,9 @@ pub fn watch_exit(exited: Receiver<ChildExit>, state: Arc<Forwarding>) -> Receiv
 ///
 /// A signal sent to the whole process group (or cgroup: `timeout`, Slurm, systemd, `kill --
 /// -PGID`) reaches the command as well as mlprof; it is forwarded only if the command's handler
-/// did not receive it at about the same time ([`already_received`]), so the program never gets
-/// one signal twice. `channels` is the session directory.
+/// did not receive it since mlprof last saw none pending ([`already_received`]), so the program
+/// never gets one signal twice, even when mlprof takes it up late. `channels` is the session
+/// directory.
 pub fn forward_signals(pid: u32, channels: PathBuf, state: Arc<Forwarding>) {
     std::thread::spawn(move || {
         let set = forwarded_set();
@@ -195,14 +196,32 @@ pub fn forward_signals(pid: u32, channels: PathBuf, state: Arc<Forwarding>) {
             tv_sec: 0,
             tv_nsec: 100_000_000,
         };
+        // When the last wait that timed out began: none of the signals was pending until it
+        // ended, so a signal taken up later was sent after that, however late this thread
+        // gets to run (a loaded machine, a used-up CPU quota, a stopped mlprof). Not a wait
+        // that ended with EINTR: a stop ends it so, and a signal may be sent while stopped.
+        let mut quiet_ns = monotonic_ns();
+        // When each signal was last taken up: one of the same number sent before that would
+        // have been merged into it, so a later one was sent after.
+        let mut taken_ns = [0u64; 65];
         while !state.stop.load(Ordering::Relaxed) {
             // SAFETY: siginfo_t is plain data filled by the kernel.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let began = monotonic_ns();
             // SAFETY: valid set, info and timeout pointers; the signals are blocked here.
             let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
+            let now = monotonic_ns();
             if sig <= 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+                    quiet_ns = began;
+                }
                 continue; // timeout
             }
+            let Some(taken) = usize::try_from(sig).ok().and_then(|i| taken_ns.get_mut(i)) else {
+                continue;
+            };
+            let sent_after = quiet_ns.max(*taken);
+            *taken = now;
             if sig == SNAPSHOT_SIGNAL && state.snapshot_on_signal.load(Ordering::Acquire) {
                 // For mlprof itself, before or after the command ended: never forwarded,
                 // never a reason to stop.
@@ -216,7 +235,7 @@ pub fn forward_signals(pid: u32, channels: PathBuf, state: Arc<Forwarding>) {
             if info.si_code == libc::SI_KERNEL {
                 continue; // a terminal signal the child already received
             }
-            if already_received(&channels, pid, sig, monotonic_ns()) {
+            if already_received(&channels, pid, sig, sent_after, now) {
                 continue;
             }
             // SAFETY: kill has no memory-safety preconditions. `pid` is our child and not yet
@@ -242,12 +261,19 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Whether the command `pid` received `sig` itself around `at_ns` (mlprof's own receipt): its
-/// handler for `sig` (wrapped by the preload library), or its `sigwait` or `signalfd` read,
-/// noted the time in its channel header. A command that neither catches nor waits for `sig` is
-/// never waited for: a second delivery of a default or
-/// ignored signal changes nothing.
-fn already_received(channels: &Path, pid: u32, sig: libc::c_int, at_ns: u64) -> bool {
+/// Whether the command `pid` received `sig` itself since it was sent to mlprof: its handler
+/// for `sig` (wrapped by the preload library), or its `sigwait` or `signalfd` read, noted a time
+/// no earlier than `sent_after_ns` (less [`SAME_SIGNAL_NS`]), the last moment mlprof knows the
+/// signal was not yet sent; waited for until `at_ns` (mlprof's own receipt) plus that. A command
+/// that neither catches nor waits for `sig` is never waited for: a second delivery of a default
+/// or ignored signal changes nothing.
+fn already_received(
+    channels: &Path,
+    pid: u32,
+    sig: libc::c_int,
+    sent_after_ns: u64,
+    at_ns: u64,
+) -> bool {
     let Some(file) = newest_channel(channels, pid) else {
         return false;
     };
@@ -266,7 +292,7 @@ fn already_received(channels: &Path, pid: u32, sig: libc::c_int, at_ns: u64) -> 
             return false;
         }
         let noted = u64::from_le_bytes(word);
-        if noted != 0 && noted.saturating_add(SAME_SIGNAL_NS) >= at_ns {
+        if noted != 0 && noted.saturating_add(SAME_SIGNAL_NS) >= sent_after_ns.min(at_ns) {
             return true;
         }
         if monotonic_ns() >= deadline {

@@ -24,6 +24,7 @@ mod native_calls;
 mod notebook;
 mod overhead;
 mod pytest_plugin;
+mod pytest_signals;
 mod ranks;
 mod scale;
 mod snapshot;
