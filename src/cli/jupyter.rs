@@ -56,7 +56,8 @@ pub fn install(args: &Install) -> Result<PathBuf> {
         .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join("kernel.json");
     let text = serde_json::to_string_pretty(&spec).map_err(|e| Error::new(e.to_string()))?;
-    std::fs::write(&path, text + "\n")
+    // 0600, replacing (never writing through) a link planted at its name.
+    super::regions::write_private(&path, (text + "\n").as_bytes())
         .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
     Ok(dir)
 }

@@ -171,7 +171,7 @@ fn write_renamed(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
 /// A new file at `path`, 0600, with `bytes`: one left there (by a run that died) is removed
 /// first; the file is created exclusively, so a link planted at the name fails the write
 /// rather than being followed.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::remove_file(path) {

@@ -79,6 +79,11 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         return;
     };
     let data = fixture::tempdir();
+    // A link planted at the spec's name is replaced, never written through.
+    let planted = data.join("elsewhere.txt");
+    std::fs::write(&planted, "untouched").unwrap();
+    std::fs::create_dir_all(data.join("kernels/mlprof")).unwrap();
+    std::os::unix::fs::symlink(&planted, data.join("kernels/mlprof/kernel.json")).unwrap();
     let install = fixture::mlprof()
         .args(["jupyter", "install", "--user", "--python"])
         .arg(&python)
@@ -86,6 +91,13 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         .output()
         .unwrap();
     assert!(install.status.success(), "{install:?}");
+    assert_eq!(std::fs::read_to_string(&planted).unwrap(), "untouched");
+    let meta = std::fs::symlink_metadata(data.join("kernels/mlprof/kernel.json")).unwrap();
+    assert!(meta.file_type().is_file(), "{meta:?}");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
     let spec = std::fs::read_to_string(data.join("kernels/mlprof/kernel.json")).unwrap();
     assert!(
         spec.contains("\"Python 3 (mlprof)\"") && spec.contains("ipykernel_launcher"),
