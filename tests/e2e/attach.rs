@@ -219,7 +219,7 @@ fn a_rate_above_the_most_is_clamped_as_run_clamps_it() {
 fn attaching_without_the_right_to_ptrace_names_what_is_needed() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--help").output().is_err() {
-        eprintln!("skipped: needs root and setpriv to run mlprof as another user");
+        crate::fixture::skipped("skipped: needs root and setpriv to run mlprof as another user");
         return;
     }
     let py = &fixture::pythons()[0];
@@ -236,10 +236,10 @@ fn attaching_without_the_right_to_ptrace_names_what_is_needed() {
         .output()
         .unwrap();
     if String::from_utf8_lossy(&out.stderr).starts_with("setpriv:") {
-        eprintln!(
+        crate::fixture::skipped(&format!(
             "skipped: setpriv could not switch users here: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        ));
         let _ = child.kill();
         let _ = child.wait();
         return;
@@ -644,7 +644,10 @@ fn hostile_library(without_caps: bool) {
     for swap in [Swap::Keep, Swap::Copy, Swap::Fifo, Swap::Sparse] {
         // The output is kept open until the spinner is killed.
         let Some((mut child, _out, dir)) = relocated_spinner(py, swap, without_caps) else {
-            eprintln!("skipped: CPython {} has no libpython to relocate", py.minor);
+            crate::fixture::skipped(&format!(
+                "skipped: CPython {} has no libpython to relocate",
+                py.minor
+            ));
             return;
         };
         let ended = attach_within(&py.exe, child.id(), without_caps, Duration::from_secs(120));
@@ -710,7 +713,7 @@ fn a_replaced_interpreter_library_is_refused_without_map_files() {
     };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !dropped() {
-        eprintln!("skipped: needs root and setpriv that can drop capabilities");
+        crate::fixture::skipped("skipped: needs root and setpriv that can drop capabilities");
         return;
     }
     hostile_library(true);

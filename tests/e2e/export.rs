@@ -92,8 +92,8 @@ fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
                 "the schema checks profile types"
             );
         }
-        None => eprintln!(
-            "skipped: speedscope's schema is not in target/test-data (scripts/test.sh fetches it)"
+        None => crate::fixture::skipped(
+            "skipped: speedscope's schema is not in target/test-data (scripts/test.sh fetches it)",
         ),
     }
     let frames = doc["shared"]["frames"].as_array().unwrap();

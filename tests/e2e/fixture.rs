@@ -297,3 +297,22 @@ pub fn os<S: AsRef<OsStr> + ?Sized>(s: &S) -> &OsStr {
 pub fn within(a: f64, b: f64, tolerance: f64) -> bool {
     (a - b).abs() <= tolerance * b
 }
+
+/// A test (or a part of one) that cannot run here says so: `skipped: …` on stderr and, when
+/// `scripts/test.sh` asks for it (`MLPROF_TEST_SKIPS` names a file), a line in that file, so
+/// that the run's total reports it as skipped rather than only as passed.
+pub fn skipped(message: &str) {
+    use std::io::Write;
+    eprintln!("{message}");
+    if let Some(path) = std::env::var_os("MLPROF_TEST_SKIPS") {
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let why = message.trim_start_matches("skipped: ").replace('\n', " ");
+            let _ = writeln!(file, "{test}: {why}");
+        }
+    }
+}

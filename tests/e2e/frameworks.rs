@@ -18,9 +18,9 @@ pub fn framework_python(modules: &str) -> Option<std::path::PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
+        crate::fixture::skipped(&format!(
             "skipped: {modules} not importable by target/bench-venv (bench/run.py --install)"
-        );
+        ));
     }
     ok.then_some(python)
 }

@@ -99,7 +99,7 @@ fn jit_code_is_named_from_the_processs_perf_map() {
         let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", q.pid));
     }
     if String::from_utf8_lossy(&run.output.stdout).starts_with("skipped") {
-        eprintln!("skipped: not x86-64");
+        crate::fixture::skipped("skipped: not x86-64");
         return;
     }
     let l = line(p, "perf_map_jit.py", markers("perf_map_jit.py")["call"]);

@@ -23,7 +23,7 @@ fn notebook_python() -> Option<PathBuf> {
         .map(|p| p.exe.clone())
         .find(|p| ok(p));
     if found.is_none() {
-        eprintln!("skipped: no test venv has ipykernel and nbclient (scripts/pythons.sh installs them for python3's version)");
+        crate::fixture::skipped("skipped: no test venv has ipykernel and nbclient (scripts/pythons.sh installs them for python3's version)");
     }
     found
 }

@@ -66,7 +66,7 @@ fn installed(tool: &str, flag: &str) -> bool {
 #[test]
 fn allocation_samples_read_their_stack_without_system_calls() {
     if !installed("strace", "-V") {
-        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        crate::fixture::skipped("skipped: strace is not installed (.ci/run installs it)");
         return;
     }
     for py in pythons() {
@@ -88,7 +88,7 @@ fn allocation_samples_read_their_stack_without_system_calls() {
 #[test]
 fn cpu_samples_read_a_deep_stack_with_few_system_calls() {
     if !installed("strace", "-V") {
-        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        crate::fixture::skipped("skipped: strace is not installed (.ci/run installs it)");
         return;
     }
     for py in pythons() {
@@ -245,7 +245,7 @@ fn instructions(py: &Python, work: &Workload, profiled: bool) -> u64 {
 #[test]
 fn profiled_python_executes_few_more_instructions() {
     if !installed("valgrind", "--version") {
-        eprintln!("skipped: valgrind is not installed (.ci/run installs it)");
+        crate::fixture::skipped("skipped: valgrind is not installed (.ci/run installs it)");
         return;
     }
     let jobs: Vec<(&Python, &Workload, bool)> = pythons()

@@ -17,7 +17,7 @@ fn a_pytorch_job_is_reported_on_its_own_lines() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_torch {
-        eprintln!("skipped: no torch in target/torch-venv (see bench/README.md)");
+        crate::fixture::skipped("skipped: no torch in target/torch-venv (see bench/README.md)");
         return;
     }
     let script = fixture::script("torch_job.py");
@@ -129,7 +129,7 @@ fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_torch {
-        eprintln!("skipped: no torch in target/torch-venv (see bench/README.md)");
+        crate::fixture::skipped("skipped: no torch in target/torch-venv (see bench/README.md)");
         return;
     }
     let script = fixture::script("ddp_job.py");

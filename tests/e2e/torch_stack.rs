@@ -15,7 +15,7 @@ fn torch_python() -> Option<std::path::PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: no torch in target/torch-venv (see bench/README.md)");
+        crate::fixture::skipped("skipped: no torch in target/torch-venv (see bench/README.md)");
     }
     ok.then_some(python)
 }

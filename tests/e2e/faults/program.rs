@@ -171,7 +171,7 @@ fn in_tmpfs(options: &str, args: &[&OsStr]) -> Option<(std::process::Output, Pro
         .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"])
         .output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: cannot mount a tmpfs in a private mount namespace here");
+        crate::fixture::skipped("skipped: cannot mount a tmpfs in a private mount namespace here");
         return None;
     }
     let mnt = fixture::tempdir();
