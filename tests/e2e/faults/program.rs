@@ -7,7 +7,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use super::{os, profiled, same_behaviour, script, Profiled};
 use crate::fixture::{self, pythons};
@@ -268,71 +268,56 @@ fn a_tmpdir_others_can_write_to_is_not_used_for_the_library_or_channels() {
     let _ = std::fs::remove_dir_all(Path::new(&unsafe_dir));
 }
 
+/// `argv` run in a process group of its own (so that the program's killpg reaches mlprof and
+/// the program but not this test), without mlprof and under it: both outputs, and the report.
+fn in_own_group(argv: &[&OsStr]) -> (Output, Output, Option<String>) {
+    use std::os::unix::process::CommandExt;
+    let run = |profiled: bool| {
+        let out = fixture::tempdir().join("profile.json");
+        let mut cmd = if profiled {
+            let mut c = fixture::mlprof();
+            c.arg("run").arg("-o").arg(&out).arg("--").arg(argv[0]);
+            c
+        } else {
+            Command::new(argv[0])
+        };
+        let output = cmd
+            .args(&argv[1..])
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (output, std::fs::read_to_string(&out).ok())
+    };
+    let (plain, _) = run(false);
+    let (got, profile) = run(true);
+    (plain, got, profile)
+}
+
 #[test]
 fn signals_sent_to_the_whole_process_group_reach_the_program_once() {
-    use std::os::unix::process::CommandExt;
     let path = script("signals_group.py");
     for py in pythons() {
-        // Each in a process group of its own, so the program's killpg reaches mlprof and the
-        // program but not this test.
-        let run = |profiled: bool| {
-            let out = fixture::tempdir().join("profile.json");
-            let mut cmd = if profiled {
-                let mut c = fixture::mlprof();
-                c.arg("run").arg("-o").arg(&out).arg("--");
-                c.arg(&py.exe);
-                c
-            } else {
-                Command::new(&py.exe)
-            };
-            let output = cmd
-                .arg(&path)
-                .process_group(0)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .unwrap();
-            (output, std::fs::read_to_string(&out).ok())
-        };
-        let (plain, _) = run(false);
-        let (got, profile) = run(true);
+        let argv = [os(&py.exe), os(&path)];
+        let (plain, got, profile) = in_own_group(&argv);
         let stdout = String::from_utf8_lossy(&got.stdout);
         assert!(
             stdout.contains("received: {'TERM': 1, 'USR1': 1, 'HUP': 1}"),
             "{}: {stdout}",
             py.minor
         );
-        super::assert_same(&plain, &got, &[os(&py.exe), os(&path)]);
+        super::assert_same(&plain, &got, &argv);
         assert!(profile.is_some(), "{}: no report", py.minor);
     }
 }
 
 #[test]
 fn group_signals_reach_a_program_that_waits_for_them_once_and_sigprof_never() {
-    use std::os::unix::process::CommandExt;
     let path = script("signals_waited.py");
     for mode in ["sigwait", "signalfd"] {
         for py in pythons() {
-            let run = |profiled: bool| {
-                let out = fixture::tempdir().join("profile.json");
-                let mut cmd = if profiled {
-                    let mut c = fixture::mlprof();
-                    c.arg("run").arg("-o").arg(&out).arg("--");
-                    c.arg(&py.exe);
-                    c
-                } else {
-                    Command::new(&py.exe)
-                };
-                let output = cmd
-                    .arg(&path)
-                    .arg(mode)
-                    .process_group(0)
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                    .unwrap();
-                (output, std::fs::read_to_string(&out).ok())
-            };
-            let (plain, _) = run(false);
-            let (got, profile) = run(true);
+            let argv = [os(&py.exe), os(&path), os(mode)];
+            let (plain, got, profile) = in_own_group(&argv);
             let stdout = String::from_utf8_lossy(&got.stdout);
             // Once each (mlprof, in the group too, forwarded a second before), and never a
             // SIGPROF of mlprof's timer read from the catch-all signalfd.
@@ -341,7 +326,7 @@ fn group_signals_reach_a_program_that_waits_for_them_once_and_sigprof_never() {
                 "{mode} {}: {stdout}",
                 py.minor
             );
-            super::assert_same(&plain, &got, &[os(&py.exe), os(&path), os(mode)]);
+            super::assert_same(&plain, &got, &argv);
             assert!(profile.is_some(), "{mode} {}: no report", py.minor);
         }
     }
