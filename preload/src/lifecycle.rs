@@ -183,6 +183,14 @@ fn fill_identity(h: &mut Header, forked: bool) {
     }
 }
 
+/// Whether this is a vfork child of the process that owns the channel `header` (it shares
+/// that process's memory: its channel, our globals and the thread's state block). The system
+/// call, not a cached pid: in a vfork child only the kernel knows.
+pub fn in_vfork_child(header: &Header) -> bool {
+    // SAFETY: getpid has no preconditions.
+    (unsafe { libc::syscall(libc::SYS_getpid) }) as u32 != header.pid
+}
+
 /// Record the exit status in the channel header (idempotent: the first call wins).
 pub fn record_exit(code: c_int, immediate: bool) {
     let Some(ring) = channel::ring() else { return };
@@ -191,10 +199,8 @@ pub fn record_exit(code: c_int, immediate: bool) {
         return;
     }
     // A vfork child (CPython's subprocess when exec fails: `_exit(255)`) shares its parent's
-    // memory, channel included, and must not mark the still-running parent as exited. The
-    // system call, not a cached pid: in a vfork child only the kernel knows.
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::syscall(libc::SYS_getpid) } as u32 != header.pid {
+    // memory, channel included, and must not mark the still-running parent as exited.
+    if in_vfork_child(header) {
         return;
     }
     let now = clock::monotonic_ns();

@@ -66,6 +66,13 @@ extern "C" fn sigprof_masked(blocked: libc::c_int) {
     if crate::sampler::timer::mean_interval() == 0 {
         return;
     }
+    // CPython's subprocess blocks every signal, vforks, and the child sets its own mask before
+    // its exec: that is the child's, and the thread state it would change is its parent's
+    // (whose span then never closed: every subprocess.run warned "blocked to its end").
+    let Some(ring) = channel::ring() else { return };
+    if crate::lifecycle::in_vfork_child(ring.header()) {
+        return;
+    }
     let blocked = blocked != 0;
     let changed = crate::local::with(|l| {
         let was = l.sigprof_blocked.replace(blocked as u64) != 0;

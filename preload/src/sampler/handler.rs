@@ -28,6 +28,12 @@ pub extern "C" fn program_sigprof(
     if !INSTALLED.load(Ordering::Relaxed) || timer::mean_interval() == 0 {
         return 0;
     }
+    // A vfork child (CPython's subprocess resets every handler before its exec) has signal
+    // dispositions of its own but its parent's memory: it sets its own, and must not change
+    // what its parent's program asked for.
+    if crate::channel::ring().is_some_and(|r| crate::lifecycle::in_vfork_child(r.header())) {
+        return 0;
+    }
     // `act` and `old` may be the same struct: read it first.
     // SAFETY: the caller's pointers, valid for a sigaction when not null.
     let new = (!act.is_null()).then(|| unsafe { *act });

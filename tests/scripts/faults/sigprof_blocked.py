@@ -2,8 +2,10 @@
 thread that blocks it for good before its own loop. Known truth: it prints the same lines and
 exits 0 with or without mlprof; a SIGPROF it blocks stays blocked (its pending set says so),
 and the report names the thread that never unblocked it and the span the main thread blocked
-it, rather than showing their lines short of CPU without a word."""
+it, rather than showing their lines short of CPU without a word; a subprocess run meanwhile adds
+no span."""
 import signal
+import subprocess
 import threading
 import time
 
@@ -32,4 +34,8 @@ def worker():
 t = threading.Thread(target=worker, name="blocker")
 t.start()
 t.join()
+# CPython's subprocess blocks every signal around its vfork and unblocks it after: no span
+# (the vfork child's own mask change used to leave the parent's span open to its end).
+subprocess.run(["true"], check=True)
+spin(0.3)
 print("done")
