@@ -22,9 +22,9 @@ use super::remote::Remote;
 use super::{monotonic_ns, procfs, waits};
 use crate::error::{Error, Result};
 use crate::launch::ChildExit;
+use crate::recording::mapped::{self, MAX_INTERPRETER_BYTES};
 use crate::recording::maps::{library_name, MappedFile};
 use crate::recording::{ChannelSummary, CpuSample, ProcSummary, Recording, Tick};
-use crate::symbolize::mapped::{self, MAX_INTERPRETER_BYTES};
 
 /// How to attach.
 pub struct Options<'a> {
@@ -436,7 +436,7 @@ struct Symbols {
 }
 
 /// The symbols mlprof needs from an ELF file the target maps, read through the mapping's
-/// inode where the kernel allows (`symbolize::mapped`: a checked regular file of at most
+/// inode where the kernel allows (`recording::mapped`: a checked regular file of at most
 /// [`MAX_INTERPRETER_BYTES`], read in bounded pieces); else why not, in a few words.
 fn elf_symbols(pid: u32, map: &MappedFile) -> std::result::Result<Symbols, String> {
     use object::{Object, ObjectSegment, ObjectSymbol};

@@ -164,7 +164,7 @@ fn parse_maps_line(line: &str) -> Option<MappedFile> {
             .and_then(|(major, minor)| {
                 let major = u64::from_str_radix(major, 16).ok()?;
                 let minor = u64::from_str_radix(minor, 16).ok()?;
-                Some(crate::symbolize::mapped::makedev(major, minor))
+                Some(crate::recording::mapped::makedev(major, minor))
             })
             .unwrap_or(0),
         inode: inode.parse().unwrap_or(0),
@@ -184,6 +184,19 @@ fn split_field(s: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_opens_its_own_mappings() {
+        use crate::recording::mapped;
+        let maps = read_maps(std::process::id()).unwrap();
+        let exe = maps
+            .iter()
+            .find(|m| m.offset == 0 && m.path.starts_with('/'));
+        let exe = exe.expect("a mapped file");
+        let opened =
+            mapped::open_mapped(Some(std::process::id()), exe, mapped::MAX_LIBRARY_BYTES).unwrap();
+        assert!(mapped::same_inode(&opened.meta, exe));
+    }
 
     #[test]
     fn parses_stat_with_spaces_and_parens_in_the_name() {

@@ -12,6 +12,7 @@ use crate::launch::ChildExit;
 #[cfg(test)]
 pub mod build;
 pub mod gpu;
+pub mod mapped;
 pub mod maps;
 
 use maps::MappedFile;

@@ -4,7 +4,6 @@
 
 pub mod ehframe;
 pub mod linetable;
-pub mod mapped;
 pub mod native;
 pub mod perfmap;
 

@@ -45,7 +45,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, 
 use object::read::{ReadRef, StringTable};
 use object::{Endianness, FileKind};
 
-use super::mapped::{self, Bounded};
+use crate::recording::mapped::{self, Bounded};
 use crate::recording::maps::{code_class, find_mapping, library_name, CodeClass, MappedFile};
 
 /// What an instruction pointer resolved to.
@@ -713,7 +713,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 offset: 0x1000,
                 path: "/usr/bin/python3.11".into(),
                 executable: true,
-                dev: crate::symbolize::mapped::makedev(8, 1),
+                dev: crate::recording::mapped::makedev(8, 1),
                 inode: 1234,
             }
         );

@@ -274,17 +274,6 @@ mod tests {
     }
 
     #[test]
-    fn this_process_opens_its_own_mappings() {
-        let maps = crate::collect::procfs::read_maps(std::process::id()).unwrap();
-        let exe = maps
-            .iter()
-            .find(|m| m.offset == 0 && m.path.starts_with('/'));
-        let exe = exe.expect("a mapped file");
-        let opened = open_mapped(Some(std::process::id()), exe, MAX_LIBRARY_BYTES).unwrap();
-        assert!(same_inode(&opened.meta, exe));
-    }
-
-    #[test]
     fn device_numbers_round_trip() {
         let meta = std::fs::metadata("/proc/self/exe").unwrap();
         let dev = meta.dev();
