@@ -111,8 +111,13 @@ impl Snapshot {
             ticks,
         } = self;
         let mut channels = Vec::new();
+        // A process left out but alive since `from_ns` has its heap in the ticks' sums: they
+        // are then not the kept processes' heap (pytest-xdist's other worker, its controller),
+        // and a region's cut must not take its peak instant from them.
+        let mut outsider_alive = false;
         for (mut channel, events) in recording.channels.into_iter().zip(events) {
             if !keep(&channel) {
+                outsider_alive |= channel.exit_ns.is_none_or(|e| e >= from_ns);
                 continue;
             }
             channel.samples = between(&events.samples, from_ns, u64::MAX, false);
@@ -131,7 +136,10 @@ impl Snapshot {
         recording.ticks = ticks
             .iter()
             .filter(|t| t.t_ns >= from_ns)
-            .copied()
+            .map(|t| Tick {
+                heap_bytes: if outsider_alive { 0 } else { t.heap_bytes },
+                ..*t
+            })
             .collect();
         recording
     }
