@@ -147,13 +147,25 @@ pub fn run_on_ours(f: &mut dyn FnMut()) {
         ] {
             libc::sigdelset(&mut all, sig);
         }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        mask(libc::SIG_BLOCK, &all, &mut old);
     }
     // SAFETY: `high` is the 16-aligned top of our own mapping, not in use (the handler is not
     // reentrant: SIGPROF is blocked while it runs, and we are not on that stack now).
     unsafe { switch(high & !15, f) };
     // SAFETY: restoring the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    unsafe { mask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+}
+
+/// The thread's signal mask changed by the system call itself: `pthread_sigmask` would go
+/// through this library's own hook of it, which took the handler's block for the program's
+/// and, the kernel restoring the mask on return, reported SIGPROF "blocked to its end" on
+/// every thread sampled on the program's signal stack (pytest's faulthandler).
+///
+/// # Safety
+/// `set` and `old` valid for a `sigset_t`, or `old` null.
+unsafe fn mask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) {
+    // SAFETY: the caller's pointers; the kernel's sigset is 8 bytes (64 signals).
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8usize) };
 }
 
 const fn can_switch() -> bool {

@@ -363,6 +363,20 @@ fn a_program_whose_seccomp_filter_refuses_process_vm_readv_is_told_why_it_has_no
 }
 
 #[test]
+fn sampling_on_the_programs_signal_stack_is_not_taken_for_a_blocked_sigprof() {
+    each_python("altstack_spin.py", &[], |py, run| {
+        let p = run.profile();
+        assert!(
+            p.warnings.iter().all(|w| !w.contains("blocked SIGPROF")),
+            "{}: {:#?}",
+            py.minor,
+            p.warnings
+        );
+        assert!(p.cpu_samples >= 10, "{}: {}", py.minor, p.cpu_samples);
+    });
+}
+
+#[test]
 fn a_program_that_blocks_sigprof_runs_as_without_mlprof_and_the_report_says_so() {
     // `same_behaviour` compares exit status and output with a run without mlprof.
     each_python("sigprof_blocked.py", &[], |py, run| {
