@@ -203,6 +203,8 @@ pub fn record_exit(code: c_int, immediate: bool) {
     if in_vfork_child(header) {
         return;
     }
+    // The exiting thread's CPU since its last sample (other threads' tails are not known).
+    sampler::timer::send_tail();
     let now = clock::monotonic_ns();
     header.exit_code.store(code, Ordering::Relaxed);
     header.exit_ns.store(now, Ordering::Relaxed);

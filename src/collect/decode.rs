@@ -448,9 +448,15 @@ impl RegionLosses {
 /// The decoder state of one channel.
 pub struct Decoder {
     pending: Pending,
+    /// Each thread's latest CPU sample: where a tail sample's time goes
+    /// ([`sample_flags::TAIL`]). At most [`MAX_LAST_SAMPLES`] threads.
+    last_cpu: HashMap<u32, CpuSample>,
     /// Everything decoded so far.
     pub out: Decoded,
 }
+
+/// Most threads whose latest CPU sample is kept for a tail ([`Decoder::last_cpu`]).
+const MAX_LAST_SAMPLES: usize = 1 << 16;
 
 /// Most SIGPROF-blocking spans kept per channel ([`Decoder::sigprof_mask`]).
 const MAX_SIGPROF_BLOCKS: usize = 4096;
@@ -459,6 +465,7 @@ impl Default for Decoder {
     fn default() -> Self {
         Decoder {
             pending: Pending::None,
+            last_cpu: HashMap::new(),
             out: Decoded::default(),
         }
     }
@@ -534,6 +541,16 @@ impl Decoder {
             return;
         };
         let t_ns = r.ts_ns.saturating_sub(launch_ns);
+        if s.flags & sample_flags::TAIL != 0 {
+            if depth == 0 {
+                self.tail(r.tid, s.weight_ns, t_ns);
+            } else {
+                // A tail has no frames: one that says it has is not believed (nor are the
+                // frames that follow it).
+                self.out.malformed += 1;
+            }
+            return;
+        }
         // WAITING is the collector's own flag: a channel that sends it is not believed. A
         // timed wait (WAITED) is off-CPU time, so it is WAITING too, and lasted no longer
         // than the run so far.
@@ -577,6 +594,22 @@ impl Decoder {
         };
         if depth == 0 {
             self.finish_pending();
+        }
+    }
+
+    /// A thread's CPU time since its last sample, sent as it or its process ended: it goes
+    /// where the thread was last sampled. A thread never sampled ran for less than an
+    /// interval, somewhere unknown: that time stays out, as before tails existed.
+    fn tail(&mut self, tid: u32, weight_ns: u64, t_ns: u64) {
+        if weight_ns > MAX_SAMPLE_NS {
+            self.out.malformed += 1;
+            return;
+        }
+        if let Some(mut last) = self.last_cpu.remove(&tid) {
+            last.t_ns = t_ns.max(last.t_ns);
+            last.weight_ns = weight_ns;
+            last.fault_ns = 0;
+            self.out.samples.push(last);
         }
     }
 
@@ -813,7 +846,13 @@ impl Decoder {
             Pending::Sample { sample, .. } if sample.flags & sample_flags::WAITED != 0 => {
                 self.out.push_timed_wait(sample)
             }
-            Pending::Sample { sample, .. } => self.out.samples.push(sample),
+            Pending::Sample { sample, .. } => {
+                if self.last_cpu.len() < MAX_LAST_SAMPLES || self.last_cpu.contains_key(&sample.tid)
+                {
+                    self.last_cpu.insert(sample.tid, sample.clone());
+                }
+                self.out.samples.push(sample)
+            }
             Pending::Alloc { alloc, .. } if alloc.flags & alloc_flags::MAPPED != 0 => {
                 self.out.mapped(alloc);
             }
@@ -927,6 +966,36 @@ mod tests {
                 s.t_ns
             );
         }
+    }
+
+    #[test]
+    fn a_tail_goes_where_its_thread_was_last_sampled_and_a_stray_one_nowhere() {
+        let ms = 1_000_000;
+        let stack = |line: i32| [(7u32, line), (3, 40), (2, 12), (1, 5)];
+        let mut d = Decoder::default();
+        let mut s = record(Kind::Sample);
+        (s.a, s.b, s.c) = (0x1000, 10 * ms, 4);
+        feed_event(&mut d, s, 5 * ms, &stack(10));
+        let tail = |tid: u32, weight: u64, depth: u64| {
+            let mut t = Record::new(Kind::Sample, tid, 9 * ms);
+            (t.b, t.c) = (weight, depth | u64::from(sample_flags::TAIL) << 32);
+            t
+        };
+        d.feed(&tail(7, 900 * ms, 0), 0);
+        // A thread never sampled, and a tail that claims frames: neither is counted.
+        d.feed(&tail(8, 50 * ms, 0), 0);
+        d.feed(&tail(7, 50 * ms, 3), 0);
+        d.finish_pending();
+        let malformed = d.out.malformed;
+        let events = d.out.take_events();
+        let times: Vec<(u64, u64)> = events
+            .samples
+            .iter()
+            .map(|s| (s.t_ns, s.weight_ns))
+            .collect();
+        assert_eq!(times, [(5 * ms, 10 * ms), (9 * ms, 900 * ms)]);
+        assert!(events.samples.iter().all(|s| s.frames == stack(10)));
+        assert_eq!(malformed, 1);
     }
 
     fn record(kind: Kind) -> Record {

@@ -5,6 +5,7 @@
 mod attach;
 mod bounded;
 mod budget;
+mod busy;
 mod children;
 mod cpu;
 mod diff;

@@ -111,6 +111,12 @@ pub mod sample_flags {
     /// A timed wait, measured by the thread itself: blocking calls (sleep, poll, select,
     /// epoll) that kept it off the CPU for `weight_ns` at this stack; `ip` is 0.
     pub const WAITED: u32 = 16;
+    /// The CPU time the thread used since its last sample, sent when the thread or the process
+    /// ends (`ip` 0, no frames): the CPU timer had not expired again by then. It belongs
+    /// where the thread was last sampled. On a machine busier than its cores the kernel
+    /// notices a CPU timer's expiry only at a scheduler tick that finds the thread running,
+    /// so seconds of CPU can pass between samples; without this they were lost.
+    pub const TAIL: u32 = 32;
 }
 
 impl Kind {

@@ -145,6 +145,34 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Send the CPU time the calling thread used since its last sample, as a tail sample
+/// ([`mlprof_wire::sample_flags::TAIL`]), when it or its process ends. Nothing when its timer
+/// is not armed, or while it blocks SIGPROF (that span is reported as such). A signal taking a
+/// sample meanwhile takes its own share of the clock: nothing is counted twice.
+pub fn send_tail() {
+    if timer_id() < 0 || crate::local::with(|l| l.sigprof_blocked.get() != 0) {
+        return;
+    }
+    let weight_ns = cpu_since_last_sample();
+    if weight_ns == 0 {
+        return;
+    }
+    let tail = mlprof_wire::Sample {
+        ip: 0,
+        weight_ns,
+        depth: 0,
+        flags: mlprof_wire::sample_flags::TAIL,
+        fault_share: 0,
+        tstate: 0,
+        caller: 0,
+    };
+    crate::channel::send(&mlprof_wire::Record::sample(
+        crate::clock::tid(),
+        crate::clock::monotonic_ns(),
+        tail,
+    ));
+}
+
 /// Delete the calling thread's timer (thread exit).
 pub fn disarm_this_thread() {
     let id = set_timer_id(-1);

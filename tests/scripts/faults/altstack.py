@@ -30,7 +30,7 @@ if libc.sigaltstack(ctypes.byref(ss), None) != 0:
 
 def deep(n):
     if n == 0:
-        end = time.thread_time() + 1.5
+        end = time.thread_time() + 1.5  # @loop
         total = 0
         while time.thread_time() < end:
             total += sum(i * i for i in range(200))  # @work
