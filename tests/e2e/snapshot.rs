@@ -158,7 +158,10 @@ fn sigusr1_to_mlprof_writes_a_snapshot_only_with_snapshot_on_signal() {
     let out = dir.join("p.json");
 
     // With the flag: a snapshot now, and the program never gets the signal.
-    let mut child = start(&[os("--snapshot-on-signal"), os("-o"), os(&out)], &[os("5")]);
+    let mut child = start(
+        &[os("--snapshot-on-signal"), os("-o"), os(&out)],
+        &[os("5")],
+    );
     let stdout = wait_ready(&mut child);
     std::thread::sleep(Duration::from_millis(500));
     assert!(!out.exists(), "no snapshot before one is asked for");

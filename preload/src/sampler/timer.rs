@@ -109,10 +109,18 @@ pub fn cpu_since_last_sample() -> u64 {
     crate::local::with(|l| now.saturating_sub(l.last_cpu_ns.replace(now)))
 }
 
+/// Most kernel time one page fault stands for: zeroing a 2 MiB transparent huge page takes
+/// tens of microseconds, a 4 KiB page well under one. Without this bound, a thread that makes
+/// system calls and faults once between two samples had all its kernel time then counted as
+/// faults; on a busy machine, where samples are far apart and the kernel time of each call
+/// grows (the scheduler runs in it), that was a third of a loop's CPU.
+const MAX_FAULT_NS: u64 = 250_000;
+
 /// The share (1/10000) of a sample of `weight_ns` that the kernel spent on this thread's page
 /// faults since its previous sample: its kernel time then, when page faults happened and the
 /// thread did not come back from a system call (whose kernel time is the call's, counted with
-/// the code that made it as before). One `getrusage(RUSAGE_THREAD)`; async-signal-safe.
+/// the code that made it as before), at most [`MAX_FAULT_NS`] a fault. One
+/// `getrusage(RUSAGE_THREAD)`; async-signal-safe.
 pub fn fault_share(weight_ns: u64) -> u16 {
     // SAFETY: rusage is plain data.
     let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
@@ -131,7 +139,8 @@ pub fn fault_share(weight_ns: u64) -> u16 {
     if faults_delta == 0 || weight_ns == 0 {
         return 0;
     }
-    (kernel_delta.min(weight_ns) * 10_000 / weight_ns) as u16
+    let faulting = kernel_delta.min(faults_delta.saturating_mul(MAX_FAULT_NS));
+    (faulting.min(weight_ns) * 10_000 / weight_ns) as u16
 }
 
 /// The calling thread's CPU time (user + system) in nanoseconds.
