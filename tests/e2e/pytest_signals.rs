@@ -55,9 +55,12 @@ impl Run {
         Run::python(py, dir, &all, stdin)
     }
 
-    /// `python ARGS` in `dir`, as [`Run::start`].
+    /// `python ARGS` in `dir`, as [`Run::start`], with the signal state of a job a shell
+    /// starts in the foreground of a terminal ([`foreground_signals`]).
     fn python(py: &fixture::Python, dir: &Path, args: &[&str], stdin: Stdio) -> Run {
-        let mut child = Command::new(&py.exe)
+        let mut command = Command::new(&py.exe);
+        foreground_signals(&mut command);
+        let mut child = command
             .args(args)
             .current_dir(dir)
             .env("PYTHONPATH", fixture::root().join("python"))
@@ -133,6 +136,39 @@ impl Drop for Run {
     fn drop(&mut self) {
         self.kill_group();
         let _ = self.child.wait();
+    }
+}
+
+/// The signals these tests send (Ctrl-C's SIGINT, SIGQUIT, and `kill`'s SIGTERM, SIGHUP) at
+/// their defaults and unblocked in `command`, as in a job a shell starts in the foreground of
+/// a terminal, whatever this test process inherited: an ignored disposition and a blocked
+/// mask pass through fork and exec, and a test run started in the background of a
+/// non-interactive shell (`cargo test ... &`: SIGINT and SIGQUIT ignored) gave Python an
+/// ignored SIGINT, which it keeps: Ctrl-C then did nothing, to plain pytest as to mlprof's.
+fn foreground_signals(command: &mut Command) {
+    const SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for sig in SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+    }
+    // SAFETY: the closure runs between fork and exec and calls only signal and
+    // pthread_sigmask, both async-signal-safe, on a set made before the fork; it allocates
+    // nothing.
+    unsafe {
+        command.pre_exec(move || {
+            for sig in SIGNALS {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
     }
 }
 
