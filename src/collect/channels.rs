@@ -341,6 +341,7 @@ impl Channels {
                 peak_marks: events.peak_marks,
                 codes: decoded.codes,
                 threads: decoded.threads,
+                queued: queued_of(&decoded.queued),
                 regions: decoded.regions,
                 mapped: MappedMemory {
                     marks: decoded.mapped_marks,
@@ -384,6 +385,7 @@ impl Channels {
                 let summary = ChannelSummary {
                     codes: d.codes.clone(),
                     threads: d.threads.clone(),
+                    queued: queued_of(&d.queued),
                     regions: d.regions.clone(),
                     mapped: MappedMemory {
                         marks: d.mapped_marks.clone(),
@@ -658,6 +660,14 @@ impl Channel {
 fn signed(bytes: i64) -> i64 {
     let max = MAX_RECORD_BYTES as i64;
     bytes.clamp(-max, max)
+}
+
+/// Run-queue delay per slot and thread, as `ChannelSummary::queued` holds it.
+fn queued_of(queued: &std::collections::BTreeMap<(u64, u32), u64>) -> Vec<(u64, u32, u64)> {
+    queued
+        .iter()
+        .map(|(&(slot, tid), &ns)| (slot, tid, ns))
+        .collect()
 }
 
 #[cfg(test)]

@@ -106,6 +106,9 @@ pub struct Decoded {
     shared_frees: Vec<(usize, u64)>,
     /// Each thread's clocks at the collector's last look at it (`collect::waits`).
     pub clocks: HashMap<u32, super::waits::ThreadClocks>,
+    /// Each thread's run-queue delay per stretch of time, as the looks read it: (slot start,
+    /// tid) to ns (`ChannelSummary::queued`).
+    pub queued: BTreeMap<(u64, u32), u64>,
     /// Index in `samples` of each thread's latest waiting sample ([`Decoded::push_waiting`]).
     waiting_at: HashMap<u32, usize>,
     /// Time of the newest event decoded (ns from launch).

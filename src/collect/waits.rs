@@ -18,7 +18,7 @@ use mlprof_wire::sample_flags;
 
 use super::decode::{decode_str, Decoded};
 use super::remote::Remote;
-use crate::recording::{CodeInfo, CpuSample};
+use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
 
 /// Deepest stack read for a waiting thread.
 const MAX_DEPTH: usize = 128;
@@ -120,7 +120,12 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             blocked_ns: 0,
         });
         let wall = now_ns.saturating_sub(clocks.at_ns);
-        let busy = ran.saturating_sub(clocks.ran_ns) + queued.saturating_sub(clocks.queued_ns);
+        let waited_for_cpu = queued.saturating_sub(clocks.queued_ns);
+        if waited_for_cpu > 0 {
+            let slot = now_ns - now_ns % QUEUED_SLOT_NS;
+            *out.queued.entry((slot, tid)).or_default() += waited_for_cpu;
+        }
+        let busy = ran.saturating_sub(clocks.ran_ns) + waited_for_cpu;
         clocks.blocked_ns += wall.saturating_sub(busy);
         (clocks.at_ns, clocks.ran_ns, clocks.queued_ns) = (now_ns, ran, queued);
     }

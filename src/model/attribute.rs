@@ -209,10 +209,12 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
 const BUSY_BUCKET_NS: u64 = 250_000_000;
 
 /// Most threads of a process image busy at once: per 250 ms stretch, the threads whose CPU
-/// samples there add up to a tenth of it at least (eight threads sharing two CPUs get a
-/// quarter each), in the second busiest stretch (so that the hand-over from one pool to the
-/// next, both in one stretch, is not taken for both at once). Merged old samples (windows
-/// wider than a stretch) are counted in stretches of their window.
+/// samples and, where they have any, time waiting for a CPU (the kernel's run-queue delay)
+/// there add up to a tenth of it at least (eight threads sharing two CPUs get a quarter each; on a machine loaded
+/// beyond its cores by other programs they get less CPU, and wait in the run queue for the
+/// rest), in the second busiest stretch (so that the hand-over from one pool to the next,
+/// both in one stretch, is not taken for both at once). Merged old samples (windows wider
+/// than a stretch) are counted in stretches of their window.
 fn peak_busy_threads(image: &ChannelSummary) -> u32 {
     let bucket = BUSY_BUCKET_NS.max(image.window_ns);
     let mut cpu: HashMap<(u64, u32), u64> = HashMap::new();
@@ -222,6 +224,13 @@ fn peak_busy_threads(image: &ChannelSummary) -> u32 {
         .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
     {
         *cpu.entry((s.t_ns / bucket, s.tid)).or_default() += s.weight_ns;
+    }
+    // Queued only where the thread ran too (a CPU sample there): a thread woken often for
+    // little work queues a little at each wake-up on a loaded machine, and is not busy.
+    for &(t_ns, tid, ns) in &image.queued {
+        if let Some(busy) = cpu.get_mut(&(t_ns / bucket, tid)) {
+            *busy += ns;
+        }
     }
     let mut busy: HashMap<u64, u32> = HashMap::new();
     for ((b, _), ns) in cpu {

@@ -177,7 +177,9 @@ fn called_from_native(sample: &CpuSample, maps: &[MappedFile]) -> bool {
 /// `pooljoin::JOIN_WINDOW_NS` when they agree, the nearest of them in time when they do not (the
 /// Python thread moved from line to line, each starting parallel regions); with none that
 /// close, the line of the Python samples just before and just after it when they agree
-/// (within `pooljoin::BRACKET_WINDOW_NS`). Otherwise they stay on [`NATIVE_THREAD`]. A wait the Python
+/// (within `pooljoin::BRACKET_WINDOW_NS`), the nearer of them when they do not (the Python
+/// thread starved of the CPU between its samples, then moved on). Otherwise (no Python
+/// sample on one side) they stay on [`NATIVE_THREAD`]. A wait the Python
 /// thread timed itself (its exact interval) is never a candidate: a pool working
 /// meanwhile does not work for a sleep or a poll. Its samples in the wait go where the thread
 /// was when the wait began (a parallel region's threads spinning on after it: in
@@ -328,7 +330,7 @@ mod tests {
         let samples = [
             sample(0, true),
             sample(10, false),
-            sample(60, false),
+            sample(80, false),
             sample(120, true),
         ];
         let mut placed = vec![
@@ -351,8 +353,8 @@ mod tests {
         assert_eq!(placed[1], place("a.py"));
         assert_eq!(
             placed[2],
-            place(NATIVE_THREAD),
-            "the Python thread moved: unknown"
+            place("b.py"),
+            "the Python thread moved (samples 120 ms apart on a loaded machine): the nearer"
         );
 
         // A training step: the Python thread on three lines within the window; the pool's

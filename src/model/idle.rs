@@ -61,8 +61,10 @@ fn bucket_ns(rec: &Recording) -> u64 {
 }
 
 /// When each process's worker processes (its descendants) were computing: a bucket counts
-/// when they used at least a tenth of a CPU in it. A waiting sample of the process stamped in
-/// such a bucket is waiting for its workers (a DataLoader's loop starved of batches).
+/// when they used at least a tenth of a CPU in it, or wanted to (their CPU and their time
+/// waiting for a CPU in the run queue: on a machine loaded beyond its cores, workers that
+/// compute all along get only a small share of one). A waiting sample of the process stamped
+/// in such a bucket is waiting for its workers (a DataLoader's loop starved of batches).
 pub struct WorkersBusy {
     bucket: u64,
     busy: Vec<std::collections::HashSet<u64>>,
@@ -77,6 +79,13 @@ impl WorkersBusy {
             let own = cpu.entry(c.pid).or_default();
             for s in c.samples.iter().filter(|s| !waiting(s)) {
                 *own.entry(s.t_ns / bucket).or_default() += s.weight_ns;
+            }
+            // Queued only where the process ran too (woken for little work, as an idle
+            // worker is, it queues a little at each wake-up on a loaded machine).
+            for &(t_ns, _, ns) in &c.queued {
+                if let Some(busy) = own.get_mut(&(t_ns / bucket)) {
+                    *busy += ns;
+                }
             }
         }
         let parent: HashMap<u32, u32> = rec.channels.iter().map(|c| (c.pid, c.ppid)).collect();

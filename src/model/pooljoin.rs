@@ -103,9 +103,10 @@ impl<'a> PoolJoin<'a> {
     /// The Python sample whose place a pool's event at `t_ns` joins, if any: the line of the
     /// Python samples within [`JOIN_WINDOW_NS`] when they agree, the nearest of them in time
     /// when they do not; with none that close, the line of the samples just before and just
-    /// after when they agree (within [`BRACKET_WINDOW_NS`]). Inside a wait a Python thread
-    /// timed itself (a sleep, a poll), as at the wait's start: the pool's work is what the
-    /// line before left running, never the wait's.
+    /// after when they agree (within [`BRACKET_WINDOW_NS`]), else (the Python thread ran
+    /// little between them: starved of the CPU, it moved on) the nearer of them. Inside a
+    /// wait a Python thread timed itself (a sleep, a poll), as at the wait's start: the pool's
+    /// work is what the line before left running, never the wait's.
     pub fn at(&self, t_ns: u64) -> Option<usize> {
         let (python, waits, placed) = (&self.python, &self.waits, self.placed);
         let mut t = t_ns;
@@ -149,7 +150,9 @@ impl<'a> PoolJoin<'a> {
             // Python thread was starved of the CPU, not busy elsewhere (a waiting thread is
             // looked at every tick): on a machine loaded beyond its cores, gaps of 0.8 s
             // left the OpenMP team's work on `<native thread>`. Then the line they agree on,
-            // or, where the thread moved on meanwhile, the nearer one in time.
+            // or, where the thread moved on meanwhile, the nearer one in time, however close
+            // the two are (a loaded machine leaves gaps wider than the join window between
+            // the lines of a training step, as between forward and backward).
             let after = python.partition_point(|&(pt, _, _)| pt < t);
             let before = after.checked_sub(1).map(|k| python[k]);
             let next = python.get(after).copied();
@@ -157,7 +160,7 @@ impl<'a> PoolJoin<'a> {
                 let starved = ran <= BRACKET_WINDOW_NS;
                 if placed[jb] == placed[ja] && (ta - tb <= BRACKET_WINDOW_NS || starved) {
                     unique = Some(jb);
-                } else if starved && ta - tb > BRACKET_WINDOW_NS {
+                } else if starved {
                     unique = Some(if t - tb <= ta - t { jb } else { ja });
                 }
             }

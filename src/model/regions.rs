@@ -462,6 +462,12 @@ fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
             .map(|i| c.peak_marks[i])
             .map(|(t, h)| (t - from, h))
             .collect(),
+        queued: c
+            .queued
+            .iter()
+            .filter(|q| (from..to).contains(&q.0))
+            .map(|&(t, tid, ns)| (t - from, tid, ns))
+            .collect(),
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),
         ..c.without_events_or_codes()

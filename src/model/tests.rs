@@ -348,6 +348,30 @@ fn busy_threads_are_counted_at_once_not_over_the_run() {
 }
 
 #[test]
+fn busy_threads_starved_by_other_programs_count_their_run_queue_delay() {
+    // Eight pool threads on a machine loaded beyond its cores: each runs 10 ms of every
+    // 125 ms (less than a tenth of a stretch) and waits in the run queue for the rest. A
+    // ninth thread queues as long but never runs long enough to be sampled: not busy.
+    let mut b = RecordingBuilder::new(2_000).code(1, "/w/train.py", "main", 1, &[1, 2]);
+    for tid in 0..8u32 {
+        for i in 0..16 {
+            b = b.cpu(125 * i + 5, PID + 1 + tid, IN_BLAS, 10, &[]);
+        }
+    }
+    let mut rec = b.build();
+    assert_eq!(profile(&rec).processes[0].peak_busy_threads, 0);
+    let slot = crate::recording::QUEUED_SLOT_NS;
+    for tid in 0..9u32 {
+        for k in 0..20 {
+            rec.channels[0]
+                .queued
+                .push((k * slot, PID + 1 + tid, slot * 9 / 10));
+        }
+    }
+    assert_eq!(profile(&rec).processes[0].peak_busy_threads, 8);
+}
+
+#[test]
 fn a_librarys_own_python_threads_work_for_the_main_threads_line() {
     // A helper thread whose stack holds library frames only (scikit-learn's k-means threads)
     // computes while the main thread is at train.py line 2: its CPU is that line's, not

@@ -78,6 +78,9 @@ pub struct ProcSummary {
     pub cpu_s: f64,
 }
 
+/// Width of the stretches of time [`ChannelSummary::queued`] counts run-queue delay in.
+pub const QUEUED_SLOT_NS: u64 = 100_000_000;
+
 /// What one channel (one process image) reported.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChannelSummary {
@@ -142,6 +145,10 @@ pub struct ChannelSummary {
     pub codes: BTreeMap<u32, CodeInfo>,
     /// Threads seen: (tid, pthread_self).
     pub threads: Vec<(u32, u64)>,
+    /// Time each thread was runnable but waited for a CPU (the kernel's run-queue delay,
+    /// `schedstat`, read at the collector's looks at Python processes), per
+    /// [`QUEUED_SLOT_NS`] of time: (slot start in ns from launch, tid, ns waited).
+    pub queued: Vec<(u64, u32, u64)>,
     /// The image's memory map, last read while it ran (for native symbols).
     pub maps: Vec<MappedFile>,
     /// Address of `_PyRuntime` (0: Python frames not walked).
@@ -264,6 +271,7 @@ impl ChannelSummary {
             peak_marks: Vec::new(),
             codes: BTreeMap::new(),
             threads: self.threads.clone(),
+            queued: Vec::new(),
             maps: self.maps.clone(),
             py_runtime: self.py_runtime,
             py_code_type: self.py_code_type,
