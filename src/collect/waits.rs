@@ -20,6 +20,11 @@ use super::decode::{decode_str, Decoded};
 use super::remote::Remote;
 use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
 
+/// Most (slot, thread) run-queue delays kept per channel (`Decoded::queued`, about 8 MB):
+/// 2 hours of 36 threads starved all along. Past it, later delays are not kept, and busy
+/// threads are told by their CPU alone, as on a quiet machine.
+const MAX_QUEUED: usize = 1 << 18;
+
 /// Deepest stack read for a waiting thread.
 const MAX_DEPTH: usize = 128;
 /// Most threads of one interpreter looked at.
@@ -121,8 +126,10 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         });
         let wall = now_ns.saturating_sub(clocks.at_ns);
         let waited_for_cpu = queued.saturating_sub(clocks.queued_ns);
-        if waited_for_cpu > 0 {
-            let slot = now_ns - now_ns % QUEUED_SLOT_NS;
+        let slot = now_ns - now_ns % QUEUED_SLOT_NS;
+        if waited_for_cpu > 0
+            && (out.queued.len() < MAX_QUEUED || out.queued.contains_key(&(slot, tid)))
+        {
             *out.queued.entry((slot, tid)).or_default() += waited_for_cpu;
         }
         let busy = ran.saturating_sub(clocks.ran_ns) + waited_for_cpu;
