@@ -91,11 +91,7 @@ fn merged_events_give_the_same_report_as_kept_ones() {
         python.cpu_python_s > 2.0 * python.cpu_native_s && python.cpu_python_s > 0.2,
         "{v}: {python:?}"
     );
-    let sampled: f64 = p
-        .threads
-        .iter()
-        .map(|t| t.cpu_python_s + t.cpu_native_s)
-        .sum();
+    let sampled = fixture::sampled_cpu(p);
     let expected_samples = sampled / p.sample_interval_s;
     assert!(
         within(p.cpu_samples as f64, expected_samples, 0.25),

@@ -31,11 +31,7 @@ fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
             "{v}: `spin` holds {held:.3} s of the {truth:.3} s of CPU its threads used there"
         );
         // Nothing counted twice: the threads hold no more than the kernel counted.
-        let sampled: f64 = p
-            .threads
-            .iter()
-            .map(|t| t.cpu_python_s + t.cpu_native_s)
-            .sum();
+        let sampled = fixture::sampled_cpu(p);
         let kernel = p.processes[0].cpu_s;
         assert!(
             sampled <= kernel + 0.02,

@@ -164,6 +164,14 @@ pub fn profile_with_env(args: &[&OsStr], env: &[(&str, &str)]) -> Run {
 }
 
 /// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
+/// The CPU the profile's samples hold, all threads (Python and native; no waiting).
+pub fn sampled_cpu(p: &Profile) -> f64 {
+    p.threads
+        .iter()
+        .map(|t| t.cpu_python_s + t.cpu_native_s)
+        .sum()
+}
+
 pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     let (output, _, text) = run_mlprof(options, args, env, Duration::from_secs(600));
     let text = text.unwrap_or_else(|| {

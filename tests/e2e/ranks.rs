@@ -12,12 +12,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// 10 ms interval; on one busier than its cores the kernel fires a thread's timer only at ticks
 /// that find it running, and gaps grow.
 fn mean_gap(p: &mlprof::model::Profile) -> f64 {
-    let cpu: f64 = p
-        .threads
-        .iter()
-        .map(|t| t.cpu_python_s + t.cpu_native_s)
-        .sum();
-    cpu / p.cpu_samples.max(1) as f64
+    fixture::sampled_cpu(p) / p.cpu_samples.max(1) as f64
 }
 
 #[test]

@@ -109,12 +109,14 @@ pub fn cpu_since_last_sample() -> u64 {
     crate::local::with(|l| now.saturating_sub(l.last_cpu_ns.replace(now)))
 }
 
-/// Most kernel time one page fault stands for: zeroing a 2 MiB transparent huge page takes
-/// tens of microseconds, a 4 KiB page well under one. Without this bound, a thread that makes
+/// Most kernel time one page fault stands for: a 4 KiB page takes about a microsecond, a 2 MiB
+/// transparent huge page (numpy asks for them on large arrays) tens to hundreds, with the
+/// compaction it may need up to about a millisecond; 250 us was too few for those (a loop of
+/// 152 MB copies lost most of its fault time under load). Without a bound, a thread that makes
 /// system calls and faults once between two samples had all its kernel time then counted as
 /// faults; on a busy machine, where samples are far apart and the kernel time of each call
 /// grows (the scheduler runs in it), that was a third of a loop's CPU.
-const MAX_FAULT_NS: u64 = 250_000;
+const MAX_FAULT_NS: u64 = 2_000_000;
 
 /// The share (1/10000) of a sample of `weight_ns` that the kernel spent on this thread's page
 /// faults since its previous sample: its kernel time then, when page faults happened and the
