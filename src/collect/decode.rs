@@ -616,6 +616,24 @@ impl Decoder {
         }
     }
 
+    /// Keep `s` as its thread's latest CPU sample, in the thread's slot of
+    /// [`Decoder::last_cpu`] (its frames copied into the slot's own vector: no allocation
+    /// per sample once a thread has one).
+    fn remember_last(&mut self, s: &CpuSample) {
+        let room = self.last_cpu.len() < MAX_LAST_SAMPLES;
+        match self.last_cpu.get_mut(&s.tid) {
+            Some(last) => {
+                last.frames.clone_from(&s.frames);
+                (last.t_ns, last.ip, last.weight_ns) = (s.t_ns, s.ip, s.weight_ns);
+                (last.flags, last.caller, last.fault_ns) = (s.flags, s.caller, s.fault_ns);
+            }
+            None if room => {
+                self.last_cpu.insert(s.tid, s.clone());
+            }
+            None => {}
+        }
+    }
+
     fn alloc(&mut self, r: &Record, t_ns: u64) {
         let Some(a) = r.as_alloc() else { return };
         let Some(depth) = self.depth(a.depth) else {
@@ -850,10 +868,7 @@ impl Decoder {
                 self.out.push_timed_wait(sample)
             }
             Pending::Sample { sample, .. } => {
-                if self.last_cpu.len() < MAX_LAST_SAMPLES || self.last_cpu.contains_key(&sample.tid)
-                {
-                    self.last_cpu.insert(sample.tid, sample.clone());
-                }
+                self.remember_last(&sample);
                 self.out.samples.push(sample)
             }
             Pending::Alloc { alloc, .. } if alloc.flags & alloc_flags::MAPPED != 0 => {
@@ -969,6 +984,28 @@ mod tests {
                 s.t_ns
             );
         }
+    }
+
+    #[test]
+    fn a_tail_goes_to_the_latest_of_its_threads_samples() {
+        let ms = 1_000_000;
+        let stack = |line: i32| [(7u32, line), (3, 40)];
+        let mut d = Decoder::default();
+        for (t, line) in [(5, 10), (15, 11)] {
+            let mut s = record(Kind::Sample);
+            (s.a, s.b, s.c) = (0x1000 + line as u64, 10 * ms, 2);
+            feed_event(&mut d, s, t * ms, &stack(line));
+        }
+        let mut tail = Record::new(Kind::Sample, 7, 30 * ms);
+        (tail.b, tail.c) = (40 * ms, u64::from(sample_flags::TAIL) << 32);
+        d.feed(&tail, 0);
+        d.finish_pending();
+        let events = d.out.take_events();
+        let last = events.samples.last().unwrap();
+        assert_eq!(
+            (last.t_ns, last.weight_ns, last.ip, &last.frames[..]),
+            (30 * ms, 40 * ms, 0x1000 + 11, &stack(11)[..])
+        );
     }
 
     #[test]
