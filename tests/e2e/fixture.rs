@@ -163,7 +163,6 @@ pub fn profile_with_env(args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     profile_args(&[], args, env)
 }
 
-/// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
 /// The CPU the profile's samples hold, all threads (Python and native; no waiting).
 pub fn sampled_cpu(p: &Profile) -> f64 {
     p.threads
@@ -172,6 +171,16 @@ pub fn sampled_cpu(p: &Profile) -> f64 {
         .sum()
 }
 
+/// The mean CPU between two samples of a thread: the CPU the profile sampled over its
+/// samples. A sample stands for its thread's CPU since the previous one, so the line that
+/// follows another gets up to one gap of the line before it. On a quiet machine a gap is the
+/// 10 ms interval; on one busier than its cores the kernel fires a thread's timer only at ticks
+/// that find it running, and gaps grow.
+pub fn mean_gap(p: &Profile) -> f64 {
+    sampled_cpu(p) / p.cpu_samples.max(1) as f64
+}
+
+/// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
 pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     let (output, _, text) = run_mlprof(options, args, env, Duration::from_secs(600));
     let text = text.unwrap_or_else(|| {

@@ -6,15 +6,6 @@ use crate::fixture::{self, os, within};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
-/// The mean CPU between two samples of a thread: the CPU the profile sampled over its
-/// samples. A sample stands for its thread's CPU since the previous one, so the line that
-/// follows another gets up to one gap of the line before it. On a quiet machine a gap is the
-/// 10 ms interval; on one busier than its cores the kernel fires a thread's timer only at ticks
-/// that find it running, and gaps grow.
-fn mean_gap(p: &mlprof::model::Profile) -> f64 {
-    fixture::sampled_cpu(p) / p.cpu_samples.max(1) as f64
-}
-
 #[test]
 fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
     let m = markers("ranks.py");
@@ -53,7 +44,7 @@ fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
             p.stragglers
         );
         // Within 25 %, and three mean gaps between samples (see `mean_gap`).
-        let gap = mean_gap(p);
+        let gap = fixture::mean_gap(p);
         assert!(
             (first.excess_s - 0.8).abs() <= 0.2 + 3.0 * gap && !first.waiting,
             "{v}: {first:?}; samples {gap:.3} s apart on average"
@@ -161,7 +152,7 @@ fn each_rank_writes_its_own_file_by_placeholders_and_merge_names_the_straggler()
         p.stragglers
     );
     let rank2 = fixture::check_profile(&std::fs::read_to_string(dir.join(&files[2])).unwrap());
-    let gap = mean_gap(&rank2);
+    let gap = fixture::mean_gap(&rank2);
     assert!(
         (first.excess_s - 0.8).abs() <= 0.2 + 3.0 * gap,
         "{first:?}; rank 2 has {} samples, {gap:.3} s apart on average",
@@ -243,7 +234,7 @@ fn merge_of_64_rank_profiles_keeps_every_rank_and_a_light_page() {
         p.stragglers
     );
     let rank17 = fixture::check_profile(&runs[1]);
-    let gap = mean_gap(&rank17);
+    let gap = fixture::mean_gap(&rank17);
     assert!(
         (first.excess_s - 0.8).abs() <= 0.2 + 3.0 * gap,
         "{first:?}; rank 17 has {} samples, {gap:.3} s apart on average",
