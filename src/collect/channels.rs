@@ -591,7 +591,8 @@ impl Channel {
                 s.exit_code = Some(exit.code as i32);
                 s.exit_ns = Some(record.ts_ns.saturating_sub(launch_ns).min(now_ns));
             } else if let Some(sample) = record.as_sample() {
-                unmapped_ip |= !covers(&s.maps, sample.ip);
+                // A tail sample (the CPU since a thread's last sample) has no address.
+                unmapped_ip |= sample.ip != 0 && !covers(&s.maps, sample.ip);
             }
             self.decoder.feed(&record, launch_ns);
         }
@@ -603,9 +604,10 @@ impl Channel {
         let s = &mut self.summary;
         if unmapped_ip && s.exit_code.is_none() {
             // A library loaded since the last look (dlopen): read the map again while the
-            // process is alive.
+            // process is alive. It may have ended meanwhile (its exit record not read yet): a
+            // zombie's map is empty, and must not replace what was read before.
             if let Ok(maps) = procfs::read_maps(s.pid) {
-                s.maps = maps;
+                s.maps = crate::recording::maps::merge_newer(&s.maps, maps);
             }
         }
         let header = ring.header();

@@ -35,6 +35,31 @@ pub fn find_mapping_index(maps: &[MappedFile], ip: u64) -> Option<usize> {
         .or_else(|| maps.iter().position(contains))
 }
 
+/// The maps of a process read again (`newer`, as the kernel prints them) over those read before
+/// (`older`): the newer read wins where they overlap, and what it no longer shows is kept, so
+/// that samples taken in a library since unloaded still resolve. A process that is a zombie or
+/// exiting shows no mappings at all: such a read changes nothing, rather than losing every name
+/// of the process.
+pub fn merge_newer(older: &[MappedFile], newer: Vec<MappedFile>) -> Vec<MappedFile> {
+    if newer.is_empty() {
+        return older.to_vec();
+    }
+    let mut merged = newer;
+    let overlaps = |m: &MappedFile, fresh: &[MappedFile]| {
+        let pos = fresh.partition_point(|n| n.end <= m.start);
+        fresh.get(pos).is_some_and(|n| n.start < m.end)
+    };
+    merged.sort_by_key(|m| m.start);
+    let kept: Vec<MappedFile> = older
+        .iter()
+        .filter(|m| !overlaps(m, &merged))
+        .cloned()
+        .collect();
+    merged.extend(kept);
+    merged.sort_by_key(|m| m.start);
+    merged
+}
+
 /// Whether time at an instruction pointer counts as the interpreter's or native code's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CodeClass {
@@ -97,6 +122,54 @@ fn is_interpreter_library(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mapping(start: u64, end: u64, path: &str) -> MappedFile {
+        MappedFile {
+            start,
+            end,
+            offset: 0,
+            path: path.to_string(),
+            executable: true,
+            dev: 0,
+            inode: 1,
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_zombie_keeps_the_maps_read_before() {
+        let older = vec![mapping(0x1000, 0x2000, "/lib/libc.so.6")];
+        assert_eq!(merge_newer(&older, Vec::new()), older);
+    }
+
+    #[test]
+    fn newer_maps_win_where_they_overlap_and_unloaded_libraries_stay() {
+        let older = vec![
+            mapping(0x1000, 0x2000, "/lib/libc.so.6"),
+            mapping(0x3000, 0x5000, "/x/unloaded.so"),
+            mapping(0x8000, 0x9000, "/x/replaced.so"),
+        ];
+        let newer = vec![
+            mapping(0x1000, 0x2000, "/lib/libc.so.6"),
+            mapping(0x6000, 0x7000, "/x/loaded.so"),
+            mapping(0x8800, 0x9800, "/x/other.so"),
+        ];
+        let merged = merge_newer(&older, newer);
+        let paths: Vec<&str> = merged.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/lib/libc.so.6",
+                "/x/unloaded.so",
+                "/x/loaded.so",
+                "/x/other.so"
+            ]
+        );
+        assert_eq!(
+            find_mapping(&merged, 0x3100).unwrap().path,
+            "/x/unloaded.so"
+        );
+        assert_eq!(find_mapping(&merged, 0x8900).unwrap().path, "/x/other.so");
+    }
 
     #[test]
     fn code_class_table() {

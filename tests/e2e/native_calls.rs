@@ -116,3 +116,36 @@ fn jit_code_is_named_from_the_processs_perf_map() {
         l.measures
     );
 }
+
+#[test]
+fn a_child_that_ends_while_the_collector_lags_keeps_its_native_names() {
+    let py = &fixture::pythons()[0];
+    let script = fixture::script("zombie_child_names.py");
+    let run = fixture::profile(&[os(&py.exe), os(&script)]);
+    assert!(run.output.status.success());
+    let stdout = String::from_utf8_lossy(&run.output.stdout);
+    if stdout.starts_with("skipped") {
+        crate::fixture::skipped("skipped: not x86-64");
+        return;
+    }
+    assert_eq!(stdout, "child killed True\n");
+    let l = line(
+        &run.profile,
+        "zombie_child_names.py",
+        markers("zombie_child_names.py")["memset"],
+    );
+    let libc: f64 = l
+        .measures
+        .native
+        .iter()
+        .filter(|n| n.library.starts_with("libc"))
+        .map(|n| n.cpu_s)
+        .sum();
+    // Before: the maps read from the zombie (empty) replaced those read while it ran, and all
+    // its native time became `<JIT code>`.
+    assert!(
+        l.measures.cpu_native_s >= 0.9 * cpu(l) && libc >= 0.9 * l.measures.cpu_native_s,
+        "libc's memset named after the child's end: {:?}",
+        l.measures
+    );
+}
