@@ -39,3 +39,49 @@ fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
         );
     }
 }
+
+#[test]
+fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
+    // A deterministic count: the kernel's page faults of the loop's thread. The channel's pages
+    // are made present before it is published, so records written during the loop (samples at
+    // 1 kHz, allocation samples of its churn) fault nowhere; before, the first write to each of
+    // the ring's 256 pages faulted in the program (about 240 here), and on a loaded machine,
+    // where the kernel's user/system split of a thread's CPU is drawn from few ticks, those
+    // faults let up to 2 ms each of that split's noise count as the loop's system time.
+    let script = fixture::script("loop_faults.py");
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let plain = std::process::Command::new(&py.exe)
+            .arg(&script)
+            .output()
+            .unwrap();
+        let plain: u64 = String::from_utf8_lossy(&plain.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        let run = fixture::profile_args(&["--rate", "1000"], &[os(&py.exe), os(&script)], &[]);
+        assert!(run.output.status.success(), "{v}");
+        let faults: u64 = String::from_utf8_lossy(&run.output.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        // A few remain: the live-allocation table's pages as sampled blocks land on them.
+        assert!(
+            faults <= plain + 32,
+            "{v}: the loop took {faults} page faults under mlprof, {plain} without"
+        );
+        // So the loop's line is Python time, whatever the kernel's split (at most 32 faults of
+        // 2 ms of system time each, under the 10 % here).
+        let l = crate::cpu::line(
+            &run.profile,
+            "loop_faults.py",
+            crate::cpu::markers("loop_faults.py")["loop"],
+        );
+        let m = &l.measures;
+        assert!(
+            m.cpu_python_s >= 0.9 * (m.cpu_python_s + m.cpu_native_s + m.cpu_system_s)
+                && m.cpu_python_s >= 0.4,
+            "{v}: the loop's line {m:?}"
+        );
+    }
+}
