@@ -424,7 +424,15 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
             .iter()
             .find(|l| l.file.ends_with("idle_helpers.py") && l.line == m["get"])
             .map_or(0.0, total);
-        assert!(get <= 0.1 * all_lines, "{v}: idle helpers add {get:.2} s");
+        // Their waiting counts while the main thread waits too: at `start` (each new thread
+        // must run before `start` returns) and at `join`; on a loaded machine those waits grow,
+        // and the helpers already started wait along, up to the main thread's waiting each.
+        let main = p.threads.iter().find(|t| t.tid == t.pid).unwrap();
+        assert!(
+            get <= 0.1 * all_lines + 6.0 * main.cpu_system_s,
+            "{v}: idle helpers add {get:.2} s (the main thread waited {:.2} s)",
+            main.cpu_system_s
+        );
         let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
         assert!(
             waited >= 3.0,
@@ -546,9 +554,12 @@ fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
             "{v}: a native function without a symbol is named by library and file offset: {:?}",
             omp.measures.native
         );
+        // The pool threads' samples at the region's end may hold up to a gap each of their
+        // work there (on a loaded machine, tens of ms): three pool threads.
+        let gap = fixture::mean_gap(&p);
         assert!(
-            python.measures.cpu_native_s <= 0.1 * cpu(python),
-            "{v}: the Python line took the team's spinning: {:?}",
+            python.measures.cpu_native_s <= 0.1 * cpu(python) + 3.0 * gap,
+            "{v}: the Python line took the team's spinning: {:?} (samples {gap:.3} s apart)",
             python.measures
         );
     }
