@@ -23,6 +23,7 @@ pub mod collect;
 pub mod gate;
 pub mod launch;
 pub mod model;
+pub mod pipeline;
 pub mod recording;
 pub mod render;
 pub mod symbolize;

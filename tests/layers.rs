@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const LEAVES: [&str; 4] = ["error", "sanitize", "test_rng", "units"];
 
 /// The stages in data-flow order: each may import only the ones before it.
-const STAGES: [&str; 10] = [
+const STAGES: [&str; 11] = [
     "launch",
     "recording",
     "collect",
@@ -17,6 +17,7 @@ const STAGES: [&str; 10] = [
     "model",
     "annotate",
     "gate",
+    "pipeline",
     "render",
     "cli",
     "fuzz_tests",

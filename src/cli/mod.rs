@@ -10,9 +10,10 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, Result};
+use crate::gate::Gate;
 use crate::render::{self, Format};
 use crate::sanitize::Clean;
-use crate::{annotate, collect, launch, model, symbolize};
+use crate::{collect, launch, model, pipeline, symbolize};
 
 mod jupyter;
 mod regions;
@@ -111,6 +112,14 @@ struct AttachArgs {
     /// Count every thread's waiting on its lines.
     #[arg(long)]
     idle: bool,
+    /// Leave out the hints (suggestions drawn from the profile).
+    #[arg(long)]
+    no_hints: bool,
+    #[command(flatten)]
+    gate: GateArgs,
+    /// Write the budget verdicts as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -176,14 +185,6 @@ struct GateArgs {
     max_gpu_memory: Option<u64>,
 }
 
-/// The gate of a command, loaded once (a malformed budget file or baseline is an error before
-/// anything runs).
-struct Gate {
-    budgets: crate::gate::Budgets,
-    baseline: Option<model::Profile>,
-    tolerance: crate::gate::baseline::Tolerance,
-}
-
 impl GateArgs {
     fn load(&self) -> Result<Gate> {
         Ok(Gate {
@@ -203,22 +204,6 @@ impl GateArgs {
                 ..Default::default()
             },
         })
-    }
-}
-
-impl Gate {
-    /// Whether anything is checked.
-    fn any(&self) -> bool {
-        self.budgets.any() || self.baseline.is_some()
-    }
-
-    /// Budget verdicts and regressions of `p`.
-    fn verdicts(&self, p: &model::Profile) -> Vec<model::Violation> {
-        let mut out = crate::gate::verdicts(p, &self.budgets);
-        if let Some(base) = &self.baseline {
-            out.extend(crate::gate::baseline::regressions(p, base, &self.tolerance));
-        }
-        out
     }
 }
 
@@ -433,8 +418,12 @@ fn attach(args: AttachArgs) -> Result<i32> {
             args.rate
         );
     }
+    let gate = args.gate.load()?;
     let (format, destination) = destination(&args.output, args.format.chosen(), false)?;
     if let Destination::File(path) = &destination {
+        file_write(path)?;
+    }
+    if let Some(path) = &args.junit {
         file_write(path)?;
     }
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -459,25 +448,40 @@ fn attach(args: AttachArgs) -> Result<i32> {
     };
     let mut recording = collect::attach::record(&options)?;
     recording.gpu = gpu.finish();
-    let natives = symbolize::native_names(&recording);
     let filter = model::Filter {
         all: args.profile_all,
         only: Vec::new(),
         idle: args.idle,
     };
-    let mut profile = model::attribute(&recording, &natives, &filter);
-    profile.attached = true;
-    profile.cpu_unreaped_s = 0.0; // the rows count from the target's start, not the attach
-    profile.cpus = cpus();
-    annotate::attach(&mut profile);
-    profile.hints = model::hints::of(&profile);
+    let profile = pipeline::profile(
+        &recording,
+        &pipeline::Options {
+            filter: &filter,
+            hints: !args.no_hints,
+            gate: Some(&gate),
+        },
+    );
     if !matches!(destination, Destination::Stderr) || format != Format::Text {
         for warning in &profile.warnings {
             say(format_args!("warning: {}", Clean(warning)));
         }
     }
+    let report_on_stdout = matches!(destination, Destination::Stdout);
     emit(&profile, format, destination)?;
-    Ok(0)
+    for v in &profile.violations {
+        say(format_args!("{}", Clean(&v.message)));
+    }
+    ci_outputs(
+        &profile,
+        args.junit.as_deref(),
+        report_on_stdout,
+        gate.any(),
+    )?;
+    Ok(if profile.violations.is_empty() {
+        0
+    } else {
+        crate::gate::EXIT_BUDGET
+    })
 }
 
 /// Where a report goes.
@@ -559,7 +563,6 @@ fn run_command(args: RunArgs) -> Result<i32> {
             filter: filter.clone(),
             gate: gate.clone(),
             gpu: gpu.view(),
-            sampling,
             hints: !args.no_hints,
         })),
         _ => None,
@@ -577,7 +580,8 @@ fn run_command(args: RunArgs) -> Result<i32> {
         forwarding.clone(),
     );
     let wait = std::time::Duration::from_secs_f64(args.wait_children);
-    let reporter = regions::Reporter::start(session.dir().to_path_buf(), filter.clone());
+    let reporter =
+        regions::Reporter::start(session.dir().to_path_buf(), filter.clone(), !args.no_hints);
     let snapshots = collect::Snapshots {
         regions: Some(&reporter),
         every: args.snapshot_every.map(std::time::Duration::from_secs_f64),
@@ -593,15 +597,15 @@ fn run_command(args: RunArgs) -> Result<i32> {
     recording.gpu = gpu.finish();
     recording.command = command;
     let natives = symbolize::native_names(&recording);
-    let mut profile = model::attribute(&recording, &natives, &filter);
-    profile.memory_sample_bytes = sampling.memory_sample_bytes;
-    profile.copy_sample_bytes = sampling.copy_sample_bytes;
-    profile.cpus = cpus();
-    annotate::attach(&mut profile);
-    if !args.no_hints {
-        profile.hints = model::hints::of(&profile);
-    }
-    profile.violations = gate.verdicts(&profile);
+    let profile = pipeline::profile_named(
+        &recording,
+        &natives,
+        &pipeline::Options {
+            filter: &filter,
+            hints: !args.no_hints,
+            gate: Some(&gate),
+        },
+    );
     let status = match (profile.exit.code, profile.exit.signal) {
         (Some(0), _) if !profile.violations.is_empty() => crate::gate::EXIT_BUDGET,
         (Some(code), _) => code,
@@ -625,7 +629,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
         say(format_args!("report not written: {e}"));
     }
     if let Some(dir) = &args.regions_html {
-        if let Err(e) = regions::write_pages(&recording, &natives, &filter, dir) {
+        let options = pipeline::Options {
+            filter: &filter,
+            hints: !args.no_hints,
+            gate: None,
+        };
+        if let Err(e) = regions::write_pages(&recording, &natives, &options, dir) {
             say(format_args!("region pages not written: {e}"));
         }
     }
@@ -655,7 +664,6 @@ struct SnapshotJob {
     filter: model::Filter,
     gate: Arc<Gate>,
     gpu: collect::gpu::GpuView,
-    sampling: launch::Sampling,
     hints: bool,
 }
 
@@ -738,16 +746,14 @@ impl SnapshotJob {
     ) -> Result<()> {
         recording.command = self.command.clone();
         recording.gpu = self.gpu.current();
-        let natives = symbolize::native_names(&recording);
-        let mut profile = model::attribute(&recording, &natives, &self.filter);
-        profile.memory_sample_bytes = self.sampling.memory_sample_bytes;
-        profile.copy_sample_bytes = self.sampling.copy_sample_bytes;
-        profile.cpus = cpus();
-        annotate::attach(&mut profile);
-        if self.hints {
-            profile.hints = model::hints::of(&profile);
-        }
-        profile.violations = self.gate.verdicts(&profile);
+        let profile = pipeline::profile(
+            &recording,
+            &pipeline::Options {
+                filter: &self.filter,
+                hints: self.hints,
+                gate: Some(&self.gate),
+            },
+        );
         let text = render::render_for(&profile, self.format, render::text::Style::default())?;
         let claimed = claimed.lock().unwrap_or_else(|p| p.into_inner());
         if *claimed {
@@ -755,11 +761,6 @@ impl SnapshotJob {
         }
         write_file(&self.path, text.as_bytes())
     }
-}
-
-/// CPUs this process may run on (its affinity), as the profiled program inherits it.
-fn cpus() -> u32 {
-    std::thread::available_parallelism().map_or(0, |n| n.get() as u32)
 }
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
@@ -915,11 +916,7 @@ fn format_for(path: &Path) -> Format {
 fn report(args: ReportArgs) -> Result<i32> {
     let mut profile = read_profile(&args.profile)?;
     // Hints drawn again, by this version's rules.
-    profile.hints = if args.no_hints {
-        Vec::new()
-    } else {
-        model::hints::of(&profile)
-    };
+    pipeline::redraw_hints(&mut profile, !args.no_hints);
     let format = args.format.chosen().unwrap_or(Format::Text);
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
     emit(&profile, format, destination)?;
@@ -941,7 +938,7 @@ fn merge(args: MergeArgs) -> Result<i32> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut merged = model::merge::merge(inputs);
-    merged.hints = model::hints::of(&merged);
+    pipeline::redraw_hints(&mut merged, true);
     let (format, destination) = document_output(args.output, args.format.chosen());
     emit(&merged, format, destination)?;
     Ok(0)

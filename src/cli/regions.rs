@@ -8,9 +8,9 @@ use std::sync::mpsc::Sender;
 
 use crate::collect::{RegionRequest, RegionSink, Snapshot};
 use crate::error::{Error, Result};
-use crate::model;
 use crate::recording::Recording;
 use crate::symbolize::NativeNames;
+use crate::{model, pipeline};
 
 /// Answers report requests on a thread of its own: for each, the region's summary as JSON in
 /// `<run dir>/region-<pid>-<id>.json` (0600, written under a temporary name and renamed, so
@@ -21,8 +21,9 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// Start the thread; answers go into `dir` (the run's private directory).
-    pub fn start(dir: PathBuf, filter: model::Filter) -> Reporter {
+    /// Start the thread; answers go into `dir` (the run's private directory); pages get hints
+    /// unless `hints` is off (`--no-hints`).
+    pub fn start(dir: PathBuf, filter: model::Filter, hints: bool) -> Reporter {
         let (to, from) = std::sync::mpsc::channel::<(Snapshot, Vec<RegionRequest>)>();
         std::thread::spawn(move || {
             for (snapshot, requests) in from {
@@ -37,7 +38,12 @@ impl Reporter {
                 for request in requests {
                     // A failure (the run's directory gone at the end) leaves the program to
                     // its own figures: it waits a bounded time and goes on without lines.
-                    let _ = answer(&recording, &request, &dir, &filter);
+                    let options = pipeline::Options {
+                        filter: &filter,
+                        hints,
+                        gate: None,
+                    };
+                    let _ = answer(&recording, &request, &dir, &options);
                 }
             }
         });
@@ -78,7 +84,7 @@ fn answer(
     rec: &Recording,
     request: &RegionRequest,
     dir: &Path,
-    filter: &model::Filter,
+    options: &pipeline::Options,
 ) -> Result<()> {
     let Some((ci, span)) = rec.channels.iter().enumerate().find_map(|(ci, c)| {
         if c.pid != request.pid || c.start_ns != request.start_ns {
@@ -94,15 +100,20 @@ fn answer(
     };
     let path = answer_path(dir, request.pid, request.id);
     let mut answer = Answer {
-        region: model::regions::summary(rec, ci, span, &crate::symbolize::classes(rec), filter),
+        region: model::regions::summary(
+            rec,
+            ci,
+            span,
+            &crate::symbolize::classes(rec),
+            options.filter,
+        ),
         lines: None,
         page: None,
     };
     if request.page {
         // A notebook cell's report: its lines and its own page, native functions named.
         let natives = crate::symbolize::native_names(rec);
-        let mut profile = model::regions::profile(rec, ci, span, &natives, filter);
-        crate::annotate::attach(&mut profile);
+        let profile = pipeline::region(rec, ci, span, &natives, options);
         let page = path.with_extension("html");
         let html = crate::render::html::render(&profile)?;
         write_renamed(dir, &page, html.as_bytes())?;
@@ -194,7 +205,7 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn write_pages(
     rec: &Recording,
     natives: &NativeNames,
-    filter: &model::Filter,
+    options: &pipeline::Options,
     dir: &Path,
 ) -> Result<usize> {
     std::fs::create_dir_all(dir)
@@ -203,8 +214,7 @@ pub fn write_pages(
     let mut written = 0;
     for (ci, channel) in rec.channels.iter().enumerate() {
         for span in &channel.regions {
-            let mut profile = model::regions::profile(rec, ci, span, natives, filter);
-            crate::annotate::attach(&mut profile);
+            let profile = pipeline::region(rec, ci, span, natives, options);
             let html = crate::render::html::render(&profile)?;
             let stem = file_stem(&span.name);
             let mut name = format!("{stem}.html");

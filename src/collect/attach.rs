@@ -306,6 +306,11 @@ pub fn record(opts: &Options) -> Result<Recording> {
         warnings,
         labels: super::labels(),
         gpu: Default::default(),
+        setup: crate::recording::Setup {
+            cpus: super::cpus(),
+            attached: true,
+            ..Default::default()
+        },
     })
 }
 

@@ -20,7 +20,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::recording::{between, ChannelSummary, ProcSummary, Recording, Tick};
+use crate::recording::{between, ChannelSummary, ProcSummary, Recording, Setup, Tick};
 pub use decode::Events;
 
 use crate::error::Result;
@@ -279,6 +279,12 @@ pub fn record(
         child: launched.pid,
         launch_ns,
         regions_asked: false,
+        setup: Setup {
+            memory_sample_bytes: launched.sampling.memory_sample_bytes,
+            copy_sample_bytes: launched.sampling.copy_sample_bytes,
+            cpus: cpus(),
+            attached: false,
+        },
     };
     let mut schedule = Schedule::new(snapshots);
     let exit: ChildExit = 'run: loop {
@@ -335,6 +341,7 @@ pub fn record(
         warnings,
         labels: labels(),
         gpu: Default::default(),
+        setup: c.setup,
     })
 }
 
@@ -352,6 +359,13 @@ struct Collector {
     /// A process has asked for a region's report: from then on the wait between ticks looks
     /// for new requests every [`REQUEST_POLL`].
     regions_asked: bool,
+    /// How the command is recorded, stamped on every recording made of it.
+    setup: Setup,
+}
+
+/// CPUs this process may run on (its affinity), as a program it launches inherits it.
+pub fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(0, |n| n.get() as u32)
 }
 
 /// What ended a wait between ticks.
@@ -486,6 +500,7 @@ impl Collector {
                 warnings,
                 labels: labels(),
                 gpu: Default::default(),
+                setup: self.setup,
             },
             events,
             ticks: self.ticks.share(),

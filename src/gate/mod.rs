@@ -15,6 +15,31 @@ use crate::units::bytes;
 /// succeeded: its own failure keeps its own code).
 pub const EXIT_BUDGET: i32 = 97;
 
+/// The gate of a command, loaded once (a malformed budget file or baseline is an error before
+/// anything runs): its budgets, and the saved profile it must not regress against.
+#[derive(Clone, Debug, Default)]
+pub struct Gate {
+    pub budgets: Budgets,
+    pub baseline: Option<Profile>,
+    pub tolerance: baseline::Tolerance,
+}
+
+impl Gate {
+    /// Whether anything is checked.
+    pub fn any(&self) -> bool {
+        self.budgets.any() || self.baseline.is_some()
+    }
+
+    /// Budget verdicts and regressions of `p`.
+    pub fn verdicts(&self, p: &Profile) -> Vec<Violation> {
+        let mut out = verdicts(p, &self.budgets);
+        if let Some(base) = &self.baseline {
+            out.extend(baseline::regressions(p, base, &self.tolerance));
+        }
+        out
+    }
+}
+
 /// The limits of a run; `None` = no limit.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Budgets {

@@ -36,6 +36,8 @@ pub struct Launched {
     pub pid: u32,
     /// Receives its exit status once, when it ends.
     pub exited: Receiver<ChildExit>,
+    /// What its preload library samples.
+    pub sampling: Sampling,
 }
 
 /// Start `command` under the preload library, sampling as `sampling` says. With
@@ -90,6 +92,7 @@ pub fn spawn(
     Ok(Launched {
         pid,
         exited: wait::spawn_waiter(child),
+        sampling: *sampling,
     })
 }
 

@@ -72,10 +72,15 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         wall_s: rec.wall_ns as f64 / NS,
         cpu_user_s: rec.exit.usage.user_s,
         cpu_kernel_s: rec.exit.usage.kernel_s,
-        cpu_unreaped_s: (processes.iter().map(|p| p.cpu_s).sum::<f64>()
-            - rec.exit.usage.user_s
-            - rec.exit.usage.kernel_s)
-            .max(0.0),
+        // Attached, the rows count from the target's start, not from the attach: nothing is
+        // left unreaped.
+        cpu_unreaped_s: match rec.setup.attached {
+            true => 0.0,
+            false => (processes.iter().map(|p| p.cpu_s).sum::<f64>()
+                - rec.exit.usage.user_s
+                - rec.exit.usage.kernel_s)
+                .max(0.0),
+        },
         memory: memory(rec, &processes),
         processes,
         gpu,
@@ -93,9 +98,9 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             .max()
             .unwrap_or(0) as f64
             / NS,
-        memory_sample_bytes: 0,
-        copy_sample_bytes: 0,
-        cpus: 0,
+        memory_sample_bytes: rec.setup.memory_sample_bytes,
+        copy_sample_bytes: rec.setup.copy_sample_bytes,
+        cpus: rec.setup.cpus,
         hints: Vec::new(),
         cpu_samples: rec
             .channels
@@ -118,7 +123,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         stragglers: Vec::new(),
         memory_imbalance: Vec::new(),
         regions: super::regions::summarize(rec, natives, filter),
-        attached: false,
+        attached: rec.setup.attached,
     };
     super::ranks::compare(&mut profile);
     profile

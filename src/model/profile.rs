@@ -69,10 +69,10 @@ pub struct Profile {
     /// CPUs the run could use (the collector's CPU affinity; 0: not recorded).
     #[serde(default)]
     pub cpus: u32,
-    /// Suggestions drawn from this profile by fixed rules (`model::hints`), largest saving
+    /// Suggestions drawn from this profile by fixed rules (`pipeline::hints`), largest saving
     /// first; empty with `--no-hints`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hints: Vec<super::hints::Hint>,
+    pub hints: Vec<super::sections::Hint>,
     /// CPU samples taken (all processes and threads).
     #[serde(default)]
     pub cpu_samples: u64,
@@ -111,7 +111,7 @@ pub struct Profile {
     /// Regions the program marked itself (`mlprof.mark(...)`, one per test under the pytest
     /// plugin), in begin order; empty (and absent from the JSON) if none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub regions: Vec<super::regions::Region>,
+    pub regions: Vec<super::sections::Region>,
     /// Made by `mlprof attach` (from outside a running process): no heap, allocations, copies
     /// or exit status were measured; absent (false) for `mlprof run`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -4,64 +4,15 @@
 //! exact figures (heap at the begin, highest heap above it, heap left at the end) come from the
 //! preload library's counters; lines come from the samples inside the region. Pure.
 
-use serde::{Deserialize, Serialize};
-
 use super::filter::Filter;
 use super::profile::Profile;
+pub use super::sections::{Region, RegionLine};
 use crate::recording::gpu::{GpuPoll, GpuRecording};
 use crate::recording::{ChannelSummary, Recording, RegionSpan, Tick, Timed};
 use crate::symbolize::NativeNames;
 
 /// Lines named per list of a region summary.
 pub const TOP_LINES: usize = 5;
-
-/// One region of the program's marking, summarised.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Region {
-    /// The name the program gave it (a pytest node id for tests).
-    pub name: String,
-    /// The process that marked it.
-    pub pid: u32,
-    /// Seconds from launch of its begin.
-    pub start_s: f64,
-    /// Seconds from begin to end (to the end of the run if it never ended).
-    pub duration_s: f64,
-    /// Whether it ended (false: the process died or the run ended inside it).
-    pub ended: bool,
-    /// Exact heap of its process when it began.
-    pub heap_start_bytes: u64,
-    /// Exact: the highest heap of its process inside the region, above `heap_start_bytes`.
-    pub peak_bytes: u64,
-    /// Exact: heap at its end minus heap at its begin (negative: it freed more than it kept).
-    pub end_bytes: i64,
-    /// Highest heap of the processes it started (their own allocations, not what a fork child
-    /// inherited), summed; 0 if it started none.
-    pub children_peak_bytes: u64,
-    /// CPU seconds interpreting Python inside it (its process and those it started).
-    pub cpu_python_s: f64,
-    /// CPU seconds in native code.
-    pub cpu_native_s: f64,
-    /// Seconds waiting (by the run's idle convention).
-    pub cpu_system_s: f64,
-    /// Lines whose allocations made inside the region were live at its peak, largest first
-    /// (sampled; at most [`TOP_LINES`]).
-    pub held_at_peak: Vec<RegionLine>,
-    /// Lines whose allocations made inside the region were still live at its end.
-    pub held_at_end: Vec<RegionLine>,
-}
-
-/// A line and the bytes it held.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RegionLine {
-    /// Source file.
-    pub file: String,
-    /// 1-based line.
-    pub line: u32,
-    /// Qualified function name.
-    pub function: String,
-    /// Bytes (sampled estimate).
-    pub bytes: u64,
-}
 
 /// Every region of the recording, summarised, in begin order per process image. The work per
 /// region is bounded by what happened inside it (events found by binary search in an index
@@ -397,6 +348,7 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         warnings: Vec::new(),
         labels: rec.labels.clone(),
         gpu: gpu_between(index, from, to),
+        setup: rec.setup,
     }
 }
 

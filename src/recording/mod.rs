@@ -40,6 +40,22 @@ pub struct Recording {
     pub labels: BTreeMap<String, String>,
     /// What the NVML poller saw.
     pub gpu: gpu::GpuRecording,
+    /// How it was recorded: what the profile reports beside its figures.
+    pub setup: Setup,
+}
+
+/// How a recording was made, as its profile reports it (so that every profile made from it,
+/// the run's, a snapshot's or a region's, says the same).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Setup {
+    /// Mean bytes between allocation samples (0: none).
+    pub memory_sample_bytes: u64,
+    /// Mean bytes between copy samples (0: none).
+    pub copy_sample_bytes: u64,
+    /// CPUs the profiled program could run on (the collector's affinity, which it inherits).
+    pub cpus: u32,
+    /// Read from a running process from outside (`mlprof attach`), not launched.
+    pub attached: bool,
 }
 
 /// One collector tick: the tree's footprint.

@@ -1,7 +1,7 @@
 //! Hints (issue 18): each rule fires on a workload made to trigger it, naming the line (or
 //! process), the figure and the saving, and stays quiet on the same workload done right.
 
-use mlprof::model::hints::Hint;
+use mlprof::model::Hint;
 use mlprof::model::Profile;
 
 use crate::cpu::{markers, omp_lib};

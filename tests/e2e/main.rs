@@ -24,6 +24,7 @@ mod memory;
 mod native_calls;
 mod notebook;
 mod overhead;
+mod pipeline;
 mod pytest_plugin;
 mod pytest_signals;
 mod ranks;

@@ -5,61 +5,22 @@
 //! The rules and their thresholds are in `docs/design/hints.md`; each has a workload that
 //! triggers it and one that must not in `tests/e2e/hints.rs`.
 
-use serde::{Deserialize, Serialize};
-
-use super::{LineStats, Profile};
+use crate::model::{Hint, LineStats, Profile};
 use crate::units::{bytes, seconds};
 
 const MIB: u64 = 1 << 20;
 /// Hints a profile carries at most.
 const MAX_HINTS: usize = 10;
 
-/// One suggestion.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Hint {
-    /// The rule: `"copies"`, `"float64"`, `"growing"`, `"python_objects"`, `"onnx_arena"`,
-    /// `"threads"`, `"fork_inherits"`.
-    pub kind: String,
-    /// The line it is about (absent for a process-wide hint).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    /// Line number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    /// Enclosing function.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub function: Option<String>,
-    /// Source text of the line.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    /// The process it is about, for a process-wide hint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// The figure that triggered it, in words (`"copies 1.2 GiB, allocates 1.2 GiB"`).
-    pub evidence: String,
-    /// What to do, in one or two sentences.
-    pub suggestion: String,
-    /// Bytes the suggestion would save (of the peak, or of copies, as `evidence` says), at
-    /// most.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub saving_bytes: Option<u64>,
-    /// Seconds it would save, at most.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub saving_s: Option<f64>,
-    /// The saving in words.
-    pub saving: String,
-}
-
-impl Hint {
-    fn at(kind: &str, l: &LineStats) -> Hint {
-        Hint {
-            kind: kind.to_string(),
-            file: Some(l.file.clone()),
-            line: Some(l.line),
-            function: Some(l.function.clone()),
-            source: Some(l.source.trim().to_string()),
-            ..Default::default()
-        }
+/// A hint about line `l`, its place filled in.
+fn at(kind: &str, l: &LineStats) -> Hint {
+    Hint {
+        kind: kind.to_string(),
+        file: Some(l.file.clone()),
+        line: Some(l.line),
+        function: Some(l.function.clone()),
+        source: Some(l.source.trim().to_string()),
+        ..Default::default()
     }
 }
 
@@ -140,7 +101,7 @@ fn copies(l: &LineStats) -> Option<Hint> {
         .filter(|n| n.symbol.contains("memcpy") || n.symbol.contains("memmove"))
         .map(|n| n.cpu_s)
         .sum();
-    let mut h = Hint::at("copies", l);
+    let mut h = at("copies", l);
     h.evidence = format!(
         "copies {} and allocates {}: what it allocates is filled by copying",
         bytes(m.copy_bytes),
@@ -213,7 +174,7 @@ fn float64(p: &Profile, l: &LineStats) -> Option<Hint> {
         return None;
     }
     let held = l.measures.peak_bytes;
-    let mut h = Hint::at("float64", l);
+    let mut h = at("float64", l);
     h.evidence = format!(
         "holds {} at the peak ({:.0}% of it) in float64{}",
         bytes(held),
@@ -240,7 +201,7 @@ fn growing(l: &LineStats) -> Option<Hint> {
     if held < 16 * MIB {
         return None;
     }
-    let mut h = Hint::at("growing", l);
+    let mut h = at("growing", l);
     h.evidence = format!(
         "its memory grew all run ({}/s, {} held at the peak) and is rarely freed (likelihood {:.2})",
         bytes(leak.bytes_per_s as u64),
@@ -270,7 +231,7 @@ fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
     {
         return None;
     }
-    let mut h = Hint::at("python_objects", l);
+    let mut h = at("python_objects", l);
     h.evidence = format!(
         "holds {} at the peak in about {} Python objects of {} on average",
         bytes(m.peak_bytes),
@@ -298,7 +259,7 @@ fn onnx_arena(l: &LineStats) -> Option<Hint> {
     if kept < 32 * MIB || (kept as f64) < 0.5 * most as f64 {
         return None;
     }
-    let mut h = Hint::at("onnx_arena", l);
+    let mut h = at("onnx_arena", l);
     h.evidence = format!(
         "onnxruntime runs here and the line still holds {} at the end of the run (at most {}): \
              its CPU memory arena keeps what it grew to for the largest input",
@@ -400,7 +361,7 @@ fn fork_inherits(p: &Profile) -> Vec<Hint> {
         .filter(|l| l.line > 0)
         .max_by_key(|l| l.measures.peak_bytes);
     let mut h = match holder {
-        Some(l) if l.measures.peak_bytes >= 64 * MIB => Hint::at("fork_inherits", l),
+        Some(l) if l.measures.peak_bytes >= 64 * MIB => at("fork_inherits", l),
         _ => Hint {
             kind: "fork_inherits".into(),
             ..Default::default()
@@ -445,7 +406,7 @@ mod tests {
             line: 3,
             ..LineStats::default()
         };
-        l.measures.native = vec![super::super::NativeFrame {
+        l.measures.native = vec![crate::model::NativeFrame {
             symbol: "OrtRun".into(),
             library: "libonnxruntime.so".into(),
             cpu_s: 1.0,
@@ -471,7 +432,7 @@ mod tests {
             };
             l.measures.copy_bytes = 700 * MIB;
             l.measures.cpu_native_s = 1.0;
-            l.measures.native = vec![super::super::NativeFrame {
+            l.measures.native = vec![crate::model::NativeFrame {
                 symbol: "work".into(),
                 library: library.into(),
                 cpu_s: 0.9,
@@ -490,7 +451,7 @@ mod tests {
     fn fork_workers_cannot_copy_more_than_they_hold() {
         let mut p = Profile::default();
         for pid in [2, 3] {
-            p.processes.push(super::super::Process {
+            p.processes.push(crate::model::Process {
                 pid,
                 ppid: 1,
                 forked: true,
