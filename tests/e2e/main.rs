@@ -24,6 +24,7 @@ mod memory;
 mod native_calls;
 mod notebook;
 mod overhead;
+mod preload_exports;
 mod pytest_plugin;
 mod pytest_signals;
 mod ranks;
