@@ -1032,7 +1032,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         // The toolchain that builds these tests has one (~150 MB of Rust and C++); another
         // machine may not.
         let Some(path) = rustc_driver_library() else {
-            eprintln!("skipped: no librustc_driver in a rustup toolchain");
+            crate::test_skip::skipped("skipped: no librustc_driver in a rustup toolchain");
             return;
         };
         let mut symbolizer = Symbolizer::new();
