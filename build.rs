@@ -17,6 +17,7 @@ fn main() {
         "preload/src",
         "preload/Cargo.toml",
         "preload/build.rs",
+        "preload/exports.map",
         "preload/csrc",
         "wire/src",
         "wire/Cargo.toml",

@@ -1,7 +1,7 @@
 //! Compiles the C files of the preload library: the initial-exec thread-local state, and the
 //! code that must let a thread's forced unwinding (`pthread_exit`, `pthread_cancel`) pass
 //! through it: the thread entry, the blocking-wait hooks and the wrapper of the program's
-//! signal handlers.
+//! signal handlers. Also hands the linker `exports.map`, the list of what the library exports.
 
 fn main() {
     let files = [
@@ -23,4 +23,14 @@ fn main() {
         .flag("-fasynchronous-unwind-tables")
         .opt_level(2)
         .compile("mlprof_c");
+    // What the library exports: rustc's own list (every `#[no_mangle]` item) merged with this
+    // one, which names them all and keeps everything else local (tests/e2e/preload_exports.rs
+    // checks the two agree).
+    let map = std::path::Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"))
+        .join("exports.map");
+    println!("cargo:rerun-if-changed=exports.map");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
 }

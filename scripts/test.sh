@@ -29,7 +29,8 @@ PY
 fi
 log=$(mktemp)
 # Tests that cannot run here (no JAX, no root, no ipykernel) write why to this file
-# (tests/e2e/fixture.rs, `skipped`): they are reported as skipped, not only as passed.
+# (tests/e2e/fixture.rs, `skipped`): they are reported as skipped, not only as passed. With
+# MLPROF_REQUIRE_ALL=1 in the environment, a skip fails its test instead.
 skips=$(mktemp)
 trap 'rm -f "$log" "$skips"' EXIT
 export MLPROF_TEST_SKIPS="$skips"

@@ -14,6 +14,8 @@ pub mod error;
 pub mod sanitize;
 #[cfg(test)]
 pub(crate) mod test_rng;
+#[cfg(test)]
+pub(crate) mod test_skip;
 pub mod units;
 
 // Stages, in order.

@@ -1,5 +1,6 @@
-//! The command line: `mlprof run`, `report`, `export`, `check` and `merge`, parsed with clap
-//! and carried out by wiring launch → collect → model → render.
+//! The command line: `mlprof run`, `report`, `export`, `check`, `merge`, `diff`, `sweep`,
+//! `attach` and `jupyter`, parsed with clap and carried out by wiring the stages: launch →
+//! collect → symbolize → model → annotate → gate → render.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -1271,6 +1272,21 @@ fn read_profile(path: &Path) -> Result<model::Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's rule for `-o FILE` without a format flag.
+    #[test]
+    fn report_format_follows_the_extension() {
+        for (path, want) in [
+            ("r.html", Format::Html),
+            ("out/r.htm", Format::Html),
+            ("r.txt", Format::Text),
+            ("r.json", Format::Json),
+            ("prof-{rank}", Format::Json),
+            ("r.html.gz", Format::Json),
+        ] {
+            assert_eq!(format_for(Path::new(path)), want, "{path}");
+        }
+    }
 
     #[test]
     fn placeholder_values_name_no_directory_and_hold_no_control_character() {

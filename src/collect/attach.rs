@@ -1140,7 +1140,7 @@ mod tests {
             .map(|v| v.path().join("lib/libpython3.9.so.1.0"))
             .find(|p| p.exists())
         else {
-            eprintln!("skipped: no libpython3.9.so under pyenv to rename");
+            crate::test_skip::skipped("skipped: no libpython3.9.so under pyenv to rename");
             return;
         };
         let dir = std::env::temp_dir().join(format!("mlprof-attach-{}", std::process::id()));

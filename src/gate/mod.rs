@@ -496,6 +496,63 @@ mod tests {
         assert_eq!(kinds, ["cpu"], "ignored lines count for no budget");
     }
 
+    /// The `budget` names docs/profile-schema.md lists, one per limit.
+    #[test]
+    fn each_budget_has_its_name() {
+        let mut p = Profile {
+            schema: SCHEMA.into(),
+            cpu_user_s: 10.0,
+            ..Profile::default()
+        };
+        p.memory.peak_heap_bytes = 8 << 30;
+        p.memory.peak_rss_bytes = 9 << 30;
+        let mut l = LineStats {
+            file: "/w/train.py".into(),
+            line: 88,
+            function: "step".into(),
+            ..LineStats::default()
+        };
+        l.measures.peak_bytes = 4 << 30;
+        l.measures.copy_bytes = 4 << 30;
+        l.measures.leak = Some(crate::model::Leak::default());
+        p.lines.push(l);
+        let mut b = Budgets {
+            max_peak_bytes: Some(1),
+            max_rss_bytes: Some(1),
+            max_leak_bytes: Some(1),
+            max_gpu_memory_bytes: Some(1),
+            max_copy_bytes: Some(1),
+            max_cpu_s: Some(1.0),
+            ..Budgets::default()
+        };
+        b.lines.insert("train.py:88".into(), 1);
+        b.functions.insert("train.py::step".into(), 1);
+        b.files.insert("train.py".into(), 1);
+        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        assert_eq!(
+            kinds,
+            [
+                "peak_heap",
+                "peak_rss",
+                "peak_gpu_memory",
+                "leaks",
+                "copy",
+                "cpu",
+                "line",
+                "function",
+                "file"
+            ]
+        );
+        let mut grown = p.clone();
+        grown.memory.peak_heap_bytes = 16 << 30;
+        grown.lines[0].measures.peak_bytes = 16 << 30;
+        let kinds: Vec<String> = baseline::regressions(&grown, &p, &baseline::Tolerance::default())
+            .into_iter()
+            .map(|v| v.budget)
+            .collect();
+        assert_eq!(kinds, ["baseline_peak_heap", "baseline_line"]);
+    }
+
     #[test]
     fn exceeded_budgets_name_the_lines_that_hold_memory() {
         let mut p = Profile {

@@ -89,8 +89,8 @@ pub struct Profile {
     /// set (distributed jobs), for merging and for continuous-profiling backends.
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
-    /// Budgets this run exceeded (`--max-peak`, `--max-rss`, `--max-leak`); empty if none or
-    /// none set.
+    /// Budgets this run exceeded (`gate::verdicts`, baseline regressions included); empty if
+    /// none or none set.
     #[serde(default)]
     pub violations: Vec<Violation>,
     /// Things the user should know about how this profile was measured.
@@ -393,7 +393,8 @@ pub struct MemorySample {
 /// One exceeded budget (see `budget.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Violation {
-    /// `peak_heap`, `peak_rss` or `leaks`.
+    /// Which limit: `peak_heap`, `peak_rss`, `peak_gpu_memory`, `leaks`, `copy`, `cpu`, `line`,
+    /// `function`, `file`, `baseline_peak_heap` or `baseline_line`.
     pub budget: String,
     /// The limit in bytes.
     pub limit_bytes: u64,

@@ -25,6 +25,7 @@ mod native_calls;
 mod notebook;
 mod overhead;
 mod pipeline;
+mod preload_exports;
 mod pytest_plugin;
 mod pytest_signals;
 mod ranks;
