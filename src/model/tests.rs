@@ -391,3 +391,24 @@ fn a_librarys_own_python_threads_work_for_the_main_threads_line() {
     let outside = &line(&p, "<outside profiled code>", 0).measures;
     assert!(close(outside.cpu_native_s, 0.02), "{outside:?}");
 }
+
+#[test]
+fn a_process_row_holds_the_cpu_its_samples_hold_when_proc_was_read_before_its_end() {
+    // 0.5 s of CPU sampled (its last sample a tail sent at its end); /proc was last read when
+    // it had used 0.3 s.
+    let mut b = RecordingBuilder::new(1_000).code(1, "/w/train.py", "main", 1, &[1, 2]);
+    for i in 0..50 {
+        b = b.cpu(10 * i, PID, IN_PYTHON, 10, &[(1, 1)]);
+    }
+    let mut rec = b.build();
+    rec.procs.push(crate::recording::ProcSummary {
+        pid: PID,
+        peak_rss_bytes: 1,
+        cpu_s: 0.3,
+    });
+    let p = profile(&rec);
+    assert!(close(p.processes[0].cpu_s, 0.5), "{}", p.processes[0].cpu_s);
+    // A later /proc reading above the samples (threads never sampled) stands.
+    rec.procs[0].cpu_s = 0.8;
+    assert!(close(profile(&rec).processes[0].cpu_s, 0.8));
+}

@@ -40,14 +40,18 @@ fn numpys_memcpy_in_a_copy_is_native_time() {
             l.measures.native
         );
         // Its page faults are system time: the kernel time of the loop, within the sampling
-        // error of a few hundred samples (and the kernel time of `del`, a system call).
+        // error of a few hundred samples (and the kernel time of `del`, a system call). On a
+        // machine busier than its cores the kernel's own user/system split is drawn from few
+        // ticks and runs high (a pure-Python loop there shows most of its time as system), and
+        // the line takes at most 2 ms a fault of it: there the line may hold less, not more.
         let kernel = crate::starvation::printed(&run.output.stderr, "kernel");
         eprintln!(
             "{}: copy line system {:.2} s, the loop's kernel time {kernel:.2} s",
             py.minor, l.measures.cpu_system_s
         );
         assert!(
-            (l.measures.cpu_system_s - kernel).abs() <= 0.35 * kernel + 0.05,
+            l.measures.cpu_system_s <= 1.35 * kernel + 0.05
+                && l.measures.cpu_system_s >= 0.4 * kernel - 0.05,
             "{}: page faults on the copy line {:.2} s, the loop's kernel time {kernel:.2} s",
             py.minor,
             l.measures.cpu_system_s
