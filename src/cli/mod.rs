@@ -30,12 +30,7 @@ use output::{
 };
 use snapshot::{SnapshotJob, Snapshotter};
 
-/// Default CPU sampling rate (see docs/benchmarks.md for how it was chosen).
-pub const DEFAULT_RATE_HZ: u32 = 100;
-/// Default mean bytes between allocation samples (see docs/benchmarks.md).
-pub const DEFAULT_MEMORY_SAMPLE: &str = "128KiB";
-/// Default mean bytes between copy samples.
-pub const DEFAULT_COPY_SAMPLE: &str = "1MiB";
+pub use crate::launch::{DEFAULT_COPY_SAMPLE, DEFAULT_MEMORY_SAMPLE, DEFAULT_RATE_HZ};
 
 pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
     let cli = match Cli::try_parse_from(args) {

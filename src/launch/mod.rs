@@ -17,6 +17,19 @@ pub use wait::{ChildExit, Usage};
 
 use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
+/// Default CPU sampling rate, per second of a thread's CPU time (see docs/benchmarks.md for how
+/// it was chosen). The defaults are here once: `run`, `attach`, `sweep`, and `diff` and `sweep`
+/// for a profile that does not say how it was sampled.
+pub const DEFAULT_RATE_HZ: u32 = 100;
+/// Default mean bytes between allocation samples, as the command line writes it.
+pub const DEFAULT_MEMORY_SAMPLE: &str = "128KiB";
+/// [`DEFAULT_MEMORY_SAMPLE`] in bytes.
+pub const DEFAULT_MEMORY_SAMPLE_BYTES: u64 = 128 << 10;
+/// Default mean bytes between copy samples, as the command line writes it.
+pub const DEFAULT_COPY_SAMPLE: &str = "1MiB";
+/// [`DEFAULT_COPY_SAMPLE`] in bytes.
+pub const DEFAULT_COPY_SAMPLE_BYTES: u64 = 1 << 20;
+
 /// What the preload library samples, passed through its environment.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
@@ -129,4 +142,21 @@ fn spawn_error(program: &OsString, err: &std::io::Error) -> Error {
         _ => EXIT_NOT_EXECUTABLE,
     };
     Error::with_code(format!("cannot run '{name}': {reason}"), code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_sampling_means_say_the_same_in_words_and_bytes() {
+        assert_eq!(
+            crate::units::size::parse(DEFAULT_MEMORY_SAMPLE),
+            Ok(DEFAULT_MEMORY_SAMPLE_BYTES)
+        );
+        assert_eq!(
+            crate::units::size::parse(DEFAULT_COPY_SAMPLE),
+            Ok(DEFAULT_COPY_SAMPLE_BYTES)
+        );
+    }
 }

@@ -35,10 +35,11 @@ const BYTES_MARGIN: f64 = 0.02;
 /// Relative change of time always within noise: two runs of the same program on a shared
 /// machine differ this much (page faults, frequency, other load), beyond sampling error.
 const TIME_MARGIN: f64 = 0.25;
-/// Mean allocation-sampling interval assumed for a profile that does not say (the default).
-const DEFAULT_MEMORY_SAMPLE: u64 = 128 << 10;
-/// Mean copy-sampling interval assumed for a profile that does not say (the default).
-const DEFAULT_COPY_SAMPLE: u64 = 1 << 20;
+/// Mean sampling intervals assumed for a profile that does not say: the defaults.
+use crate::launch::{
+    DEFAULT_COPY_SAMPLE_BYTES as DEFAULT_COPY_SAMPLE,
+    DEFAULT_MEMORY_SAMPLE_BYTES as DEFAULT_MEMORY_SAMPLE,
+};
 /// GPU memory changes below this are within the polling's noise.
 const GPU_FLOOR: u64 = 8 << 20;
 

@@ -272,12 +272,12 @@ fn floors(p: &Profile) -> (f64, f64) {
     let m = if p.memory_sample_bytes > 0 {
         p.memory_sample_bytes
     } else {
-        128 << 10
+        crate::launch::DEFAULT_MEMORY_SAMPLE_BYTES
     } as f64;
     let t = if p.sample_interval_s > 0.0 {
         p.sample_interval_s
     } else {
-        0.01
+        1.0 / f64::from(crate::launch::DEFAULT_RATE_HZ)
     };
     (4.0 * m, 2.0 * t)
 }
