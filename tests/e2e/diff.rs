@@ -132,8 +132,12 @@ fn two_runs_of_an_unchanged_program_differ_only_within_noise() {
         let (out, json) = diff(&[os("--json"), os(&a), os(&b)]);
         assert!(out.status.success(), "{v}");
         let d: Diff = serde_json::from_str(&json).unwrap();
-        assert!(d.lines.is_empty(), "{v}: {:#?}", d.lines);
-        assert!(d.functions.is_empty(), "{v}: {:#?}", d.functions);
+        // No byte figure moves; time may, on a busy machine, where a line's waiting (an
+        // import's reads, its page faults) is what the other programs leave it: once, under
+        // load, `import numpy` waited 0.65 s less in one run than in the other.
+        for l in d.lines.iter().chain(&d.functions) {
+            assert_eq!(l.meaningful, ["cpu_s"], "{v}: {l:#?}");
+        }
         assert!(
             d.unchanged_lines >= 3,
             "{v}: {} lines compared",
