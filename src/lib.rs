@@ -14,8 +14,9 @@ pub mod error;
 pub mod sanitize;
 #[cfg(test)]
 pub(crate) mod test_rng;
-#[cfg(test)]
-pub(crate) mod test_skip;
+// Also for the end-to-end tests (`fixture::skipped`): not part of the library's use.
+#[doc(hidden)]
+pub mod test_skip;
 pub mod units;
 
 // Stages, in order.

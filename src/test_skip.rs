@@ -1,5 +1,5 @@
-//! How a unit test that cannot run here says so, as the end-to-end tests' `fixture::skipped`
-//! does: `skipped: …` on stderr and a line in the file `MLPROF_TEST_SKIPS` names
+//! How a test that cannot run here says so (the unit tests, and the end-to-end tests through
+//! `fixture::skipped`): `skipped: …` on stderr and a line in the file `MLPROF_TEST_SKIPS` names
 //! (`scripts/test.sh` counts those as skipped); with `MLPROF_REQUIRE_ALL=1`, a failure.
 
 use std::io::Write;

@@ -156,12 +156,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
     // `/proc`'s last reading of a process the collector does not reap comes up to a tick
     // before its end, later still on a loaded machine; its threads' samples hold their CPU to
     // the end (each sends what it used after its last sample when it ends).
-    let sampled_ns: u64 = images
-        .iter()
-        .flat_map(|i| &i.samples)
-        .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
-        .map(|s| s.weight_ns)
-        .sum();
+    let sampled_ns: u64 = images.iter().map(|i| i.sampled_cpu_ns()).sum();
     let mut cpu_s = proc_stats
         .map_or(0.0, |p| p.cpu_s)
         .max(sampled_ns as f64 / NS);

@@ -303,12 +303,7 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         .channels
         .iter()
         .any(|c| !pids.contains(&c.pid) && c.start_ns <= to && c.exit_ns.is_none_or(|e| e >= from));
-    let cpu_ns: u64 = channels
-        .iter()
-        .flat_map(|c| &c.samples)
-        .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
-        .map(|s| s.weight_ns)
-        .sum();
+    let cpu_ns: u64 = channels.iter().map(ChannelSummary::sampled_cpu_ns).sum();
     Recording {
         command: vec![span.name.clone()],
         wall_ns: to.saturating_sub(from),

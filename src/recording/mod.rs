@@ -245,6 +245,15 @@ impl MappedMemory {
 }
 
 impl ChannelSummary {
+    /// The CPU its CPU samples hold (their weights; waiting samples left out), in ns.
+    pub fn sampled_cpu_ns(&self) -> u64 {
+        self.samples
+            .iter()
+            .filter(|s| s.flags & mlprof_wire::sample_flags::WAITING == 0)
+            .map(|s| s.weight_ns)
+            .sum()
+    }
+
     /// A copy without the sampled events and regions (everything else: identity, counters,
     /// code objects, threads, maps), for a view that keeps only some events.
     pub fn without_events(&self) -> ChannelSummary {

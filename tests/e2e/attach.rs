@@ -23,9 +23,20 @@ fn started(
     script: &str,
     seconds: &str,
 ) -> (Child, BufReader<std::process::ChildStdout>) {
+    started_with(python, script, seconds, &[])
+}
+
+/// `started` with extra environment for the script.
+pub fn started_with(
+    python: &std::path::Path,
+    script: &str,
+    seconds: &str,
+    env: &[(&str, &str)],
+) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(python)
         .arg(fixture::script(script))
         .arg(seconds)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

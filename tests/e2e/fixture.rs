@@ -321,39 +321,5 @@ pub fn within(a: f64, b: f64, tolerance: f64) -> bool {
 /// `MLPROF_REQUIRE_ALL=1` (a machine meant to have every tool) the skip fails the test instead,
 /// with the message as the panic's.
 pub fn skipped(message: &str) {
-    skipped_unless_required(message, require_all());
-}
-
-/// Whether `MLPROF_REQUIRE_ALL=1`: every test must run, none may skip.
-fn require_all() -> bool {
-    std::env::var_os("MLPROF_REQUIRE_ALL").is_some_and(|v| v == "1")
-}
-
-fn skipped_unless_required(message: &str, required: bool) {
-    use std::io::Write;
-    if required {
-        panic!("{message} (MLPROF_REQUIRE_ALL=1: a skip is a failure)");
-    }
-    eprintln!("{message}");
-    if let Some(path) = std::env::var_os("MLPROF_TEST_SKIPS") {
-        let test = std::thread::current().name().unwrap_or("?").to_string();
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let why = message.trim_start_matches("skipped: ").replace('\n', " ");
-            let _ = writeln!(file, "{test}: {why}");
-        }
-    }
-}
-
-/// With `MLPROF_REQUIRE_ALL=1` a skip fails its test, saying why it would have skipped. (Not
-/// skipping for real here: that would count a skip in `scripts/test.sh`'s total.)
-#[test]
-#[should_panic(
-    expected = "skipped: no frobnicator here (MLPROF_REQUIRE_ALL=1: a skip is a failure)"
-)]
-fn a_required_skip_fails_its_test() {
-    skipped_unless_required("skipped: no frobnicator here", true);
+    mlprof::test_skip::skipped(message);
 }

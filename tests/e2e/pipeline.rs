@@ -3,7 +3,6 @@
 //! budgets, the sampling means and the CPUs. Before, region pages had no hints, no CPUs and
 //! zero sampling means, and `attach` took neither budgets nor `--no-hints`.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -90,17 +89,12 @@ fn a_region_page_carries_the_runs_hints_cpus_and_sampling_means() {
 /// `mlprof attach` on the region script's long form, on one CPU: its status and profile.
 fn attach_pool(options: &[&str]) -> (Option<i32>, String, Profile) {
     let py = &fixture::numpy_pythons()[0];
-    let mut child = Command::new(&py.exe)
-        .arg(fixture::script("region_pool.py"))
-        .arg("6")
-        .env("OPENBLAS_NUM_THREADS", "2")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let (mut child, _out) = crate::attach::started_with(
+        &py.exe,
+        "region_pool.py",
+        "6",
+        &[("OPENBLAS_NUM_THREADS", "2")],
+    );
     let dir = fixture::tempdir();
     let path = dir.join("attach.json");
     let pid = child.id().to_string();
