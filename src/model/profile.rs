@@ -141,7 +141,8 @@ pub struct Rank {
     pub exit: Exit,
     /// Its wall-clock seconds.
     pub wall_s: f64,
-    /// Its user + kernel CPU seconds.
+    /// Its user + kernel CPU seconds: the larger of `/proc`'s last reading and what its
+    /// samples hold.
     pub cpu_s: f64,
     /// Its process tree's peak heap.
     pub peak_heap_bytes: u64,
