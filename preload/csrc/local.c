@@ -4,7 +4,7 @@
  * Zero-initialised; the Rust side (src/local.rs) defines the layout. */
 #include <stdint.h>
 
-__attribute__((visibility("hidden"))) __thread __attribute__((tls_model("initial-exec"), aligned(16))) uint64_t mlprof_local_state[16];
+__attribute__((visibility("hidden"))) __thread __attribute__((tls_model("initial-exec"), aligned(16))) uint64_t mlprof_local_state[32];
 
 __attribute__((visibility("hidden"))) void *mlprof_local(void) { return mlprof_local_state; }
 

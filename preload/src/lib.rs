@@ -12,6 +12,7 @@
 mod channel;
 mod clock;
 mod errno;
+mod gpu;
 mod heap;
 mod hooks;
 mod lifecycle;

@@ -39,6 +39,9 @@ extern "C" fn on_load() {
         env_u64(mlprof_wire::ENV_MEMORY_SAMPLE),
         env_u64(mlprof_wire::ENV_COPY_SAMPLE),
     );
+    if let Some(mean) = env_set_u64(mlprof_wire::ENV_GPU_LAUNCH_SAMPLE) {
+        crate::gpu::send::configure(mean);
+    }
     let interval = sampler::start(env_u64(mlprof_wire::ENV_RATE));
     header
         .sample_interval_ns
@@ -278,6 +281,14 @@ fn env_u64(name: &core::ffi::CStr) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
+}
+
+/// A number from the environment, `None` when unset or malformed (the default stands).
+fn env_set_u64(name: &core::ffi::CStr) -> Option<u64> {
+    let mut buf = [0u8; 24];
+    copy_env(name, &mut buf)?;
+    let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
+    core::str::from_utf8(buf.get(..digits)?).ok()?.parse().ok()
 }
 
 /// Copy an environment variable into `out`, NUL-terminated. `None` if unset or too long.

@@ -10,7 +10,7 @@
 
 use core::cell::Cell;
 
-/// The calling thread's state (at most 128 bytes, all-zero to start).
+/// The calling thread's state (at most 256 bytes, all-zero to start).
 #[repr(C)]
 pub struct Local {
     busy: Cell<u64>,
@@ -43,14 +43,21 @@ pub struct Local {
     pub last_faults: Cell<u64>,
     /// 1 while the thread blocks SIGPROF (as last noted in the channel).
     pub sigprof_blocked: Cell<u64>,
+    /// 1 while the thread is inside a CUDA call that waits for the GPU: its CPU samples are
+    /// flagged as GPU wait (`crate::gpu`).
+    pub gpu_waiting: Cell<u64>,
+    /// Nanoseconds of GPU waits too short to send alone, carried into the thread's next one.
+    pub gpu_short_waits: Cell<u64>,
+    /// Kernel launches left before the next launch sample (0: not drawn yet).
+    pub launch_left: Cell<i64>,
 }
 
-const _: () = assert!(core::mem::size_of::<Local>() <= 128 && core::mem::align_of::<Local>() <= 16);
+const _: () = assert!(core::mem::size_of::<Local>() <= 256 && core::mem::align_of::<Local>() <= 16);
 // `csrc/local.c`'s `mlprof_signals_taken` (read by the C wait hooks) reads the eighth u64.
 const _: () = assert!(core::mem::offset_of!(Local, taken) == 7 * 8);
 
 extern "C" {
-    /// This thread's 128-byte, 16-aligned, zero-initialised state block (the accessor, where
+    /// This thread's 256-byte, 16-aligned, zero-initialised state block (the accessor, where
     /// [`block`] has no inline sequence).
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn mlprof_local() -> *mut core::ffi::c_void;

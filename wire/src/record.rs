@@ -57,6 +57,20 @@ pub enum Kind {
     /// until it unblocks, and all of its CPU time meanwhile then goes to the one sample taken
     /// there, or to none if it never does.
     SigprofMask = 14,
+    /// GPU memory a CUDA call gave the process (device, pinned host or managed): see
+    /// [`crate::GpuAlloc`]. Every such call is recorded (no sampling). `a` = address, `b` =
+    /// bytes, `c` = device | [`crate::gpu_space`] << 32, `d` = Python frames that follow.
+    GpuAlloc = 15,
+    /// GPU memory given back (`cudaFree`, `cudaFreeAsync`, `cudaFreeHost`). `a` = address,
+    /// `b` = [`crate::gpu_space`].
+    GpuFree = 16,
+    /// A host/device copy through CUDA: see [`crate::GpuCopy`]. Every such call is recorded.
+    /// `a` = bytes, `b` = [`crate::gpu_copy`] direction | synchronous << 8, `c` = Python frames
+    /// that follow.
+    GpuCopy = 17,
+    /// A sampled kernel launch (or graph launch): `a` = launches it stands for, `b` = Python
+    /// frames that follow.
+    GpuLaunch = 18,
 }
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
@@ -117,6 +131,10 @@ pub mod sample_flags {
     /// notices a CPU timer's expiry only at a scheduler tick that finds the thread running,
     /// so seconds of CPU can pass between samples; without this they were lost.
     pub const TAIL: u32 = 32;
+    /// The thread was inside a call that waits for the GPU (a stream, event or device
+    /// synchronisation, a synchronous copy): on a CPU sample, the CPU it spent there (spinning
+    /// in the driver); with [`WAITED`], the time the call kept it off the CPU.
+    pub const GPU_WAIT: u32 = 64;
 }
 
 impl Kind {
@@ -137,6 +155,10 @@ impl Kind {
             12 => Some(Kind::Region),
             13 => Some(Kind::MappedMark),
             14 => Some(Kind::SigprofMask),
+            15 => Some(Kind::GpuAlloc),
+            16 => Some(Kind::GpuFree),
+            17 => Some(Kind::GpuCopy),
+            18 => Some(Kind::GpuLaunch),
             _ => None,
         }
     }
@@ -330,7 +352,7 @@ impl Frame {
 }
 
 impl Record {
-    fn with(kind: Kind, tid: u32, ts_ns: u64, words: [u64; 5]) -> Record {
+    pub(crate) fn with(kind: Kind, tid: u32, ts_ns: u64, words: [u64; 5]) -> Record {
         let [a, b, c, d, e] = words;
         Record {
             a,
@@ -343,7 +365,7 @@ impl Record {
     }
 
     /// The payload words, when the record is of `kind`.
-    fn words_of(&self, kind: Kind) -> Option<[u64; 5]> {
+    pub(crate) fn words_of(&self, kind: Kind) -> Option<[u64; 5]> {
         (self.kind == kind as u16).then_some([self.a, self.b, self.c, self.d, self.e])
     }
 

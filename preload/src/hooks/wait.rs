@@ -35,6 +35,11 @@ const MIN_SENT_NS: u64 = 1_000_000;
 /// another shares the thread's word: rare, and costs the outer wait's CPU correction.)
 #[no_mangle]
 pub extern "C" fn mlprof_wait_begin() -> u64 {
+    begin()
+}
+
+/// [`mlprof_wait_begin`], for the Rust hooks that time waits too (the GPU's, `crate::gpu`).
+pub fn begin() -> u64 {
     if sampler::timer::mean_interval() == 0
         || channel::ring().is_none()
         || channel::collector_gone()
@@ -45,6 +50,9 @@ pub extern "C" fn mlprof_wait_begin() -> u64 {
     local::with(|l| {
         if l.busy() {
             return 0;
+        }
+        if l.gpu_waiting.get() != 0 {
+            return 0; // inside a wait for the GPU, which times itself (the driver's own waits)
         }
         let Some(rt) = runtime::get() else { return 0 };
         if rt.this_thread_state() == 0 {
@@ -64,6 +72,13 @@ pub extern "C" fn mlprof_wait_begin() -> u64 {
 /// this one is carried too). errno is kept.
 #[no_mangle]
 pub extern "C" fn mlprof_wait_end(since: u64) {
+    end(since, false);
+}
+
+/// [`mlprof_wait_end`]; `gpu`: the wait was for the GPU (a synchronising CUDA call): its sample
+/// is flagged [`sample_flags::GPU_WAIT`], and its short waits are carried apart from the
+/// others.
+pub fn end(since: u64, gpu: bool) {
     if since == 0 {
         return;
     }
@@ -79,21 +94,29 @@ pub extern "C" fn mlprof_wait_end(since: u64) {
         // kernel, scanning descriptors), which the CPU sampler counts already.
         let ran = sampler::timer::thread_cpu_ns().saturating_sub(l.wait_cpu_ns.get());
         l.waiting_since.set(0);
+        let (carried, kind) = if gpu {
+            (
+                &l.gpu_short_waits,
+                sample_flags::WAITED | sample_flags::GPU_WAIT,
+            )
+        } else {
+            (&l.short_waits, sample_flags::WAITED)
+        };
         let waited = clock::monotonic_ns()
             .saturating_sub(since)
             .saturating_sub(ran)
-            .saturating_add(l.short_waits.get());
+            .saturating_add(carried.get());
         if waited < MIN_SENT_NS {
-            l.short_waits.set(waited);
+            carried.set(waited);
             return;
         }
-        l.short_waits.set(0);
+        carried.set(0);
         stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
             let sample = Sample {
                 ip: 0,
                 weight_ns: waited,
                 depth: stack.depth as u32,
-                flags: stack.flags | sample_flags::WAITED,
+                flags: stack.flags | kind,
                 tstate: stack.tstate as u64,
                 caller: 0,
                 fault_share: 0,

@@ -115,12 +115,17 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, context: 
 /// Record one sample of the calling thread (`caller`: the return address into whoever called
 /// libc or libm, when the sample is in one of them; else 0).
 fn sample(ip: usize, weight_ns: u64, caller: u64, fault_share: u16) {
+    // Inside a CUDA call that waits for the GPU: the CPU it spends there is GPU wait.
+    let gpu = match crate::local::with(|l| l.gpu_waiting.get()) {
+        0 => 0,
+        _ => mlprof_wire::sample_flags::GPU_WAIT,
+    };
     stack::send(stack::Reads::Checked, |tid, ts_ns, stack| {
         let sample = Sample {
             ip: ip as u64,
             weight_ns,
             depth: stack.depth as u32,
-            flags: stack.flags,
+            flags: stack.flags | gpu,
             tstate: stack.tstate as u64,
             caller,
             fault_share,

@@ -1,0 +1,215 @@
+//! What the CUDA hooks tell the collector: every allocation, free and copy with the calling
+//! thread's Python stack, a sample of the kernel launches, and the time spent waiting for the
+//! GPU. Runs in the program's CUDA calls (never in a signal handler): no allocation, no
+//! locks; errno is kept.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use mlprof_wire::gpu::UNKNOWN_DEVICE;
+use mlprof_wire::{gpu_space, GpuAlloc, GpuCopy, GpuFree, GpuLaunch, Record};
+
+use super::real::{self, Func};
+use crate::hooks::wait;
+use crate::memory::sampler;
+use crate::python::{runtime, stack};
+use crate::{channel, clock, local};
+
+/// Mean kernel launches between launch samples (1: every launch; 0: none), from
+/// `MLPROF_GPU_LAUNCH_SAMPLE` (default [`DEFAULT_LAUNCH_MEAN`]).
+static LAUNCH_MEAN: AtomicU64 = AtomicU64::new(DEFAULT_LAUNCH_MEAN);
+/// A launch costs the program a few microseconds of CPU; walking its stack each time would add
+/// a third to that. One in 16, drawn at random, keeps the cost small and the count unbiased.
+pub const DEFAULT_LAUNCH_MEAN: u64 = 16;
+
+/// Set the mean launches between launch samples (load time).
+pub fn configure(launch_mean: u64) {
+    LAUNCH_MEAN.store(launch_mean, Ordering::Relaxed);
+}
+
+/// Whether records can go out now.
+#[inline]
+fn open() -> bool {
+    channel::ring().is_some() && !channel::collector_gone()
+}
+
+/// Send `head`'s record with this thread's stack, unless the thread is inside mlprof.
+fn with_stack(head: impl FnOnce(u32, u64, usize) -> Record) {
+    if !open() {
+        return;
+    }
+    let _errno = crate::errno::Saved::new();
+    local::with(|l| {
+        let Some(_entered) = l.enter() else { return };
+        let reads = sampler::reads(runtime::holds_gil());
+        stack::send(reads, |tid, ts_ns, stack| head(tid, ts_ns, stack.depth));
+    });
+}
+
+/// The calling thread's current device, as the runtime says ([`UNKNOWN_DEVICE`] if it
+/// cannot).
+fn current_device() -> u32 {
+    type GetDevice = unsafe extern "C" fn(*mut libc::c_int) -> libc::c_int;
+    let Some(f) = real::address(Func::GetDevice) else {
+        return UNKNOWN_DEVICE;
+    };
+    // SAFETY: the runtime's `cudaGetDevice` (its documented signature).
+    let f: GetDevice = unsafe { core::mem::transmute::<usize, GetDevice>(f) };
+    let _errno = crate::errno::Saved::new();
+    let mut device: libc::c_int = -1;
+    // SAFETY: a valid out-pointer. Called only after an allocation succeeded on this thread,
+    // so the runtime is initialised and the call cannot fail into its sticky error.
+    match unsafe { f(&mut device) } {
+        0 if device >= 0 => device as u32,
+        _ => UNKNOWN_DEVICE,
+    }
+}
+
+/// `size` bytes of `space` memory were given at `addr`.
+pub fn alloc(addr: usize, size: usize, space: u8) {
+    if addr == 0 || !open() {
+        return;
+    }
+    let device = if space == gpu_space::PINNED {
+        UNKNOWN_DEVICE
+    } else {
+        current_device()
+    };
+    with_stack(|tid, ts_ns, depth| {
+        let alloc = GpuAlloc {
+            addr: addr as u64,
+            size: size as u64,
+            device,
+            space,
+            depth: depth as u32,
+        };
+        Record::gpu_alloc(tid, ts_ns, alloc)
+    });
+}
+
+/// The `space` memory at `addr` was given back.
+pub fn free(addr: usize, space: u8) {
+    if addr == 0 || !open() {
+        return;
+    }
+    let freed = GpuFree {
+        addr: addr as u64,
+        space,
+    };
+    channel::send(&Record::gpu_free(
+        clock::tid(),
+        clock::monotonic_ns(),
+        freed,
+    ));
+}
+
+/// `bytes` were copied in `direction` (a `gpu_copy` value).
+pub fn copy(bytes: usize, direction: u8, synchronous: bool) {
+    if bytes == 0 {
+        return;
+    }
+    with_stack(|tid, ts_ns, depth| {
+        let copy = GpuCopy {
+            bytes: bytes as u64,
+            direction,
+            synchronous,
+            depth: depth as u32,
+        };
+        Record::gpu_copy(tid, ts_ns, copy)
+    });
+}
+
+/// A kernel (or graph) was launched: counted against this thread's launch countdown, and
+/// sampled with its stack when the countdown runs out.
+#[inline]
+pub fn launch() {
+    let mean = LAUNCH_MEAN.load(Ordering::Relaxed);
+    if mean == 0 {
+        return;
+    }
+    let due = local::with(|l| {
+        let mut left = l.launch_left.get();
+        if left <= 0 {
+            left = gap(l, mean); // the first launch on this thread
+        }
+        left -= 1;
+        if left > 0 {
+            l.launch_left.set(left);
+            return false;
+        }
+        l.launch_left.set(gap(l, mean));
+        true
+    });
+    if due {
+        with_stack(|tid, ts_ns, depth| {
+            let launch = GpuLaunch {
+                weight: mean,
+                depth: depth as u32,
+            };
+            Record::gpu_launch(tid, ts_ns, launch)
+        });
+    }
+}
+
+/// Launches up to and including the next sampled one: geometric with mean `mean`, so that each
+/// launch is sampled with probability 1/`mean` whatever the others did (a loop launching the
+/// same kernels in the same order every step is counted without bias).
+fn gap(l: &local::Local, mean: u64) -> i64 {
+    if mean <= 1 {
+        return 1;
+    }
+    let mut x = l.rng.get();
+    if x == 0 {
+        x = 0x9E37_79B9_7F4A_7C15 ^ (clock::tid() as u64) << 20 ^ clock::monotonic_ns();
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    l.rng.set(x);
+    let uniform = ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
+    let p = 1.0 / mean as f64;
+    let gap = 1.0 + (uniform.ln() / (1.0 - p).ln()).floor();
+    if gap.is_finite() && gap >= 1.0 {
+        gap.min(i64::MAX as f64 / 2.0) as i64
+    } else {
+        1
+    }
+}
+
+/// A call that waits for the GPU begins: returns what [`wait_end`] needs.
+#[inline]
+pub fn wait_begin() -> u64 {
+    let since = if open() { wait::begin() } else { 0 };
+    // After `begin`, which times no wait inside one for the GPU: the driver's own (a `poll`
+    // or a sleep while it blocks) are part of this one.
+    local::with(|l| l.gpu_waiting.set(1));
+    since
+}
+
+/// The call that [`wait_begin`] began returned: its time off the CPU goes out as GPU wait.
+#[inline]
+pub fn wait_end(since: u64) {
+    local::with(|l| l.gpu_waiting.set(0));
+    wait::end(since, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_gaps_are_geometric_with_the_asked_mean() {
+        local::with(|l| {
+            for mean in [1u64, 2, 16, 100] {
+                let n = 200_000u64;
+                let total: i64 = (0..n).map(|_| gap(l, mean)).sum();
+                let got = total as f64 / n as f64;
+                // The standard error of a geometric mean of 200k draws is under 0.25% of it.
+                assert!(
+                    (got - mean as f64).abs() <= 0.01 * mean as f64 + 1e-9,
+                    "mean {mean}: {got}"
+                );
+                assert!((0..1000).all(|_| gap(l, mean) >= 1));
+            }
+        });
+    }
+}

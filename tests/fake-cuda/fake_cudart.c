@@ -1,0 +1,142 @@
+/* A stand-in for the CUDA runtime (libcudart.so.13) for tests on machines without a GPU. It
+ * exports the runtime functions mlprof interposes under the version `libcudart.so.13`, as the
+ * real one does, so that a library linked against it refers to `cudaMalloc@libcudart.so.13`.
+ * Device memory is a range of addresses never touched; kernels are work items of a set
+ * duration queued on one stream; a synchronisation waits for the queued work, by sleeping or,
+ * when asked, by spinning on the CPU as the real runtime does by default. Everything is known
+ * by construction to the test that drives it. Not thread-safe: the tests drive it from one
+ * thread. */
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef struct { unsigned x, y, z; } dim3;
+
+/* Fake device addresses: never dereferenced, only told apart from host ones. */
+#define DEVICE_LO 0x600000000000ULL
+#define DEVICE_HI 0x610000000000ULL
+static uint64_t next_device = DEVICE_LO;
+static int current_device;
+static uint64_t launch_ns;  /* GPU time of each kernel launched */
+static uint64_t pending_ns; /* work queued and not yet waited for */
+static int spin;            /* synchronisations spin on the CPU instead of sleeping */
+static cudaError_t last_error;
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+static void wait_ns(uint64_t ns) {
+    if (spin) {
+        uint64_t end = now_ns() + ns;
+        while (now_ns() < end) {
+        }
+    } else {
+        struct timespec t = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+        while (nanosleep(&t, &t) != 0) {
+        }
+    }
+}
+
+static cudaError_t wait_pending(void) {
+    wait_ns(pending_ns);
+    pending_ns = 0;
+    return 0;
+}
+
+static int on_device(const void *p) {
+    return (uint64_t)(uintptr_t)p >= DEVICE_LO && (uint64_t)(uintptr_t)p < DEVICE_HI;
+}
+
+static cudaError_t device_alloc(void **p, size_t n) {
+    if (!p) return last_error = 1; /* cudaErrorInvalidValue */
+    *p = (void *)(uintptr_t)next_device;
+    next_device += (n + 511) & ~(uint64_t)511;
+    return 0;
+}
+
+/* Knobs of the fake (not CUDA). */
+void fake_cuda_set_launch_ns(uint64_t ns) { launch_ns = ns; }
+void fake_cuda_set_spin(int on) { spin = on; }
+void fake_cuda_fail_next(cudaError_t e) { last_error = e; }
+
+cudaError_t cudaGetDevice(int *d) { if (d) *d = current_device; return 0; }
+cudaError_t cudaSetDevice(int d) { current_device = d; return 0; }
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+cudaError_t cudaGetLastError(void) { cudaError_t e = last_error; last_error = 0; return e; }
+
+cudaError_t cudaMalloc(void **p, size_t n) { return device_alloc(p, n); }
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { (void)s; return device_alloc(p, n); }
+cudaError_t cudaMallocManaged(void **p, size_t n, unsigned flags) { (void)flags; return device_alloc(p, n); }
+cudaError_t cudaFree(void *p) { (void)p; return 0; }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { (void)p; (void)s; return 0; }
+
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    if (!p) return last_error = 1;
+    *p = malloc(n ? n : 1);
+    return *p ? 0 : (last_error = 2); /* cudaErrorMemoryAllocation */
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cudaMallocHost(p, n); }
+cudaError_t cudaFreeHost(void *p) { free(p); return 0; }
+
+struct attributes { int type; int device; void *device_pointer; void *host_pointer; };
+cudaError_t cudaPointerGetAttributes(struct attributes *a, const void *p) {
+    if (!a) return last_error = 1;
+    memset(a, 0, sizeof *a);
+    a->type = on_device(p) ? 2 : 0;
+    a->device = current_device;
+    return 0;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n) {
+    if (!on_device(dst) && !on_device(src)) memmove(dst, src, n);
+    return 0;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+    (void)kind;
+    wait_pending(); /* a synchronous copy waits for the work queued before it */
+    return copy(dst, src, n);
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s) {
+    (void)kind; (void)s;
+    return copy(dst, src, n);
+}
+cudaError_t cudaMemcpy2D(void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, int kind) {
+    (void)dst; (void)dp; (void)src; (void)sp; (void)w; (void)h; (void)kind;
+    return wait_pending();
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, int kind, cudaStream_t s) {
+    (void)dst; (void)dp; (void)src; (void)sp; (void)w; (void)h; (void)kind; (void)s;
+    return 0;
+}
+cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n) {
+    (void)dst; (void)dd; (void)src; (void)sd; (void)n;
+    return wait_pending();
+}
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n, cudaStream_t s) {
+    (void)dst; (void)dd; (void)src; (void)sd; (void)n; (void)s;
+    return 0;
+}
+
+cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared, cudaStream_t s) {
+    (void)f; (void)g; (void)b; (void)args; (void)shared; (void)s;
+    pending_ns += launch_ns;
+    return 0;
+}
+cudaError_t cudaLaunchKernelExC(const void *config, const void *f, void **args) {
+    (void)config; (void)f; (void)args;
+    pending_ns += launch_ns;
+    return 0;
+}
+cudaError_t cudaGraphLaunch(void *graph, cudaStream_t s) { (void)graph; (void)s; pending_ns += launch_ns; return 0; }
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return wait_pending(); }
+cudaError_t cudaDeviceSynchronize(void) { return wait_pending(); }
+cudaError_t cudaEventSynchronize(void *e) { (void)e; return wait_pending(); }
