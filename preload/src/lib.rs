@@ -21,3 +21,4 @@ mod memory;
 mod python;
 mod real;
 mod sampler;
+mod table;

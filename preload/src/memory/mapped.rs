@@ -13,19 +13,17 @@ use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicUsize, Ordering};
 use mlprof_wire::{alloc_flags, HeapCounters, Record};
 
 use super::{pymem, sampler};
+use crate::table::Table;
 use crate::{channel, clock, local};
 
 const SLOTS: usize = 1 << 12;
 const PROBES: usize = 64;
-const EMPTY: usize = 0;
-const GONE: usize = 1;
 const PAGE: usize = 4096;
 /// A new mark needs the mapped bytes at least this far above the last one (and 1% above it).
 const MIN_STEP: i64 = 1 << 20;
 
-/// The mappings counted now: (start, length), by start address.
-static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
-static LENGTHS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// The mappings counted now: start → length.
+static MAPPINGS: Table<AtomicUsize, SLOTS, PROBES> = Table::new();
 /// Entries in the table: unmapping costs nothing while it is empty.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -61,10 +59,7 @@ pub fn publish(shared: &'static HeapCounters) {
 /// A fork child: the mappings it inherited are its parent's. Starts from nothing, counting in
 /// this process only until it has a channel of its own.
 pub fn forget_in_child() {
-    for (start, len) in STARTS.iter().zip(LENGTHS.iter()) {
-        start.store(EMPTY, Ordering::Relaxed);
-        len.store(0, Ordering::Relaxed);
-    }
+    MAPPINGS.clear();
     LIVE.store(0, Ordering::Relaxed);
     LAST_MARK.store(0, Ordering::Relaxed);
     BOOT.reset_to(0);
@@ -192,62 +187,29 @@ pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
 
 /// Remember a counted mapping; `false` if the table is full.
 fn insert(start: usize, len: usize) -> bool {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Relaxed);
-        if (key == EMPTY || key == GONE)
-            && STARTS[i]
-                .compare_exchange(key, start, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            LENGTHS[i].store(len, Ordering::Release);
-            LIVE.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
+    let inserted = MAPPINGS.insert(hash(start), start, len);
+    if inserted {
+        LIVE.fetch_add(1, Ordering::Relaxed);
     }
-    false
+    inserted
 }
 
 /// Forget the counted mapping starting at `start`; its length, if it was counted.
 fn take(start: usize) -> Option<usize> {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Acquire);
-        if key == EMPTY {
-            return None;
-        }
-        if key == start {
-            return remove_slot(i, start);
-        }
-    }
-    None
+    let len = MAPPINGS.remove(hash(start), start)?;
+    LIVE.fetch_sub(1, Ordering::Relaxed);
+    Some(len)
 }
 
 /// Every counted mapping that overlaps `lo..hi`, forgotten and handed to `cut`.
 fn scan(lo: usize, hi: usize, cut: &mut dyn FnMut(usize, usize)) {
-    for i in 0..SLOTS {
-        let start = STARTS[i].load(Ordering::Acquire);
-        if start == EMPTY || start == GONE || start >= hi {
-            continue;
-        }
-        let len = LENGTHS[i].load(Ordering::Acquire);
-        if start.saturating_add(len) <= lo {
-            continue;
-        }
-        if let Some(len) = remove_slot(i, start) {
+    MAPPINGS.remove_each(
+        |start, len| start < hi && start.saturating_add(len) > lo,
+        |start, len| {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
             cut(start, len);
-        }
-    }
-}
-
-fn remove_slot(i: usize, start: usize) -> Option<usize> {
-    STARTS[i]
-        .compare_exchange(start, GONE, Ordering::AcqRel, Ordering::Relaxed)
-        .ok()?;
-    LIVE.fetch_sub(1, Ordering::Relaxed);
-    Some(LENGTHS[i].load(Ordering::Acquire))
+        },
+    );
 }
 
 #[inline]
