@@ -18,6 +18,7 @@ mod lifecycle;
 mod local;
 mod marks;
 mod memory;
+mod peak;
 mod python;
 mod real;
 mod sampler;

@@ -15,19 +15,18 @@ use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering
 use libc::c_int;
 use mlprof_wire::{region_phase, Record, Region, DATA_BYTES, MAX_REGION_NAME};
 
+use crate::peak::LastMark;
 use crate::{channel, clock, heap};
 
 /// Deepest nesting of regions; a begin beyond it is refused (returns 0).
 pub const MAX_DEPTH: usize = 32;
 /// No region open: no heap can exceed it.
 const NONE_OPEN: i64 = i64::MAX;
-/// A peak record needs the heap at least this far above the region's last one (and 1%).
-const MIN_STEP: i64 = 1 << 20;
 
 /// Highest heap since the innermost open region began ([`NONE_OPEN`] when none is open).
 static HIGH: AtomicI64 = AtomicI64::new(NONE_OPEN);
 /// Heap of the innermost region's last peak record (or its begin).
-static LAST_SENT: AtomicI64 = AtomicI64::new(0);
+static LAST_SENT: LastMark = LastMark::new();
 /// The innermost open region's id (0: none).
 static CURRENT: AtomicU64 = AtomicU64::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -48,12 +47,7 @@ pub fn allocated(now: i64) {
 #[cold]
 fn rise(now: i64) {
     HIGH.fetch_max(now, Ordering::Relaxed);
-    let last = LAST_SENT.load(Ordering::Relaxed);
-    if now > last.saturating_add((last / 100).max(MIN_STEP))
-        && LAST_SENT
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_SENT.passed(now) {
         let region = Region {
             id: CURRENT.load(Ordering::Relaxed),
             phase: region_phase::PEAK,
@@ -118,7 +112,7 @@ fn close_innermost(depth: usize, now: i64) -> i64 {
         },
         Ordering::Relaxed,
     );
-    LAST_SENT.store(saved[1].load(Ordering::Relaxed) as i64, Ordering::Relaxed);
+    LAST_SENT.set(saved[1].load(Ordering::Relaxed) as i64);
     CURRENT.store(saved[2].load(Ordering::Relaxed), Ordering::Relaxed);
     DEPTH.store(depth - 1, Ordering::Relaxed);
     high
@@ -180,13 +174,13 @@ pub unsafe extern "C" fn mlprof_region_begin(
     }
     let saved = &SAVED[depth];
     saved[0].store(HIGH.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
-    saved[1].store(LAST_SENT.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    saved[1].store(LAST_SENT.get() as u64, Ordering::Relaxed);
     saved[2].store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
     DEPTH.store(depth + 1, Ordering::Relaxed);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let now = heap_now();
     CURRENT.store(id, Ordering::Relaxed);
-    LAST_SENT.store(now, Ordering::Relaxed);
+    LAST_SENT.set(now);
     HIGH.store(now, Ordering::Relaxed);
     let region = Region {
         id,

@@ -8,19 +8,18 @@
 //! `madvise` (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`) count as unmapped.
 //! See docs/design/mapped-memory.md. Runs inside hooks: no allocation, no locks.
 
-use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use mlprof_wire::{alloc_flags, HeapCounters, Record};
 
 use super::{pymem, sampler};
+use crate::peak::LastMark;
 use crate::table::Table;
 use crate::{channel, clock, local};
 
 const SLOTS: usize = 1 << 12;
 const PROBES: usize = 64;
 const PAGE: usize = 4096;
-/// A new mark needs the mapped bytes at least this far above the last one (and 1% above it).
-const MIN_STEP: i64 = 1 << 20;
 
 /// The mappings counted now: start → length.
 static MAPPINGS: Table<AtomicUsize, SLOTS, PROBES> = Table::new();
@@ -30,7 +29,7 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 static BOOT: HeapCounters = HeapCounters::new();
 static COUNTERS: AtomicPtr<HeapCounters> = AtomicPtr::new(&BOOT as *const _ as *mut _);
 /// Mapped bytes of the last mark sent.
-static LAST_MARK: AtomicI64 = AtomicI64::new(0);
+static LAST_MARK: LastMark = LastMark::new();
 
 /// The counters of mapped bytes (process-local until the channel exists, then its header's).
 #[inline]
@@ -61,7 +60,7 @@ pub fn publish(shared: &'static HeapCounters) {
 pub fn forget_in_child() {
     MAPPINGS.clear();
     LIVE.store(0, Ordering::Relaxed);
-    LAST_MARK.store(0, Ordering::Relaxed);
+    LAST_MARK.set(0);
     BOOT.reset_to(0);
     COUNTERS.store(&BOOT as *const _ as *mut _, Ordering::Release);
 }
@@ -101,12 +100,7 @@ fn add(l: &local::Local, addr: usize, len: usize) {
         let gil = crate::python::runtime::holds_gil();
         sampler::record_alloc(addr, len, weight, alloc_flags::MAPPED, sampler::reads(gil));
     }
-    let last = LAST_MARK.load(Ordering::Relaxed);
-    if now > last + (last / 100).max(MIN_STEP)
-        && LAST_MARK
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_MARK.passed(now) {
         let mark = Record::mapped_mark(clock::tid(), clock::monotonic_ns(), now as u64);
         channel::send(&mark);
     }
