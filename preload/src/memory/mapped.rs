@@ -120,8 +120,8 @@ pub fn unmapped(addr: usize, len: usize) {
         counters().sub((end.min(hi) - start.max(lo)) as u64);
         sampler::record_free(start);
         for (a, b) in [(start, lo.min(end)), (hi.max(start), end)] {
-            if a < b && n < left.len() {
-                left[n] = (a, b - a);
+            if let Some(slot) = left.get_mut(n).filter(|_| a < b) {
+                *slot = (a, b - a);
                 n += 1;
             }
         }
@@ -132,7 +132,7 @@ pub fn unmapped(addr: usize, len: usize) {
         None => scan(lo, hi, &mut cut),
     }
     // What is left of cut mappings stays counted (already), under a new start.
-    for &(start, length) in &left[..n] {
+    for &(start, length) in left.iter().take(n) {
         if !insert(start, length) {
             counters().sub(length as u64);
             continue;
