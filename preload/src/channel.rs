@@ -181,36 +181,39 @@ impl PathBuf {
         }
     }
 
+    /// Append `bytes`; too long for the buffer (which keeps a byte for the NUL), nothing is
+    /// appended and the path is refused.
     fn push(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            if self.len + 1 >= self.buf.len() {
-                self.overflow = true;
-                return;
+        let end = self.len.saturating_add(bytes.len());
+        let room = self.buf.len() - 1;
+        match self.buf.get_mut(self.len..end).filter(|_| end <= room) {
+            Some(to) => {
+                to.copy_from_slice(bytes);
+                self.len = end;
             }
-            self.buf[self.len] = b;
-            self.len += 1;
+            None => self.overflow = true,
         }
     }
 
     fn push_u64(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
+        let mut digits = [0u8; 20]; // u64::MAX has 20
+        let mut first = digits.len();
+        for (i, d) in digits.iter_mut().enumerate().rev() {
+            *d = b'0' + (n % 10) as u8;
             n /= 10;
+            first = i;
             if n == 0 {
                 break;
             }
         }
-        self.push(&digits[i..]);
+        self.push(digits.get(first..).unwrap_or_default());
     }
 
     fn as_cstr(&self) -> Option<&core::ffi::CStr> {
         if self.overflow {
             return None;
         }
-        core::ffi::CStr::from_bytes_until_nul(&self.buf[..=self.len]).ok()
+        core::ffi::CStr::from_bytes_until_nul(self.buf.get(..=self.len)?).ok()
     }
 }
 
@@ -230,6 +233,13 @@ mod tests {
             b"/tmp/x/0.18446744073709551615"
         );
         p.push(&[b'a'; 600]);
+        assert!(p.as_cstr().is_none());
+        // 511 bytes and the NUL fill it; one more is refused.
+        let mut p = PathBuf::new();
+        p.push(&[b'a'; 510]);
+        p.push(b"b");
+        assert_eq!(p.as_cstr().unwrap().to_bytes().len(), 511);
+        p.push(b"c");
         assert!(p.as_cstr().is_none());
     }
 }

@@ -181,8 +181,11 @@ fn fill_identity(h: &mut Header, forked: bool) {
     h.cmdline_truncated = truncated as u32;
     if let Some(text) = python_version_text() {
         let version = text.split(|&b| b == b' ').next().unwrap_or(&[]);
-        let n = version.len().min(PYVERSION_BYTES - 1);
-        h.python_version[..n].copy_from_slice(&version[..n]);
+        // Cut to leave the last byte 0.
+        let room = h.python_version.iter_mut().take(PYVERSION_BYTES - 1);
+        for (to, &from) in room.zip(version) {
+            *to = from;
+        }
     }
 }
 
@@ -245,21 +248,9 @@ fn strip_from_ld_preload() {
     }
     let len = value.iter().position(|&b| b == 0).unwrap_or(0);
     let mut kept = [0u8; 4096];
-    let mut n = 0;
-    for entry in value[..len]
-        .split(|&b| b == b':' || b == b' ')
-        .filter(|e| !e.is_empty())
-    {
-        if is_ours(entry) {
-            continue;
-        }
-        if n > 0 {
-            kept[n] = b':';
-            n += 1;
-        }
-        kept[n..n + entry.len()].copy_from_slice(entry);
-        n += entry.len();
-    }
+    let Some(n) = without_ours(value.get(..len).unwrap_or_default(), &mut kept) else {
+        return; // cannot happen: what is kept is never longer than the value
+    };
     // SAFETY: NUL-terminated buffers; load time, no other thread reads the environment yet.
     unsafe {
         if n == 0 {
@@ -270,14 +261,34 @@ fn strip_from_ld_preload() {
     }
 }
 
+/// The entries of `LD_PRELOAD`'s value `entries` that are not this library, joined by `:` into
+/// `kept` (zeros): their length, or `None` if they would leave no room for the NUL after them.
+fn without_ours(entries: &[u8], kept: &mut [u8]) -> Option<usize> {
+    let mut n = 0;
+    for entry in entries
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|e| !e.is_empty() && !is_ours(e))
+    {
+        let sep: &[u8] = if n > 0 { b":" } else { b"" };
+        for &b in sep.iter().chain(entry) {
+            *kept.get_mut(n)? = b;
+            n += 1;
+        }
+    }
+    (n < kept.len()).then_some(n)
+}
+
 /// A number from the environment (0 when unset or malformed: that feature off).
 fn env_u64(name: &core::ffi::CStr) -> u64 {
     let mut buf = [0u8; 24];
     if copy_env(name, &mut buf).is_none() {
         return 0;
     }
-    let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
-    core::str::from_utf8(&buf[..digits])
+    let digits = buf
+        .split(|b| !b.is_ascii_digit())
+        .next()
+        .unwrap_or_default();
+    core::str::from_utf8(digits)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
@@ -304,8 +315,9 @@ fn copy_env(name: &core::ffi::CStr, out: &mut [u8]) -> Option<()> {
     if bytes.is_empty() || bytes.len() >= out.len() {
         return None;
     }
-    out[..bytes.len()].copy_from_slice(bytes);
-    out[bytes.len()] = 0;
+    let (to, rest) = out.split_at_mut_checked(bytes.len())?;
+    to.copy_from_slice(bytes);
+    *rest.first_mut()? = 0;
     Some(())
 }
 
@@ -342,9 +354,9 @@ fn read_cmdline(out: &mut [u8; CMDLINE_BYTES]) -> (usize, bool) {
         return (0, false);
     }
     let mut len = 0;
-    while len < out.len() {
+    while let Some(tail) = out.get_mut(len..).filter(|t| !t.is_empty()) {
         // SAFETY: reading into the unfilled tail of `out`, within its bounds.
-        let n = unsafe { libc::read(fd, out[len..].as_mut_ptr().cast(), out.len() - len) };
+        let n = unsafe { libc::read(fd, tail.as_mut_ptr().cast(), tail.len()) };
         if n <= 0 {
             break;
         }
@@ -371,4 +383,29 @@ fn python_version_text() -> Option<&'static [u8]> {
     let text = get();
     // SAFETY: Py_GetVersion returns a NUL-terminated static string.
     (!text.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_library_is_taken_out_of_ld_preload() {
+        let mut kept = [0u8; 64];
+        let n = without_ours(
+            b"/a/libx.so /tmp/m/libmlprof_preload.so::liby.so",
+            &mut kept,
+        );
+        assert_eq!(n, Some(18));
+        assert_eq!(&kept[..19], b"/a/libx.so:liby.so\0");
+        let mut kept = [0u8; 64];
+        assert_eq!(without_ours(b"libmlprof_preload.so", &mut kept), Some(0));
+        let mut kept = [0u8; 4];
+        assert_eq!(without_ours(b"abc", &mut kept), Some(3));
+        assert_eq!(
+            without_ours(b"abcd", &mut kept),
+            None,
+            "no room for the NUL"
+        );
+    }
 }

@@ -15,25 +15,27 @@ use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering
 use libc::c_int;
 use mlprof_wire::{region_phase, Record, Region, DATA_BYTES, MAX_REGION_NAME};
 
+use crate::peak::LastMark;
 use crate::{channel, clock, heap};
 
 /// Deepest nesting of regions; a begin beyond it is refused (returns 0).
 pub const MAX_DEPTH: usize = 32;
 /// No region open: no heap can exceed it.
 const NONE_OPEN: i64 = i64::MAX;
-/// A peak record needs the heap at least this far above the region's last one (and 1%).
-const MIN_STEP: i64 = 1 << 20;
 
 /// Highest heap since the innermost open region began ([`NONE_OPEN`] when none is open).
 static HIGH: AtomicI64 = AtomicI64::new(NONE_OPEN);
 /// Heap of the innermost region's last peak record (or its begin).
-static LAST_SENT: AtomicI64 = AtomicI64::new(0);
+static LAST_SENT: LastMark = LastMark::new();
 /// The innermost open region's id (0: none).
 static CURRENT: AtomicU64 = AtomicU64::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
-/// The enclosing regions' (high, last sent, id), saved while an inner one is open.
-static SAVED: [[AtomicU64; 3]; MAX_DEPTH] =
+/// A region's (high, last sent, id), saved while an inner one is open.
+type Saved = [AtomicU64; 3];
+/// The enclosing regions' states: `SAVED[j]` that of the region at level `j` (1-based; `SAVED[0]`
+/// that of no region open), saved when the one at level `j + 1` began.
+static SAVED: [Saved; MAX_DEPTH] =
     [const { [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)] }; MAX_DEPTH];
 static LOCK: AtomicBool = AtomicBool::new(false);
 
@@ -48,12 +50,7 @@ pub fn allocated(now: i64) {
 #[cold]
 fn rise(now: i64) {
     HIGH.fetch_max(now, Ordering::Relaxed);
-    let last = LAST_SENT.load(Ordering::Relaxed);
-    if now > last.saturating_add((last / 100).max(MIN_STEP))
-        && LAST_SENT
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_SENT.passed(now) {
         let region = Region {
             id: CURRENT.load(Ordering::Relaxed),
             phase: region_phase::PEAK,
@@ -105,10 +102,10 @@ fn heap_now() -> i64 {
     heap::counters().current.load(Ordering::Relaxed)
 }
 
-/// Close the innermost region (at `depth`): its high goes to the region it was in.
-fn close_innermost(depth: usize, now: i64) -> i64 {
+/// Close the innermost region (at `depth`), `saved` the state of the region it was in: its
+/// high goes to that region.
+fn close_innermost(saved: &Saved, depth: usize, now: i64) -> i64 {
     let high = HIGH.load(Ordering::Relaxed).max(now);
-    let saved = &SAVED[depth - 1];
     let outer_high = saved[0].load(Ordering::Relaxed) as i64;
     HIGH.store(
         if outer_high == NONE_OPEN {
@@ -118,31 +115,38 @@ fn close_innermost(depth: usize, now: i64) -> i64 {
         },
         Ordering::Relaxed,
     );
-    LAST_SENT.store(saved[1].load(Ordering::Relaxed) as i64, Ordering::Relaxed);
+    LAST_SENT.set(saved[1].load(Ordering::Relaxed) as i64);
     CURRENT.store(saved[2].load(Ordering::Relaxed), Ordering::Relaxed);
     DEPTH.store(depth - 1, Ordering::Relaxed);
     high
 }
 
-/// Close the region at `level` (1-based, below the innermost at `depth`), whose state was
-/// saved in `SAVED[level]` when the next one began: its high is the highest of its own and of
-/// every region opened inside it; what it had while innermost goes to the region it was in, and
-/// the regions inside it now sit in that one.
-fn close_enclosing(level: usize, depth: usize, now: i64) -> i64 {
-    let high_at = |j: usize| SAVED[j][0].load(Ordering::Relaxed) as i64;
-    let high = (level..depth)
-        .map(high_at)
+/// Close the region at `level` (1-based, below the innermost), whose state was saved in
+/// `open[level]` when the next one began (`open`: `SAVED` up to the depth): its high is the
+/// highest of its own and of every region opened inside it; what it had while innermost goes to
+/// the region it was in, and the regions inside it now sit in that one.
+fn close_enclosing(open: &[Saved], level: usize, now: i64) -> i64 {
+    let high_of = |saved: &Saved| saved[0].load(Ordering::Relaxed) as i64;
+    // This region's state and those of the regions inside it (but the innermost).
+    let inside = open.get(level..).unwrap_or_default();
+    let high = inside
+        .iter()
+        .map(high_of)
         .fold(HIGH.load(Ordering::Relaxed).max(now), i64::max);
     if level > 1 {
-        let merged = high_at(level - 1).max(high_at(level));
-        SAVED[level - 1][0].store(merged as u64, Ordering::Relaxed);
-    }
-    for j in level..depth - 1 {
-        for (to, from) in SAVED[j].iter().zip(&SAVED[j + 1]) {
-            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        if let Some([outer, this]) = open.get(level - 1..=level) {
+            let merged = high_of(outer).max(high_of(this));
+            outer[0].store(merged as u64, Ordering::Relaxed);
         }
     }
-    DEPTH.store(depth - 1, Ordering::Relaxed);
+    for pair in inside.windows(2) {
+        if let [to, from] = pair {
+            for (to, from) in to.iter().zip(from) {
+                to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+    }
+    DEPTH.store(open.len() - 1, Ordering::Relaxed);
     high
 }
 
@@ -175,18 +179,17 @@ pub unsafe extern "C" fn mlprof_region_begin(
     };
     let _lock = Locked::take();
     let depth = DEPTH.load(Ordering::Relaxed);
-    if depth >= MAX_DEPTH {
-        return 0;
-    }
-    let saved = &SAVED[depth];
+    let Some(saved) = SAVED.get(depth) else {
+        return 0; // MAX_DEPTH regions open
+    };
     saved[0].store(HIGH.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
-    saved[1].store(LAST_SENT.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    saved[1].store(LAST_SENT.get() as u64, Ordering::Relaxed);
     saved[2].store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
     DEPTH.store(depth + 1, Ordering::Relaxed);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let now = heap_now();
     CURRENT.store(id, Ordering::Relaxed);
-    LAST_SENT.store(now, Ordering::Relaxed);
+    LAST_SENT.set(now);
     HIGH.store(now, Ordering::Relaxed);
     let region = Region {
         id,
@@ -204,7 +207,9 @@ pub unsafe extern "C" fn mlprof_region_begin(
         );
         for (i, chunk) in name.chunks(DATA_BYTES).enumerate() {
             let mut bytes = [0u8; DATA_BYTES];
-            bytes[..chunk.len()].copy_from_slice(chunk);
+            for (to, &from) in bytes.iter_mut().zip(chunk) {
+                *to = from;
+            }
             group.set(1 + i as u64, &Record::data(&bytes));
         }
     }
@@ -227,16 +232,18 @@ pub unsafe extern "C" fn mlprof_region_begin(
 pub unsafe extern "C" fn mlprof_region_end(id: u64, report: c_int, out: *mut i64) -> c_int {
     let _lock = Locked::take();
     let depth = DEPTH.load(Ordering::Relaxed);
-    if depth == 0 || id == 0 {
-        return -1;
-    }
+    let open = SAVED.get(..depth).unwrap_or_default();
+    let Some(innermost) = open.last().filter(|_| id != 0) else {
+        return -1; // no region open
+    };
     let now = heap_now();
     let high = if CURRENT.load(Ordering::Relaxed) == id {
-        close_innermost(depth, now)
+        close_innermost(innermost, depth, now)
     } else {
         // Another thread's region opened inside this one and is still open.
-        match (1..depth).find(|&level| SAVED[level][2].load(Ordering::Relaxed) == id) {
-            Some(level) => close_enclosing(level, depth, now),
+        let is_it = |saved: &Saved| saved[2].load(Ordering::Relaxed) == id;
+        match open.iter().skip(1).position(is_it) {
+            Some(i) => close_enclosing(open, i + 1, now),
             None => return -1,
         }
     };

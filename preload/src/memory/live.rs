@@ -1,17 +1,17 @@
-//! The sampled allocations still alive: a lock-free open-addressing set of addresses, with a
-//! small counting filter in front so that the common case — freeing an address that was never
+//! The sampled allocations still alive: a lock-free set of addresses ([`Table`]), with a small
+//! counting filter in front so that the common case — freeing an address that was never
 //! sampled — costs one read of a 64 KiB table that stays in cache.
 //! Runs inside allocation hooks: no allocation, no locks.
 
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::table::{self, Table};
 
 const SLOTS: usize = 1 << 17;
 const PROBES: usize = 32;
 const FILTER: usize = 1 << 16;
-const EMPTY: usize = 0;
-const GONE: usize = 1;
 
-static KEYS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
+static KEYS: Table<(), SLOTS, PROBES> = Table::new();
 static COUNTS: [AtomicU8; FILTER] = [const { AtomicU8::new(0) }; FILTER];
 
 #[inline]
@@ -19,28 +19,26 @@ fn hash(addr: usize) -> usize {
     (addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20
 }
 
+/// The filter's counter for `hash` (always there: the mask keeps it in range).
+#[inline(always)]
+fn count(hash: usize) -> Option<&'static AtomicU8> {
+    COUNTS.get(hash & (FILTER - 1))
+}
+
 /// Remember `addr` as a sampled live allocation. `false` if the table is too full.
 pub fn insert(addr: usize) -> bool {
-    if addr <= GONE {
+    if !table::storable(addr) {
         return false;
     }
     let h = hash(addr);
-    let count = &COUNTS[h & (FILTER - 1)];
+    let Some(count) = count(h) else { return false };
     // Count first, so that a free racing with this insert never skips the table. Saturates at
     // 255: a saturated counter only costs later frees a table lookup.
     let counted = count
         .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| c.checked_add(1))
         .is_ok();
-    for probe in 0..PROBES {
-        let slot = &KEYS[(h + probe) & (SLOTS - 1)];
-        let key = slot.load(Ordering::Relaxed);
-        if (key == EMPTY || key == GONE)
-            && slot
-                .compare_exchange(key, addr, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            return true;
-        }
+    if KEYS.insert(h, addr, ()) {
+        return true;
     }
     if counted {
         uncount(count);
@@ -57,14 +55,14 @@ fn uncount(count: &AtomicU8) {
 /// Whether `addr` may be a sampled live allocation (the filter alone: `false` is sure).
 #[inline(always)]
 pub fn may_hold(addr: usize) -> bool {
-    COUNTS[hash(addr) & (FILTER - 1)].load(Ordering::Relaxed) != 0
+    count(hash(addr)).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
 }
 
 /// Forget `addr` if it was a sampled live allocation; returns whether it was.
 #[inline(always)]
 pub fn remove(addr: usize) -> bool {
     let h = hash(addr);
-    let count = &COUNTS[h & (FILTER - 1)];
+    let Some(count) = count(h) else { return false };
     if count.load(Ordering::Relaxed) == 0 {
         return false;
     }
@@ -73,22 +71,11 @@ pub fn remove(addr: usize) -> bool {
 
 #[inline(never)]
 fn remove_slow(addr: usize, h: usize, count: &AtomicU8) -> bool {
-    for probe in 0..PROBES {
-        let slot = &KEYS[(h + probe) & (SLOTS - 1)];
-        let key = slot.load(Ordering::Acquire);
-        if key == EMPTY {
-            return false;
-        }
-        if key == addr
-            && slot
-                .compare_exchange(addr, GONE, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            uncount(count);
-            return true;
-        }
+    let removed = KEYS.remove(h, addr).is_some();
+    if removed {
+        uncount(count);
     }
-    false
+    removed
 }
 
 #[cfg(test)]

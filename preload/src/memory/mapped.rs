@@ -8,31 +8,28 @@
 //! `madvise` (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`) count as unmapped.
 //! See docs/design/mapped-memory.md. Runs inside hooks: no allocation, no locks.
 
-use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use mlprof_wire::{alloc_flags, HeapCounters, Record};
 
 use super::{pymem, sampler};
+use crate::peak::LastMark;
+use crate::table::Table;
 use crate::{channel, clock, local};
 
 const SLOTS: usize = 1 << 12;
 const PROBES: usize = 64;
-const EMPTY: usize = 0;
-const GONE: usize = 1;
 const PAGE: usize = 4096;
-/// A new mark needs the mapped bytes at least this far above the last one (and 1% above it).
-const MIN_STEP: i64 = 1 << 20;
 
-/// The mappings counted now: (start, length), by start address.
-static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
-static LENGTHS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// The mappings counted now: start → length.
+static MAPPINGS: Table<AtomicUsize, SLOTS, PROBES> = Table::new();
 /// Entries in the table: unmapping costs nothing while it is empty.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 static BOOT: HeapCounters = HeapCounters::new();
 static COUNTERS: AtomicPtr<HeapCounters> = AtomicPtr::new(&BOOT as *const _ as *mut _);
 /// Mapped bytes of the last mark sent.
-static LAST_MARK: AtomicI64 = AtomicI64::new(0);
+static LAST_MARK: LastMark = LastMark::new();
 
 /// The counters of mapped bytes (process-local until the channel exists, then its header's).
 #[inline]
@@ -61,12 +58,9 @@ pub fn publish(shared: &'static HeapCounters) {
 /// A fork child: the mappings it inherited are its parent's. Starts from nothing, counting in
 /// this process only until it has a channel of its own.
 pub fn forget_in_child() {
-    for (start, len) in STARTS.iter().zip(LENGTHS.iter()) {
-        start.store(EMPTY, Ordering::Relaxed);
-        len.store(0, Ordering::Relaxed);
-    }
+    MAPPINGS.clear();
     LIVE.store(0, Ordering::Relaxed);
-    LAST_MARK.store(0, Ordering::Relaxed);
+    LAST_MARK.set(0);
     BOOT.reset_to(0);
     COUNTERS.store(&BOOT as *const _ as *mut _, Ordering::Release);
 }
@@ -106,12 +100,7 @@ fn add(l: &local::Local, addr: usize, len: usize) {
         let gil = crate::python::runtime::holds_gil();
         sampler::record_alloc(addr, len, weight, alloc_flags::MAPPED, sampler::reads(gil));
     }
-    let last = LAST_MARK.load(Ordering::Relaxed);
-    if now > last + (last / 100).max(MIN_STEP)
-        && LAST_MARK
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_MARK.passed(now) {
         let mark = Record::mapped_mark(clock::tid(), clock::monotonic_ns(), now as u64);
         channel::send(&mark);
     }
@@ -131,8 +120,8 @@ pub fn unmapped(addr: usize, len: usize) {
         counters().sub((end.min(hi) - start.max(lo)) as u64);
         sampler::record_free(start);
         for (a, b) in [(start, lo.min(end)), (hi.max(start), end)] {
-            if a < b && n < left.len() {
-                left[n] = (a, b - a);
+            if let Some(slot) = left.get_mut(n).filter(|_| a < b) {
+                *slot = (a, b - a);
                 n += 1;
             }
         }
@@ -143,7 +132,7 @@ pub fn unmapped(addr: usize, len: usize) {
         None => scan(lo, hi, &mut cut),
     }
     // What is left of cut mappings stays counted (already), under a new start.
-    for &(start, length) in &left[..n] {
+    for &(start, length) in left.iter().take(n) {
         if !insert(start, length) {
             counters().sub(length as u64);
             continue;
@@ -192,62 +181,29 @@ pub fn remapped(old: usize, old_len: usize, new: usize, new_len: usize) {
 
 /// Remember a counted mapping; `false` if the table is full.
 fn insert(start: usize, len: usize) -> bool {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Relaxed);
-        if (key == EMPTY || key == GONE)
-            && STARTS[i]
-                .compare_exchange(key, start, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            LENGTHS[i].store(len, Ordering::Release);
-            LIVE.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
+    let inserted = MAPPINGS.insert(hash(start), start, len);
+    if inserted {
+        LIVE.fetch_add(1, Ordering::Relaxed);
     }
-    false
+    inserted
 }
 
 /// Forget the counted mapping starting at `start`; its length, if it was counted.
 fn take(start: usize) -> Option<usize> {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Acquire);
-        if key == EMPTY {
-            return None;
-        }
-        if key == start {
-            return remove_slot(i, start);
-        }
-    }
-    None
+    let len = MAPPINGS.remove(hash(start), start)?;
+    LIVE.fetch_sub(1, Ordering::Relaxed);
+    Some(len)
 }
 
 /// Every counted mapping that overlaps `lo..hi`, forgotten and handed to `cut`.
 fn scan(lo: usize, hi: usize, cut: &mut dyn FnMut(usize, usize)) {
-    for i in 0..SLOTS {
-        let start = STARTS[i].load(Ordering::Acquire);
-        if start == EMPTY || start == GONE || start >= hi {
-            continue;
-        }
-        let len = LENGTHS[i].load(Ordering::Acquire);
-        if start.saturating_add(len) <= lo {
-            continue;
-        }
-        if let Some(len) = remove_slot(i, start) {
+    MAPPINGS.remove_each(
+        |start, len| start < hi && start.saturating_add(len) > lo,
+        |start, len| {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
             cut(start, len);
-        }
-    }
-}
-
-fn remove_slot(i: usize, start: usize) -> Option<usize> {
-    STARTS[i]
-        .compare_exchange(start, GONE, Ordering::AcqRel, Ordering::Relaxed)
-        .ok()?;
-    LIVE.fetch_sub(1, Ordering::Relaxed);
-    Some(LENGTHS[i].load(Ordering::Acquire))
+        },
+    );
 }
 
 #[inline]

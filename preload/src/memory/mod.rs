@@ -8,17 +8,14 @@ pub mod pymem;
 pub mod regions;
 pub mod sampler;
 
-use core::sync::atomic::{AtomicI64, Ordering};
-
 use mlprof_wire::Record;
 
 use crate::local;
+use crate::peak::LastMark;
 use crate::{channel, clock};
 
 /// Heap value of the last peak mark sent.
-static LAST_MARK: AtomicI64 = AtomicI64::new(0);
-/// A new mark needs the heap at least this far above the last one (and 1% above it).
-const MIN_STEP: i64 = 1 << 20;
+static LAST_MARK: LastMark = LastMark::new();
 
 /// After an allocation that brought the heap to `now`: sample it if due, and mark a new peak.
 #[inline]
@@ -42,8 +39,7 @@ pub fn allocated(addr: usize, size: usize, now: i64, flags: u32) {
 /// Send a peak mark if the heap, now `now`, passed the last mark by 1% and 1 MiB.
 #[inline(always)]
 pub fn mark_if_due(now: i64) {
-    let last = LAST_MARK.load(Ordering::Relaxed);
-    if now > last + (last / 100).max(MIN_STEP) {
+    if let Some(last) = LAST_MARK.due(now) {
         mark(last, now);
     }
 }
@@ -58,10 +54,7 @@ fn mark(last: i64, now: i64) {
         return;
     }
 
-    if LAST_MARK
-        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_ok()
-    {
+    if LAST_MARK.claim(last, now) {
         let mark = Record::peak_mark(clock::tid(), clock::monotonic_ns(), now as u64);
         channel::send(&mark);
     }
@@ -77,5 +70,5 @@ pub fn freeing(addr: usize) {
 
 /// A fork child starts its own marks from the heap it inherited.
 pub fn reset_marks(heap: i64) {
-    LAST_MARK.store(heap, Ordering::Relaxed);
+    LAST_MARK.set(heap);
 }

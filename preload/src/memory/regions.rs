@@ -1,17 +1,15 @@
 //! pymalloc arenas counted in the heap, by start address, so that freeing an arena subtracts
 //! exactly what was added (arenas made before the wrapper was installed were never added). A
-//! lock-free open-addressing table of (start, length). Runs inside hooks: no allocation, no
-//! locks.
+//! lock-free map of start → length ([`Table`]). Runs inside hooks: no allocation, no locks.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::AtomicUsize;
+
+use crate::table::Table;
 
 const SLOTS: usize = 1 << 14;
 const PROBES: usize = 64;
-const EMPTY: usize = 0;
-const GONE: usize = 1;
 
-static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(EMPTY) }; SLOTS];
-static LENGTHS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static ARENAS: Table<AtomicUsize, SLOTS, PROBES> = Table::new();
 
 #[inline]
 fn hash(addr: usize) -> usize {
@@ -20,40 +18,12 @@ fn hash(addr: usize) -> usize {
 
 /// Remember a counted mapping. `false` if the table is full (the caller then does not count it).
 pub fn insert(start: usize, len: usize) -> bool {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Relaxed);
-        if (key == EMPTY || key == GONE)
-            && STARTS[i]
-                .compare_exchange(key, start, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            LENGTHS[i].store(len, Ordering::Release);
-            return true;
-        }
-    }
-    false
+    ARENAS.insert(hash(start), start, len)
 }
 
 /// Forget the counted mapping that starts at `start`; returns its length (0 if not counted).
 pub fn remove(start: usize) -> usize {
-    let h = hash(start);
-    for probe in 0..PROBES {
-        let i = (h + probe) & (SLOTS - 1);
-        let key = STARTS[i].load(Ordering::Acquire);
-        if key == EMPTY {
-            return 0;
-        }
-        if key == start
-            && STARTS[i]
-                .compare_exchange(start, GONE, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            return LENGTHS[i].load(Ordering::Acquire);
-        }
-    }
-    0
+    ARENAS.remove(hash(start), start).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -62,7 +62,9 @@ pub fn id(mem: &impl Memory, rt: &Runtime, ring: &Ring<'_>, code: usize) -> u32 
     let start = (code >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48;
     for probe in 0..PROBES {
         let slot = (start + probe) & (SLOTS - 1);
-        let entry = &TABLE[slot];
+        let Some(entry) = TABLE.get(slot) else {
+            continue; // never: the mask keeps `slot` in the table
+        };
         let key = entry.key.load(Ordering::Acquire);
         if key == 0
             && entry
@@ -183,12 +185,12 @@ impl<M: Memory> Chunker<'_, '_, M> {
         let mut done = 0;
         while done < blob.len {
             let n = (DATA_BYTES - self.used).min(blob.len - done);
-            if self
-                .mem
-                .bytes(blob.addr + done, &mut self.buf[self.used..self.used + n])
-                .is_none()
-            {
-                self.buf[self.used..self.used + n].fill(b'?');
+            // `used < DATA_BYTES` between calls: the `n` bytes after it are in the buffer.
+            let Some(to) = self.buf.get_mut(self.used..self.used + n) else {
+                return;
+            };
+            if self.mem.bytes(blob.addr + done, to).is_none() {
+                to.fill(b'?');
             }
             self.used += n;
             done += n;

@@ -138,6 +138,18 @@ struct Window {
     data: [u8; WINDOW],
 }
 
+impl Window {
+    /// The `len` bytes at `addr`, if this window holds them all.
+    #[inline(always)]
+    fn holding(&self, addr: usize, len: usize) -> Option<&[u8]> {
+        if self.len == 0 {
+            return None;
+        }
+        let from = addr.checked_sub(self.start)?;
+        self.data.get(..self.len)?.get(from..)?.get(..len)
+    }
+}
+
 impl Windowed {
     pub const fn new() -> Self {
         Windowed {
@@ -161,32 +173,33 @@ impl Memory for Windowed {
         if !checked() {
             return Direct.bytes(addr, out);
         }
-        let end = addr + out.len();
         // SAFETY: `Windowed` is neither `Sync` nor re-entered (no callbacks run while the
         // reference lives), so this is the only reference to the windows.
         let windows = unsafe { &mut *self.windows.get() };
-        if let Some(w) = windows
-            .iter()
-            .find(|w| w.len != 0 && addr >= w.start && end <= w.start + w.len)
-        {
-            out.copy_from_slice(&w.data[addr - w.start..end - w.start]);
+        if let Some(held) = windows.iter().find_map(|w| w.holding(addr, out.len())) {
+            out.copy_from_slice(held);
             return Some(());
         }
+        let end = addr + out.len();
         let page = addr & !(PAGE - 1);
         let start = addr.saturating_sub(BEHIND).max(page);
         let stop = (start + WINDOW).min(page + PAGE);
         if end > stop {
             return Direct.bytes(addr, out); // crosses a page: read just it
         }
-        let slot = self.next.get();
+        let slot = self.next.get() % WINDOWS;
         self.next.set((slot + 1) % WINDOWS);
-        let w = &mut windows[slot];
+        let Some(w) = windows.get_mut(slot) else {
+            return Direct.bytes(addr, out); // never: `slot < WINDOWS`
+        };
         w.len = 0;
-        if !vm_read(start, w.data.as_mut_ptr(), stop - start) {
+        // `stop - start <= WINDOW`: always there.
+        let into = w.data.get_mut(..stop - start)?;
+        if !vm_read(start, into.as_mut_ptr(), into.len()) {
             return None;
         }
         (w.start, w.len) = (start, stop - start);
-        out.copy_from_slice(&w.data[addr - start..end - start]);
+        out.copy_from_slice(w.holding(addr, out.len())?);
         Some(())
     }
 }

@@ -186,8 +186,8 @@ fn symbol(name: &core::ffi::CStr) -> usize {
 fn parse_version(text: &[u8]) -> Option<(u8, u8)> {
     let mut parts = text.split(|&b| b == b'.' || b == b' ');
     let number = |p: &[u8]| -> Option<u8> {
-        let digits = p.iter().take_while(|b| b.is_ascii_digit()).count();
-        core::str::from_utf8(&p[..digits]).ok()?.parse().ok()
+        let digits = p.split(|b| !b.is_ascii_digit()).next()?;
+        core::str::from_utf8(digits).ok()?.parse().ok()
     };
     Some((number(parts.next()?)?, number(parts.next()?)?))
 }

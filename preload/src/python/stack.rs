@@ -105,7 +105,7 @@ fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     match rt {
         Some(rt) if stack.tstate != 0 => {
             let w = walk::walk(mem, &rt.interpreter(), stack.tstate, &mut frames);
-            stack.depth = w.depth;
+            stack.depth = w.depth.min(MAX_DEPTH); // never more than it was given room for
             stack.flags |= if w.truncated {
                 sample_flags::TRUNCATED
             } else {
@@ -120,7 +120,7 @@ fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
         _ => stack.flags |= sample_flags::NO_PYTHON,
     }
     let mut sent = [Frame::default(); MAX_DEPTH];
-    for (out, frame) in sent.iter_mut().zip(&frames[..stack.depth]) {
+    for (out, frame) in sent.iter_mut().zip(&frames).take(stack.depth) {
         let code_id = rt.map_or(UNKNOWN_CODE, |rt| codes::id(mem, &rt, &ring, frame.code));
         *out = Frame {
             code_id,
@@ -133,7 +133,8 @@ fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     };
     let tid = clock::tid();
     group.set(0, &head(tid, clock::monotonic_ns(), stack));
-    for (i, chunk) in sent[..stack.depth].chunks(FRAMES_PER_RECORD).enumerate() {
+    let sent = sent.get(..stack.depth).unwrap_or_default();
+    for (i, chunk) in sent.chunks(FRAMES_PER_RECORD).enumerate() {
         group.set(1 + i as u64, &Record::frames(tid, chunk));
     }
 }

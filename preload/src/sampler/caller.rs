@@ -15,10 +15,9 @@ use mlprof_pyframes::Memory;
 
 use crate::python::read;
 
-/// Executable ranges of libc and libm: (start, end) pairs, found at load time.
-const RANGES: usize = 4;
-static STARTS: [AtomicUsize; RANGES] = [const { AtomicUsize::new(0) }; RANGES];
-static ENDS: [AtomicUsize; RANGES] = [const { AtomicUsize::new(0) }; RANGES];
+/// Executable ranges of libc and libm, found at load time: (start, end), unused while 0.
+static RANGES: [(AtomicUsize, AtomicUsize); 4] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 4];
 /// Stack words looked at.
 const WORDS: usize = 16;
 /// Candidates whose preceding bytes are read, at most.
@@ -44,12 +43,15 @@ unsafe extern "C" fn each(
     for i in 0..info.dlpi_phnum as usize {
         // SAFETY: dlpi_phdr has dlpi_phnum entries.
         let ph = unsafe { &*info.dlpi_phdr.add(i) };
-        if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_X == 0 || *next >= RANGES {
+        if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_X == 0 {
             continue;
         }
-        let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
-        STARTS[*next].store(start, Ordering::Relaxed);
-        ENDS[*next].store(start + ph.p_memsz as usize, Ordering::Relaxed);
+        let Some((start, end)) = RANGES.get(*next) else {
+            continue; // all taken
+        };
+        let at = info.dlpi_addr as usize + ph.p_vaddr as usize;
+        start.store(at, Ordering::Relaxed);
+        end.store(at + ph.p_memsz as usize, Ordering::Relaxed);
         *next += 1;
     }
     0
@@ -66,9 +68,9 @@ fn is_runtime(path: *const libc::c_char) -> bool {
 }
 
 fn in_runtime(addr: usize) -> bool {
-    (0..RANGES).any(|i| {
-        let start = STARTS[i].load(Ordering::Relaxed);
-        start != 0 && start <= addr && addr < ENDS[i].load(Ordering::Relaxed)
+    RANGES.iter().any(|(start, end)| {
+        let start = start.load(Ordering::Relaxed);
+        start != 0 && start <= addr && addr < end.load(Ordering::Relaxed)
     })
 }
 

@@ -143,10 +143,8 @@ fn interrupted(context: *mut libc::c_void) -> (usize, usize) {
     {
         // SAFETY: for SA_SIGINFO handlers the third argument is the interrupted ucontext.
         let regs = unsafe { &(*(context as *const libc::ucontext_t)).uc_mcontext.gregs };
-        (
-            regs[libc::REG_RIP as usize] as usize,
-            regs[libc::REG_RSP as usize] as usize,
-        )
+        let reg = |r: libc::c_int| regs.get(r as usize).map_or(0, |&v| v as usize);
+        (reg(libc::REG_RIP), reg(libc::REG_RSP))
     }
     #[cfg(target_arch = "aarch64")]
     {
