@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mlprof_pyframes::{layouts, walk, Interpreter};
 use mlprof_wire::{python_status, sample_flags};
 
-use super::decode::Decoded;
+use super::events::Decoded;
 use super::perf::{OpenError, ThreadIps};
 use super::remote::Remote;
 use super::{monotonic_ns, procfs, waits};

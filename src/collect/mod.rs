@@ -6,6 +6,7 @@ pub mod attach;
 pub(crate) mod channels;
 mod compact;
 pub(crate) mod decode;
+pub(crate) mod events;
 pub mod gpu;
 mod mapping;
 mod perf;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::recording::{between, ChannelSummary, ProcSummary, Recording, Setup, Tick};
-pub use decode::Events;
+pub use events::Events;
 
 use crate::error::Result;
 use crate::launch::{ChildExit, Forwarding, Launched, Session};
