@@ -10,8 +10,8 @@ const LEAVES: [&str; 5] = ["error", "sanitize", "test_rng", "test_skip", "units"
 
 /// The stages in data-flow order: each may import only the ones before it.
 const STAGES: [&str; 11] = [
-    "launch",
     "recording",
+    "launch",
     "collect",
     "symbolize",
     "model",
