@@ -2,19 +2,13 @@
 //! holding the memory; the verdict is the same on every run (exact heap counters); the
 //! program's own failure keeps its own exit code.
 
-use crate::fixture;
+use crate::fixture::{self, os};
 
 fn run(args: &[&str], size_mb: &str, how: &str) -> (Option<i32>, String) {
     let py = &fixture::numpy_pythons()[0];
-    let out = fixture::mlprof()
-        .args(["run", "-q"])
-        .args(args)
-        .arg("--")
-        .arg(&py.exe)
-        .arg(fixture::script("keep_array.py"))
-        .args([size_mb, how])
-        .output()
-        .unwrap();
+    let script = fixture::script("keep_array.py");
+    let program = [os(&py.exe), os(&script), os(size_mb), os(how)];
+    let out = fixture::run(&[&["-q"], args].concat(), &program, &[]);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

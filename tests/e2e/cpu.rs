@@ -49,17 +49,8 @@ fn run(py: &fixture::Python, scenario: &str) -> (Profile, String) {
 }
 
 fn run_with(py: &fixture::Python, scenario: &str, blas_threads: &str) -> (Profile, String) {
-    let script = fixture::script("cpu_lines.py");
-    let run = fixture::profile_with_env(
-        &[os(&py.exe), os(&script), os(scenario)],
-        &[("OPENBLAS_NUM_THREADS", blas_threads)],
-    );
-    assert!(
-        run.output.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&run.output.stderr)
-    );
+    let env = [("OPENBLAS_NUM_THREADS", blas_threads)];
+    let run = fixture::profile_script(py, "cpu_lines.py", &[scenario], &env);
     (
         run.profile,
         String::from_utf8_lossy(&run.output.stdout).into_owned(),

@@ -16,21 +16,10 @@ fn saved(
     args: &[&str],
 ) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.json"));
-    let out = fixture::mlprof()
-        .args(["run", "-q", "-o"])
-        .arg(&path)
-        .arg("--")
-        .arg(&py.exe)
-        .arg(fixture::script_or_example(script))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let script = fixture::script_or_example(script);
+    let mut program = vec![os(&py.exe), os(&script)];
+    program.extend(args.iter().map(os));
+    fixture::run_to(&path, &program, &[]);
     path
 }
 
