@@ -57,7 +57,7 @@ fn the_line_that_grew_comes_first_with_its_change() {
             within(first.alloc_bytes_delta as f64, truth, 0.10),
             "{v}: {first:?}"
         );
-        assert_eq!(first.status, "changed");
+        assert_eq!(first.status.as_str(), "changed");
         assert!(first.source.contains("np.ones((n, n))"), "{v}: {first:?}");
         let second = &d.lines[1];
         assert_eq!(second.line, m["linear"], "{v}: {:?}", d.lines);
