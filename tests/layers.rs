@@ -1,6 +1,7 @@
 //! The collector's data flows one way: every module of `src/` imports only earlier stages and
 //! the leaves, and `docs/ARCHITECTURE.md`'s stage table says exactly that. Reads the sources
-//! (every `crate::` path, tests included) and the table; fails naming the offending file.
+//! (every `crate::` path, and every `super::super::…` path that reaches the crate root, tests
+//! included; comments and literals left out) and the table; fails naming the offending file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,8 +11,8 @@ const LEAVES: [&str; 5] = ["error", "sanitize", "test_rng", "test_skip", "units"
 
 /// The stages in data-flow order: each may import only the ones before it.
 const STAGES: [&str; 11] = [
-    "launch",
     "recording",
+    "launch",
     "collect",
     "symbolize",
     "model",
@@ -38,57 +39,219 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of `src/` belongs to (`None` for the crate roots).
-fn module_of(path: &Path) -> Option<String> {
+/// The module a file of `src/` is, as its path from the crate root: `["collect", "decode"]` for
+/// `src/collect/decode.rs`, `["collect"]` for `src/collect/mod.rs` (`None` for the crate roots).
+fn module_path(path: &Path) -> Option<Vec<String>> {
     let rel = path.strip_prefix(root().join("src")).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main")).then(|| name.to_owned())
+    let mut names: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    let last = names.pop()?;
+    let stem = last.strip_suffix(".rs").unwrap_or(&last);
+    if stem != "mod" {
+        names.push(stem.to_owned());
+    }
+    let top = names.first()?;
+    (!matches!(top.as_str(), "lib" | "main")).then_some(names)
 }
 
-/// The source without comments (a `//` inside a string literal cuts the line short; no
-/// `crate::` path sits behind one in this code base).
+/// The top-level module a file of `src/` belongs to (`None` for the crate roots).
+fn module_of(path: &Path) -> Option<String> {
+    module_path(path)?.into_iter().next()
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The source as code only: comments (`//` to the end of the line, nested `/* */`) and the
+/// contents of string, raw string and character literals blanked, newlines kept. A `//` inside
+/// a string (`"http://..."`) is text and hides nothing after it, and a `crate::` or a brace
+/// inside one is no path and no block.
 fn code_of(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        out.push_str(line.split("//").next().unwrap_or(""));
-        out.push('\n');
+    let chars: Vec<char> = text.chars().collect();
+    let at = |i: usize| chars.get(i).copied();
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while let Some(c) = at(i) {
+        let starts_word = i == 0 || !is_ident(chars[i - 1]);
+        if c == '/' && at(i + 1) == Some('/') {
+            while at(i).is_some_and(|c| c != '\n') {
+                i += 1;
+            }
+            continue;
+        }
+        if c == '/' && at(i + 1) == Some('*') {
+            let mut depth = 0;
+            while let Some(c) = at(i) {
+                if c == '/' && at(i + 1) == Some('*') {
+                    (depth, i) = (depth + 1, i + 2);
+                } else if c == '*' && at(i + 1) == Some('/') {
+                    (depth, i) = (depth - 1, i + 2);
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(c));
+                    i += 1;
+                }
+            }
+            out.push(' ');
+            continue;
+        }
+        // Raw strings: r"…", r#"…"#, br"…" (not `r#ident`, not the end of an identifier).
+        if starts_word && (c == 'r' || (c == 'b' && at(i + 1) == Some('r'))) {
+            let open = if c == 'b' { i + 2 } else { i + 1 };
+            let mut quote = open;
+            while at(quote) == Some('#') {
+                quote += 1;
+            }
+            if at(quote) == Some('"') {
+                let hashes = quote - open;
+                out.extend(&chars[i..=quote]);
+                i = quote + 1;
+                while let Some(c) = at(i) {
+                    if c == '"' && (1..=hashes).all(|h| at(i + h) == Some('#')) {
+                        out.extend(&chars[i..=i + hashes]);
+                        i += 1 + hashes;
+                        break;
+                    }
+                    out.push(blank(c));
+                    i += 1;
+                }
+                continue;
+            }
+        }
+        if c == '"' {
+            out.push('"');
+            i += 1;
+            while let Some(c) = at(i) {
+                i += 1;
+                match c {
+                    '"' => {
+                        out.push('"');
+                        break;
+                    }
+                    '\\' => {
+                        out.push(' ');
+                        if let Some(escaped) = at(i) {
+                            out.push(blank(escaped));
+                            i += 1;
+                        }
+                    }
+                    c => out.push(blank(c)),
+                }
+            }
+            continue;
+        }
+        // A character literal ('x', '"', '\'', '\u{1F600}'); otherwise a lifetime or a label.
+        if c == '\'' {
+            let end = if at(i + 1) == Some('\\') {
+                (i + 3..chars.len()).find(|&j| chars[j] == '\'')
+            } else {
+                (at(i + 2) == Some('\'')).then_some(i + 2)
+            };
+            if let Some(end) = end {
+                out.push_str("' '");
+                i = end + 1;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
     }
     out
 }
 
-/// Every top-level module named by a `crate::` path: `crate::model::Profile`,
-/// `crate::{collect, launch}`, `crate::{model::{A, B}, render}`.
-fn imports(code: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// Whether the code before a `{` is `mod NAME`: the brace opens an inline module.
+fn opens_mod(before: &str) -> bool {
+    let before = before.trim_end();
+    let unnamed = before.trim_end_matches(is_ident);
+    if unnamed.len() == before.len() {
+        return false;
+    }
+    unnamed
+        .trim_end()
+        .strip_suffix("mod")
+        .is_some_and(|rest| !rest.ends_with(is_ident))
+}
+
+/// The top-level modules a path names after its root (`crate::`, or the `super::` that reaches
+/// the crate root): `model::Profile` → `model`, `{collect, launch::{A, B}, self}` → `collect`,
+/// `launch`.
+fn roots_named(rest: &str, out: &mut BTreeSet<String>) {
     let ident = |s: &str| -> String {
         s.trim_start()
             .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take_while(|&c| is_ident(c))
             .collect()
     };
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let mut start = 0;
-            for (i, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' | ',' if depth == 1 => {
-                        out.insert(ident(&group[start..i]));
-                        start = i + 1;
-                        if c == '}' {
-                            break;
-                        }
-                    }
-                    '}' => depth -= 1,
-                    _ => {}
+    let Some(group) = rest.trim_start().strip_prefix('{') else {
+        out.insert(ident(rest));
+        return;
+    };
+    let mut depth = 1;
+    let mut start = 0;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' | ',' if depth == 1 => {
+                out.insert(ident(&group[start..i]));
+                start = i + 1;
+                if c == '}' {
+                    break;
                 }
             }
-        } else {
-            out.insert(ident(rest));
+            '}' => depth -= 1,
+            _ => {}
         }
+    }
+}
+
+/// Every top-level module that `code` (made by [`code_of`]), the text of the module at `path`
+/// (see [`module_path`]), names by path: a `crate::` path, and a `super::super::…` path that
+/// climbs to the crate root, counting the file's place and the inline `mod NAME { … }` blocks
+/// around it (`super::super::render::x` in `collect/decode.rs`, or in a `mod tests` block of
+/// `collect/mod.rs`, is `crate::render::x`). A `super::` inside a `use` group
+/// (`use super::{super::x}`) is not followed: no code here writes one.
+fn imports(path: &[String], code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut depth = 0usize;
+    // Brace depth at which each enclosing inline module opened.
+    let mut mods: Vec<usize> = Vec::new();
+    let mut prev = ' ';
+    for (at, c) in code.char_indices() {
+        let rest = &code[at..];
+        match c {
+            '{' => {
+                if opens_mod(&code[..at]) {
+                    mods.push(depth);
+                }
+                depth += 1;
+            }
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if mods.last() == Some(&depth) {
+                    mods.pop();
+                }
+            }
+            _ if is_ident(prev) || prev == ':' => {}
+            _ if rest.starts_with("crate::") => roots_named(&rest["crate::".len()..], &mut out),
+            _ if rest.starts_with("super::") => {
+                let mut after = rest;
+                let mut up = 0;
+                while let Some(r) = after.strip_prefix("super::") {
+                    (after, up) = (r.trim_start(), up + 1);
+                }
+                if up == path.len() + mods.len() {
+                    roots_named(after, &mut out);
+                }
+            }
+            _ => {}
+        }
+        prev = c;
     }
     out.retain(|m| !m.is_empty() && m != "self");
     out
@@ -125,12 +288,13 @@ fn no_module_imports_a_later_stage() {
     rust_files(&root().join("src"), &mut files);
     let mut offences = Vec::new();
     for file in &files {
-        let Some(module) = module_of(file) else {
+        let Some(path) = module_path(file) else {
             continue;
         };
+        let module = path[0].clone();
         let text = std::fs::read_to_string(file).expect("read source");
         let bad = forbidden(&module);
-        for import in imports(&code_of(&text)) {
+        for import in imports(&path, &code_of(&text)) {
             if bad.contains(&import) {
                 let rel = file.strip_prefix(root()).unwrap_or(file);
                 offences.push(format!("{} ({module}) imports {import}", rel.display()));
@@ -198,12 +362,86 @@ fn architecture_doc_states_the_same_rule() {
     );
 }
 
+/// The imports `imports` reads in `source`, as the text of the module at `path`.
+fn read(path: &[&str], source: &str) -> Vec<String> {
+    let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+    imports(&path, &code_of(source)).into_iter().collect()
+}
+
 #[test]
 fn the_import_reader_sees_every_form() {
-    let code = code_of(
+    let got = read(
+        &["cli"],
         "use crate::model::Profile;\nuse crate::{collect, launch::{A, B}, self};\n\
          // use crate::render;\nfn f() { crate::gate::check(); }\n",
     );
-    let got: Vec<String> = imports(&code).into_iter().collect();
     assert_eq!(got, ["collect", "gate", "launch", "model"]);
+}
+
+#[test]
+fn super_paths_that_reach_the_crate_root_are_imports() {
+    // From a file one level down, `super::super::` is the crate root; `super::` is its own
+    // stage.
+    let decode = ["collect", "decode"];
+    assert_eq!(
+        read(&decode, "use super::super::render::text;\n"),
+        ["render"]
+    );
+    assert_eq!(
+        read(&decode, "fn f() { super::super::gate::check(); }"),
+        ["gate"]
+    );
+    assert_eq!(
+        read(&decode, "use super::super::{cli, model::{A, B}};\n"),
+        ["cli", "model"]
+    );
+    assert!(read(&decode, "use super::events::Decoded;\nuse super::*;\n").is_empty());
+    // In a stage's `mod.rs` a `super::` is the root already; an inline module is a level more.
+    assert_eq!(
+        read(&["collect"], "use super::model::Profile;\n"),
+        ["model"]
+    );
+    let nested = "mod tests {\n    use super::super::model;\n    use super::waits;\n}\n\
+                  fn f() { super::super::render::x(); }\n";
+    assert_eq!(
+        read(&["collect"], nested),
+        ["model"],
+        "the second `super::super` is outside the block: above the root, not a path"
+    );
+    assert_eq!(
+        read(
+            &decode,
+            "#[cfg(test)]\npub(crate) mod tests {\n    use super::super::super::cli;\n}\n"
+        ),
+        ["cli"]
+    );
+    // `crate::` and `super::` only where a path starts.
+    assert!(read(
+        &decode,
+        "let a = mycrate::model::x; let b = x::super::render::y;"
+    )
+    .is_empty());
+}
+
+#[test]
+fn comments_are_left_out_and_strings_hide_nothing() {
+    let got = read(
+        &["cli"],
+        "let url = \"http://example.com\"; use crate::render::html;\n\
+         let quote = '\"'; use crate::gate;\n\
+         let raw = r#\"a \" // b\"#; use crate::model;\n\
+         let s = \"crate::collect and { unbalanced\"; /* crate::launch /* nested */ */\n\
+         let c = '{'; let e = '\\''; fn f<'a>(x: &'a str) { crate::annotate::f(); }\n",
+    );
+    assert_eq!(got, ["annotate", "gate", "model", "render"]);
+    let code = code_of("a // crate::cli \"\nb /* x\n y */ c \"// kept\" 'q'");
+    let words: Vec<&str> = code.split_whitespace().collect();
+    assert_eq!(words, ["a", "b", "c", "\"", "\"", "'", "'"], "{code:?}");
+    assert_eq!(code.lines().count(), 3, "newlines kept: {code:?}");
+}
+
+#[test]
+fn a_closing_brace_in_a_string_does_not_end_a_module_block() {
+    let source = "mod tests {\n    const S: &str = \"}\";\n    use super::super::render;\n}\n";
+    assert_eq!(read(&["collect"], source), ["render"]);
 }

@@ -351,7 +351,7 @@ pub(super) fn sweep(args: SweepArgs) -> Result<i32> {
         Format::Html => render::sweep::html(&doc)?,
     };
     write_text(&text, destination)?;
-    let good = |s: &sweep::Sweep| s.runs.iter().any(|r| r.status == "ok");
+    let good = |s: &sweep::Sweep| s.runs.iter().any(|r| r.status == sweep::RunStatus::Ok);
     if !good(&doc) && !doc.more.iter().any(good) {
         return Err(Error::new("sweep: no run succeeded, so nothing was fitted"));
     }

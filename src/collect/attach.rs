@@ -16,15 +16,14 @@ use std::time::{Duration, Instant};
 use mlprof_pyframes::{layouts, walk, Interpreter};
 use mlprof_wire::{python_status, sample_flags};
 
-use super::decode::Decoded;
+use super::events::Decoded;
 use super::perf::{OpenError, ThreadIps};
 use super::remote::Remote;
 use super::{monotonic_ns, procfs, waits};
 use crate::error::{Error, Result};
-use crate::launch::ChildExit;
 use crate::recording::mapped::{self, MAX_INTERPRETER_BYTES};
 use crate::recording::maps::{library_name, MappedFile};
-use crate::recording::{ChannelSummary, CpuSample, ProcSummary, Recording, Tick};
+use crate::recording::{ChannelSummary, ChildExit, CpuSample, ProcSummary, Recording, Tick, Usage};
 
 /// How to attach.
 pub struct Options<'a> {
@@ -257,7 +256,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let usage_after = procfs::usage(pid).unwrap_or(usage_before);
     let perf_warnings = perf.warnings();
     drop(perf);
-    let usage = crate::launch::Usage {
+    let usage = Usage {
         user_s: (usage_after.0 - usage_before.0).max(0.0),
         kernel_s: (usage_after.1 - usage_before.1).max(0.0),
         maxrss_bytes: proc_summary.peak_rss_bytes,

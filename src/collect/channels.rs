@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use mlprof_wire::{python_status, state, WireError, FILE_SUFFIX};
 
-use super::decode::{Decoder, Events, MAX_RECORD_BYTES};
+use super::decode::{Decoder, MAX_RECORD_BYTES};
+use super::events::Events;
 use super::mapping::{Mapping, OpenError};
 use super::procfs;
 use super::waits;
@@ -370,7 +371,7 @@ impl Channels {
     /// What has been drained so far, for a snapshot of the run in progress, without draining
     /// or ending anything: every channel's summary (code objects and threads copied, the
     /// newest image of each process that has not exited marked `still_running`) with its
-    /// sampled events shared, not copied ([`super::decode::Decoded::share`]), and the
+    /// sampled events shared, not copied ([`super::events::Decoded::share`]), and the
     /// warnings so far.
     pub fn snapshot(&mut self) -> (Vec<(ChannelSummary, Arc<Events>)>, Vec<String>) {
         let live = self.newest_live();
@@ -490,7 +491,7 @@ impl Channel {
     }
 
     /// The warnings about records dropped so far: malformed ones, and regions lost to a full
-    /// ring or left out beyond [`super::decode::MAX_REGIONS`].
+    /// ring or left out beyond [`super::events::MAX_REGIONS`].
     fn malformed_warning(&self) -> Vec<String> {
         let mut out = Vec::new();
         let (pid, name) = (self.summary.pid, &self.name);
@@ -516,9 +517,9 @@ impl Channel {
             out.push(format!(
                 "pid {pid} ({name}): more than {} regions: the {} after the first {} are left \
                  out of the report",
-                super::decode::MAX_REGIONS,
+                super::events::MAX_REGIONS,
                 losses.over_cap,
-                super::decode::MAX_REGIONS,
+                super::events::MAX_REGIONS,
             ));
         }
         if malformed > 0 {

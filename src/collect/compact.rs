@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use mlprof_wire::sample_flags;
 
-use super::decode::Events;
+use super::events::Events;
 use crate::recording::{AllocGroup, AllocSample};
 
 /// Events this much younger than the newest one are left as they are: recent data stays

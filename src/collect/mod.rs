@@ -6,6 +6,7 @@ pub mod attach;
 pub(crate) mod channels;
 mod compact;
 pub(crate) mod decode;
+pub(crate) mod events;
 pub mod gpu;
 mod mapping;
 mod perf;
@@ -20,11 +21,13 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::recording::{between, ChannelSummary, ProcSummary, Recording, Setup, Tick};
-pub use decode::Events;
+use crate::recording::{
+    between, ChannelSummary, ChildExit, ProcSummary, Recording, Setup, Tick, Usage,
+};
+pub use events::Events;
 
 use crate::error::Result;
-use crate::launch::{ChildExit, Forwarding, Launched, Session};
+use crate::launch::{Forwarding, Launched, Session};
 use channels::Channels;
 use std::sync::atomic::Ordering;
 
@@ -465,7 +468,7 @@ impl Collector {
             }
             None => {
                 let (user_s, kernel_s) = procfs::usage(self.child).unwrap_or_default();
-                let usage = crate::launch::Usage {
+                let usage = Usage {
                     user_s,
                     kernel_s,
                     maxrss_bytes: self.procs.get(&self.child).map_or(0, |p| p.peak_rss_bytes),

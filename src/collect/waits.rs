@@ -16,7 +16,8 @@ use mlprof_pyframes::code::{self, Blob};
 use mlprof_pyframes::{layouts, walk, Interpreter, Memory};
 use mlprof_wire::sample_flags;
 
-use super::decode::{decode_str, Decoded};
+use super::decode::decode_str;
+use super::events::Decoded;
 use super::remote::Remote;
 use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
 
@@ -111,7 +112,7 @@ fn tasks(pid: u32) -> Vec<Task> {
 /// Python thread of `target` to `out`, and, with the kernel's per-thread clocks (`schedstat`),
 /// add to each thread's exact blocked time: the time between looks less what it ran and waited
 /// for a CPU. Looks tend to come when a CPU frees up, which is when a thread blocks, so the
-/// intervals overstate its waiting; [`super::decode::Decoded::take_events`] scales each
+/// intervals overstate its waiting; [`super::events::Decoded::take_events`] scales each
 /// thread's waiting samples down to its blocked time.
 pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) {
     let all = tasks(target.pid);

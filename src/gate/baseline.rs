@@ -3,7 +3,8 @@
 //! tree's peak heap, and each line's bytes allocated and held at the peak (lines matched and noise
 //! judged as `mlprof diff` does: `model::diff`).
 
-use crate::model::{Profile, Violation};
+use crate::model::diff::LineStatus;
+use crate::model::{Amount, Budget, Profile, Violation};
 use crate::units::bytes;
 
 /// Growth allowed before a regression, in percent.
@@ -43,7 +44,7 @@ pub fn regressions(now: &Profile, base: &Profile, t: &Tolerance) -> Vec<Violatio
     let (before, after) = (base.memory.peak_heap_bytes, now.memory.peak_heap_bytes);
     if t.exceeded(before, after) {
         out.push(regression(
-            "baseline_peak_heap",
+            Budget::BaselinePeakHeap,
             "peak heap",
             before,
             after,
@@ -57,7 +58,7 @@ pub fn regressions(now: &Profile, base: &Profile, t: &Tolerance) -> Vec<Violatio
     for l in diff
         .lines
         .iter()
-        .filter(|l| l.line > 0 && l.status != "gone")
+        .filter(|l| l.line > 0 && l.status != LineStatus::Gone)
     {
         let name = l.file.rsplit('/').next().unwrap_or(&l.file);
         for (figure, what, before, after) in [
@@ -76,7 +77,7 @@ pub fn regressions(now: &Profile, base: &Profile, t: &Tolerance) -> Vec<Violatio
         ] {
             if l.is_meaningful(figure) && t.exceeded(before, after) {
                 out.push(regression(
-                    "baseline_line",
+                    Budget::BaselineLine,
                     &format!("{name}:{} {what}", l.line),
                     before,
                     after,
@@ -90,7 +91,7 @@ pub fn regressions(now: &Profile, base: &Profile, t: &Tolerance) -> Vec<Violatio
 }
 
 fn regression(
-    budget: &str,
+    budget: Budget,
     what: &str,
     before: u64,
     after: u64,
@@ -103,9 +104,11 @@ fn regression(
         "new".into()
     };
     Violation {
-        budget: budget.to_string(),
-        limit_bytes: before,
-        actual_bytes: after,
+        budget,
+        amount: Amount::Bytes {
+            limit_bytes: before,
+            actual_bytes: after,
+        },
         message: format!(
             "regression: {what} {} vs {} in the baseline ({growth})",
             bytes(after),

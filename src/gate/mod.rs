@@ -8,7 +8,7 @@ pub mod report;
 
 use std::collections::BTreeMap;
 
-use crate::model::{Profile, Violation};
+use crate::model::{Amount, Budget, Profile, Violation};
 use crate::units::bytes;
 
 /// Exit code of `mlprof run` / `mlprof check` when a budget is exceeded (and the program itself
@@ -93,7 +93,7 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     if let Some(limit) = b.max_peak_bytes.filter(|&l| p.memory.peak_heap_bytes > l) {
         out.push(at(
             violation(
-                "peak_heap",
+                Budget::PeakHeap,
                 "peak heap",
                 limit,
                 p.memory.peak_heap_bytes,
@@ -106,7 +106,7 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     if let Some(limit) = b.max_rss_bytes.filter(|&l| p.memory.peak_rss_bytes > l) {
         out.push(at(
             violation(
-                "peak_rss",
+                Budget::PeakRss,
                 "peak RSS",
                 limit,
                 p.memory.peak_rss_bytes,
@@ -141,7 +141,7 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
                 .map(|(at, b)| format!("{at} holds {}", bytes(*b)))
                 .collect();
             out.push(violation(
-                "leaks",
+                Budget::Leaks,
                 "likely leaks",
                 limit,
                 total,
@@ -156,14 +156,19 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
         .map(|l| l.measures.copy_bytes)
         .sum();
     if let Some(limit) = b.max_copy_bytes.filter(|&l| copied > l) {
-        out.push(violation("copy", "copy volume", limit, copied, ""));
+        out.push(violation(Budget::Copy, "copy volume", limit, copied, ""));
     }
     let cpu = p.cpu_s();
     if let Some(limit) = b.max_cpu_s.filter(|&l| cpu > l) {
         out.push(Violation {
-            budget: "cpu".into(),
+            budget: Budget::Cpu,
+            amount: Amount::Seconds {
+                limit_s: limit,
+                actual_s: cpu,
+            },
             message: format!("budget exceeded: CPU time {cpu:.2} s > {limit:.2} s"),
-            ..Violation::default()
+            file: None,
+            line: None,
         });
     }
     out.extend(places(p, b));
@@ -243,7 +248,7 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
         let bytes_held = held(&|l| l.line == line && matches(&l.file, file));
         if bytes_held > limit {
             out.push(at(
-                violation("line", &format!("{key} held"), limit, bytes_held, ""),
+                violation(Budget::Line, &format!("{key} held"), limit, bytes_held, ""),
                 p,
                 &|l| l.line == line && matches(&l.file, file),
             ));
@@ -256,7 +261,13 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
         let bytes_held = held(&|l| l.function == function && matches(&l.file, file));
         if bytes_held > limit {
             out.push(at(
-                violation("function", &format!("{key} held"), limit, bytes_held, ""),
+                violation(
+                    Budget::Function,
+                    &format!("{key} held"),
+                    limit,
+                    bytes_held,
+                    "",
+                ),
                 p,
                 &|l| l.function == function && matches(&l.file, file),
             ));
@@ -266,7 +277,7 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
         let bytes_held = held(&|l| matches(&l.file, key));
         if bytes_held > limit {
             out.push(at(
-                violation("file", &format!("{key} held"), limit, bytes_held, ""),
+                violation(Budget::File, &format!("{key} held"), limit, bytes_held, ""),
                 p,
                 &|l| matches(&l.file, key),
             ));
@@ -275,7 +286,7 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
     out
 }
 
-fn violation(budget: &str, what: &str, limit: u64, actual: u64, whereabouts: &str) -> Violation {
+fn violation(budget: Budget, what: &str, limit: u64, actual: u64, whereabouts: &str) -> Violation {
     let mut message = format!(
         "budget exceeded: {what} {} > {}",
         bytes(actual),
@@ -285,9 +296,11 @@ fn violation(budget: &str, what: &str, limit: u64, actual: u64, whereabouts: &st
         message.push_str(&format!(" ({whereabouts})"));
     }
     Violation {
-        budget: budget.to_string(),
-        limit_bytes: limit,
-        actual_bytes: actual,
+        budget,
+        amount: Amount::Bytes {
+            limit_bytes: limit,
+            actual_bytes: actual,
+        },
         message,
         file: None,
         line: None,
@@ -324,7 +337,7 @@ fn gpu_verdict(p: &Profile, limit: u64) -> Option<Violation> {
         None
     };
     if let Some(why) = unchecked {
-        let mut v = violation("peak_gpu_memory", "peak GPU memory", limit, 0, "");
+        let mut v = violation(Budget::PeakGpuMemory, "peak GPU memory", limit, 0, "");
         v.message = format!("budget not checked: peak GPU memory ({why})");
         return Some(v);
     }
@@ -349,7 +362,7 @@ fn gpu_verdict(p: &Profile, limit: u64) -> Option<Violation> {
         })
         .collect();
     let mut v = violation(
-        "peak_gpu_memory",
+        Budget::PeakGpuMemory,
         "peak GPU memory",
         limit,
         p.gpu.peak_memory_bytes,
@@ -489,11 +502,17 @@ mod tests {
             ..Budgets::default()
         };
         b.files.insert("test_big.py".into(), 1 << 30);
-        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        let kinds: Vec<&str> = verdicts(&p, &b).iter().map(|v| v.budget.as_str()).collect();
         assert_eq!(kinds, ["copy", "cpu", "file"]);
         b.ignore.push("tests/*".into());
-        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        let verdicts = verdicts(&p, &b);
+        let kinds: Vec<&str> = verdicts.iter().map(|v| v.budget.as_str()).collect();
         assert_eq!(kinds, ["cpu"], "ignored lines count for no budget");
+        let seconds = Amount::Seconds {
+            limit_s: 11.0,
+            actual_s: p.cpu_s(),
+        };
+        assert_eq!(verdicts[0].amount, seconds, "a CPU budget in seconds");
     }
 
     /// The `budget` names docs/profile-schema.md lists, one per limit.
@@ -528,7 +547,7 @@ mod tests {
         b.lines.insert("train.py:88".into(), 1);
         b.functions.insert("train.py::step".into(), 1);
         b.files.insert("train.py".into(), 1);
-        let kinds: Vec<String> = verdicts(&p, &b).into_iter().map(|v| v.budget).collect();
+        let kinds: Vec<&str> = verdicts(&p, &b).iter().map(|v| v.budget.as_str()).collect();
         assert_eq!(
             kinds,
             [
@@ -546,9 +565,9 @@ mod tests {
         let mut grown = p.clone();
         grown.memory.peak_heap_bytes = 16 << 30;
         grown.lines[0].measures.peak_bytes = 16 << 30;
-        let kinds: Vec<String> = baseline::regressions(&grown, &p, &baseline::Tolerance::default())
-            .into_iter()
-            .map(|v| v.budget)
+        let kinds: Vec<&str> = baseline::regressions(&grown, &p, &baseline::Tolerance::default())
+            .iter()
+            .map(|v| v.budget.as_str())
             .collect();
         assert_eq!(kinds, ["baseline_peak_heap", "baseline_line"]);
     }

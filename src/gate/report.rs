@@ -1,9 +1,9 @@
 //! Budget verdicts the way CI systems read them: GitHub Actions annotations
 //! (`::error file=…,line=…::…`), a Markdown job summary, and JUnit XML.
 
-use crate::model::{Profile, Violation};
+use crate::model::{Amount, Profile, Violation};
 use crate::sanitize::clean;
-use crate::units::bytes;
+use crate::units::{bytes, seconds};
 
 /// GitHub Actions `::error` commands, one per violation (located when it has a place). Messages
 /// and file names (the program's) are [`clean`]ed first: the commands are printed to the job's
@@ -46,11 +46,16 @@ pub fn markdown_summary(p: &Profile) -> String {
             (Some(f), Some(l)) => code(&format!("{}:{l}", f.rsplit('/').next().unwrap_or(f)), true),
             _ => String::new(),
         };
+        let (limit, actual) = match v.amount {
+            Amount::Bytes {
+                limit_bytes,
+                actual_bytes,
+            } => (bytes(limit_bytes), bytes(actual_bytes)),
+            Amount::Seconds { limit_s, actual_s } => (seconds(limit_s), seconds(actual_s)),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {at} |\n",
-            cell(&v.budget),
-            bytes(v.limit_bytes),
-            bytes(v.actual_bytes)
+            "| {} | {limit} | {actual} | {at} |\n",
+            cell(v.budget.as_str())
         ));
     }
     out
@@ -106,7 +111,7 @@ pub fn junit(p: &Profile) -> String {
     for v in &p.violations {
         out.push_str(&format!(
             "  <testcase classname=\"mlprof\" name=\"{}\">\n    <failure message=\"{}\">{}</failure>\n  </testcase>\n",
-            xml(&v.budget),
+            xml(v.budget.as_str()),
             xml(&v.message),
             xml(&v.message)
         ));
@@ -141,7 +146,7 @@ fn escape_property(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::SCHEMA;
+    use crate::model::{Budget, SCHEMA};
 
     fn failing() -> Profile {
         let mut p = Profile {
@@ -150,9 +155,11 @@ mod tests {
             ..Profile::default()
         };
         p.violations.push(Violation {
-            budget: "line".into(),
-            limit_bytes: 1 << 20,
-            actual_bytes: 2 << 20,
+            budget: Budget::Line,
+            amount: Amount::Bytes {
+                limit_bytes: 1 << 20,
+                actual_bytes: 2 << 20,
+            },
             message: "budget exceeded: t.py:3 held 2.0 MiB > 1.0 MiB <&>".into(),
             file: Some("/w/a,b.py".into()),
             line: Some(3),
@@ -184,13 +191,30 @@ mod tests {
         );
     }
 
-    /// A profile whose command line, file name and message hold what the program chose.
+    #[test]
+    fn a_cpu_budget_is_summarised_in_seconds() {
+        let mut p = failing();
+        p.violations[0] = Violation {
+            budget: Budget::Cpu,
+            amount: Amount::Seconds {
+                limit_s: 1.5,
+                actual_s: 10.0,
+            },
+            message: "budget exceeded: CPU time 10.00 s > 1.50 s".into(),
+            file: None,
+            line: None,
+        };
+        let md = markdown_summary(&p);
+        assert!(md.contains("| cpu | 1.50 s | 10.00 s |  |"), "{md}");
+    }
+
+    /// A profile whose command line, file name and message hold what the program chose (a
+    /// budget's name is the profile's own: `Budget`).
     fn hostile() -> Profile {
         let evil = "e|v`i\x1b[31m\x07\u{202e}\r\n|l\u{0}<&>\"'\\|\\\\|";
         let mut p = failing();
         p.command = vec!["python".into(), format!("{evil}.py")];
         p.violations[0].file = Some(format!("/w/{evil}.py"));
-        p.violations[0].budget = evil.into();
         p.violations[0].message = format!("budget exceeded: {evil}.py:3 held 2.0 MiB");
         p
     }

@@ -13,9 +13,9 @@ use std::sync::mpsc::Receiver;
 
 pub use session::Session;
 pub use signals::{block_forwarded_signals, exit_status, forward_signals, watch_exit, Forwarding};
-pub use wait::{ChildExit, Usage};
 
 use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::recording::ChildExit;
 
 /// Default CPU sampling rate, per second of a thread's CPU time (see docs/benchmarks.md for how
 /// it was chosen). The defaults are here once: `run`, `attach`, `sweep`, and `diff` and `sweep`

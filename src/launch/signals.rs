@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
-use super::ChildExit;
+use crate::recording::ChildExit;
 
 const FORWARDED: [libc::c_int; 6] = [
     libc::SIGINT,

@@ -4,27 +4,7 @@
 use std::process::Child;
 use std::sync::mpsc::{channel, Receiver};
 
-/// How the direct child ended, with its resource usage.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ChildExit {
-    /// Exit code, if it exited.
-    pub code: Option<i32>,
-    /// Signal number, if a signal killed it.
-    pub signal: Option<i32>,
-    /// Kernel resource usage.
-    pub usage: Usage,
-}
-
-/// Kernel resource usage of a reaped child.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Usage {
-    /// User CPU seconds.
-    pub user_s: f64,
-    /// Kernel CPU seconds.
-    pub kernel_s: f64,
-    /// Peak resident set size in bytes.
-    pub maxrss_bytes: u64,
-}
+use crate::recording::{ChildExit, Usage};
 
 /// Reap `child` on a thread of its own; its status arrives on the returned receiver.
 pub fn spawn_waiter(child: Child) -> Receiver<ChildExit> {

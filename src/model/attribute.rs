@@ -114,7 +114,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
                 .map(|c| c.merged_cpu_samples)
                 .sum::<u64>(),
         event_window_s: rec.channels.iter().map(|c| c.window_ns).max().unwrap_or(0) as f64 / NS,
-        idle: if filter.idle { "all" } else { "main" }.to_string(),
+        idle: if filter.idle { Idle::All } else { Idle::Main },
         dropped_events: rec.channels.iter().map(|c| c.dropped).sum(),
         labels: rec.labels.clone(),
         violations: Vec::new(),

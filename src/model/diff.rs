@@ -153,6 +153,33 @@ impl Figures {
     }
 }
 
+/// How a line (or function) of one run was matched in the other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LineStatus {
+    /// In both, with the same source text (`"changed"`, whether or not its figures changed).
+    #[default]
+    Changed,
+    /// At the same place in both, with other source text (`"edited"`).
+    Edited,
+    /// Only in the new run (`"new"`).
+    New,
+    /// Only in the base run (`"gone"`).
+    Gone,
+}
+
+impl LineStatus {
+    /// The name the diff document gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LineStatus::Changed => "changed",
+            LineStatus::Edited => "edited",
+            LineStatus::New => "new",
+            LineStatus::Gone => "gone",
+        }
+    }
+}
+
 /// A line (or function) in both runs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LineDiff {
@@ -167,9 +194,8 @@ pub struct LineDiff {
     pub function: String,
     /// Source text (new run's).
     pub source: String,
-    /// `"changed"` (same source text), `"edited"` (same place, other text), `"new"` (only in
-    /// the new run) or `"gone"` (only in the base run).
-    pub status: String,
+    /// How it was matched ([`LineStatus`]).
+    pub status: LineStatus,
     /// Change of bytes held at the heap peak.
     pub peak_bytes_delta: i64,
     /// Change of bytes allocated.
@@ -331,7 +357,7 @@ struct Pair<'a> {
     base_line: Option<u32>,
     function: String,
     source: String,
-    status: &'static str,
+    status: LineStatus,
     base: Option<&'a Measures>,
     new: Option<&'a Measures>,
 }
@@ -379,7 +405,7 @@ fn match_lines<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
         match found {
             Some(i) => {
                 taken[i] = true;
-                pairs.push(pair(l, Some(b[i]), "changed"));
+                pairs.push(pair(l, Some(b[i]), LineStatus::Changed));
             }
             None => unmatched_new.push(*l),
         }
@@ -397,9 +423,9 @@ fn match_lines<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
         match left.remove(&k) {
             Some(i) => {
                 taken[i] = true;
-                pairs.push(pair(l, Some(b[i]), "edited"));
+                pairs.push(pair(l, Some(b[i]), LineStatus::Edited));
             }
-            None => pairs.push(pair(l, None, "new")),
+            None => pairs.push(pair(l, None, LineStatus::New)),
         }
     }
     for (i, l) in b.iter().enumerate().filter(|(i, _)| !taken[*i]) {
@@ -410,7 +436,7 @@ fn match_lines<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
             base_line: Some(l.line),
             function: l.function.clone(),
             source: l.source.clone(),
-            status: "gone",
+            status: LineStatus::Gone,
             base: Some(&l.measures),
             new: None,
         });
@@ -418,7 +444,7 @@ fn match_lines<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
     pairs
 }
 
-fn pair<'a>(l: &'a LineStats, base: Option<&'a LineStats>, status: &'static str) -> Pair<'a> {
+fn pair<'a>(l: &'a LineStats, base: Option<&'a LineStats>, status: LineStatus) -> Pair<'a> {
     Pair {
         file: l.file.clone(),
         line: l.line,
@@ -449,7 +475,11 @@ fn match_functions<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
             base_line: b.map(|b| b.line),
             function: f.function.clone(),
             source: String::new(),
-            status: if b.is_some() { "changed" } else { "new" },
+            status: if b.is_some() {
+                LineStatus::Changed
+            } else {
+                LineStatus::New
+            },
             base: b.map(|b| &b.measures),
             new: Some(&f.measures),
         });
@@ -463,7 +493,7 @@ fn match_functions<'a>(base: &'a Profile, new: &'a Profile) -> Vec<Pair<'a>> {
             base_line: Some(f.line),
             function: f.function.clone(),
             source: String::new(),
-            status: "gone",
+            status: LineStatus::Gone,
             base: Some(&f.measures),
             new: None,
         });
@@ -510,7 +540,7 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
             base_line: p.base_line,
             function: p.function,
             source: p.source,
-            status: p.status.to_string(),
+            status: p.status,
             meaningful: Vec::new(),
             noise,
             base: b,

@@ -1,7 +1,7 @@
 //! What must hold in every profile. Tests check every profile they produce against these;
 //! `mlprof report` refuses a profile that breaks them.
 
-use super::profile::Profile;
+use super::profile::{Idle, Profile};
 
 /// Every broken invariant of `p`, as sentences (empty when the profile is consistent).
 pub fn violations(p: &Profile) -> Vec<String> {
@@ -92,10 +92,10 @@ pub fn violations(p: &Profile) -> Vec<String> {
     check(
         !sampled
             || waiting_lines <= waiting_threads + 1e-6 * waiting_threads.max(1.0)
-                && (p.idle != "all" || near(waiting_lines, waiting_threads)),
+                && (p.idle != Idle::All || near(waiting_lines, waiting_threads)),
         format!(
             "waiting on lines {waiting_lines} s against {waiting_threads} s of threads (idle {:?})",
-            p.idle
+            p.idle.as_str()
         ),
     );
     for line in &p.lines {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::profile::*;
+use super::sections::Violation;
 
 /// One input of a merge: where it came from and the profile itself.
 pub struct Input {
@@ -105,8 +106,8 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.dropped_events += p.dropped_events;
         out.cpu_samples += p.cpu_samples;
         out.event_window_s = out.event_window_s.max(p.event_window_s);
-        if out.idle.is_empty() || p.idle == "all" {
-            out.idle = p.idle.clone();
+        if out.idle == Idle::Unrecorded || p.idle == Idle::All {
+            out.idle = p.idle;
         }
         if out.sample_interval_s == 0.0 {
             out.sample_interval_s = p.sample_interval_s;

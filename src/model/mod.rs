@@ -25,4 +25,4 @@ pub mod timeline;
 pub use attribute::attribute;
 pub use filter::Filter;
 pub use profile::*;
-pub use sections::{Hint, Region, RegionLine};
+pub use sections::{Amount, Budget, Hint, HintKind, Region, RegionLine, Violation};

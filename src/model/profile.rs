@@ -80,11 +80,10 @@ pub struct Profile {
     /// each at its window's start (0: none were merged; see `docs/design/bounded-collector.md`).
     #[serde(default)]
     pub event_window_s: f64,
-    /// Whose waiting counts on lines, functions, stacks and the CPU timeline: `"main"` (each
-    /// process's main thread, and other threads while it waits too; the default) or `"all"`
-    /// (`--idle`). `threads` always carry every thread's waiting.
+    /// Whose waiting counts on lines, functions, stacks and the CPU timeline ([`Idle`]).
+    /// `threads` always carry every thread's waiting.
     #[serde(default)]
-    pub idle: String,
+    pub idle: Idle,
     /// Where and as what the run happened: `host`, and `RANK`, `LOCAL_RANK`, `WORLD_SIZE` when
     /// set (distributed jobs), for merging and for continuous-profiling backends.
     #[serde(default)]
@@ -92,7 +91,7 @@ pub struct Profile {
     /// Budgets this run exceeded (`gate::verdicts`, baseline regressions included); empty if
     /// none or none set.
     #[serde(default)]
-    pub violations: Vec<Violation>,
+    pub violations: Vec<super::sections::Violation>,
     /// Things the user should know about how this profile was measured.
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -116,6 +115,31 @@ pub struct Profile {
     /// or exit status were measured; absent (false) for `mlprof run`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attached: bool,
+}
+
+/// Whose waiting a profile counts on its lines, functions, stacks and CPU timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idle {
+    /// Not said: a profile from before the field (`""`).
+    #[default]
+    #[serde(rename = "")]
+    Unrecorded,
+    /// Each process's main thread, and other threads while it waits too (the default).
+    Main,
+    /// Every thread's (`--idle`).
+    All,
+}
+
+impl Idle {
+    /// The name the profile gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idle::Unrecorded => "",
+            Idle::Main => "main",
+            Idle::All => "all",
+        }
+    }
 }
 
 impl Profile {
@@ -389,26 +413,6 @@ pub struct MemorySample {
     /// Anonymous mappings of the tree, apart from the heap (bytes; 0 in older profiles).
     #[serde(default)]
     pub mapped_bytes: u64,
-}
-
-/// One exceeded budget (see `budget.rs`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Violation {
-    /// Which limit: `peak_heap`, `peak_rss`, `peak_gpu_memory`, `leaks`, `copy`, `cpu`, `line`,
-    /// `function`, `file`, `baseline_peak_heap` or `baseline_line`.
-    pub budget: String,
-    /// The limit in bytes.
-    pub limit_bytes: u64,
-    /// What was measured, in bytes.
-    pub actual_bytes: u64,
-    /// One line for people: `budget exceeded: peak heap 7.1 GiB > 6.0 GiB (train.py:88 held ...)`.
-    pub message: String,
-    /// Where it shows in the source (the line, or the biggest holder), if anywhere.
-    #[serde(default)]
-    pub file: Option<String>,
-    /// The line in `file`.
-    #[serde(default)]
-    pub line: Option<u32>,
 }
 
 /// One CPU sample on the timeline.

@@ -308,10 +308,10 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         command: vec![span.name.clone()],
         wall_ns: to.saturating_sub(from),
         child_pid: main.pid,
-        exit: crate::launch::ChildExit {
+        exit: crate::recording::ChildExit {
             code: Some(0),
             // What the samples inside it add up to (the kernel's counts cover whole processes).
-            usage: crate::launch::Usage {
+            usage: crate::recording::Usage {
                 user_s: cpu_ns as f64 / 1e9,
                 ..Default::default()
             },

@@ -1,16 +1,15 @@
 //! Sections of a [`super::Profile`] that rules outside attribution fill: hints (drawn by the
-//! pipeline's rules from a finished profile) and regions (summarised from the recording). The
-//! types live here, beside the profile they belong to, so that the model's contract does not
-//! import the rules that make them.
+//! pipeline's rules from a finished profile), budget verdicts (the gate's) and regions
+//! (summarised from the recording). The types live here, beside the profile they belong to, so
+//! that the model's contract does not import the rules that make them.
 
 use serde::{Deserialize, Serialize};
 
 /// One suggestion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hint {
-    /// The rule: `"copies"`, `"float64"`, `"growing"`, `"python_objects"`, `"onnx_arena"`,
-    /// `"threads"`, `"fork_inherits"`.
-    pub kind: String,
+    /// The rule that drew it.
+    pub kind: HintKind,
     /// The line it is about (absent for a process-wide hint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
@@ -39,6 +38,128 @@ pub struct Hint {
     pub saving_s: Option<f64>,
     /// The saving in words.
     pub saving: String,
+}
+
+/// The rule a [`Hint`] comes from, named in the profile as the schema lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintKind {
+    /// A line that copies about as much as it allocates (`"copies"`).
+    #[default]
+    Copies,
+    /// Large float64 arrays held at the peak (`"float64"`).
+    Float64,
+    /// A line whose live bytes keep rising (`"growing"`).
+    Growing,
+    /// Many small Python objects held (`"python_objects"`).
+    PythonObjects,
+    /// An ONNX Runtime arena kept after a large input (`"onnx_arena"`).
+    OnnxArena,
+    /// More pool threads than the run's CPUs (`"threads"`).
+    Threads,
+    /// Fork workers inheriting a large heap (`"fork_inherits"`).
+    ForkInherits,
+}
+
+impl HintKind {
+    /// The name the profile gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintKind::Copies => "copies",
+            HintKind::Float64 => "float64",
+            HintKind::Growing => "growing",
+            HintKind::PythonObjects => "python_objects",
+            HintKind::OnnxArena => "onnx_arena",
+            HintKind::Threads => "threads",
+            HintKind::ForkInherits => "fork_inherits",
+        }
+    }
+}
+
+/// One exceeded budget (`gate`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Violation {
+    /// Which limit.
+    pub budget: Budget,
+    /// The limit and what was measured, in the budget's unit.
+    #[serde(flatten)]
+    pub amount: Amount,
+    /// One line for people: `budget exceeded: peak heap 7.1 GiB > 6.0 GiB (train.py:88 held ...)`.
+    pub message: String,
+    /// Where it shows in the source (the line, or the biggest holder), if anywhere.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// The line in `file`.
+    #[serde(default)]
+    pub line: Option<u32>,
+}
+
+/// The limit a [`Violation`] exceeded, named in the profile as the schema lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    /// `max-peak`: the tree's peak heap.
+    PeakHeap,
+    /// `max-rss`: the tree's peak RSS.
+    PeakRss,
+    /// `max-gpu-memory`: the peak GPU memory (also when it could not be checked).
+    PeakGpuMemory,
+    /// `max-leak`: the bytes of likely leaks.
+    Leaks,
+    /// `max-copy`: the bytes copied.
+    Copy,
+    /// `max-cpu`: the tree's CPU seconds (its amount in seconds, [`Amount::Seconds`]).
+    Cpu,
+    /// A budget file's `[lines]` entry: bytes a line held at the peak.
+    Line,
+    /// A budget file's `[functions]` entry.
+    Function,
+    /// A budget file's `[files]` entry.
+    File,
+    /// `--baseline`: the peak heap grew.
+    BaselinePeakHeap,
+    /// `--baseline`: a line's bytes grew.
+    BaselineLine,
+}
+
+impl Budget {
+    /// The name the profile gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Budget::PeakHeap => "peak_heap",
+            Budget::PeakRss => "peak_rss",
+            Budget::PeakGpuMemory => "peak_gpu_memory",
+            Budget::Leaks => "leaks",
+            Budget::Copy => "copy",
+            Budget::Cpu => "cpu",
+            Budget::Line => "line",
+            Budget::Function => "function",
+            Budget::File => "file",
+            Budget::BaselinePeakHeap => "baseline_peak_heap",
+            Budget::BaselineLine => "baseline_line",
+        }
+    }
+}
+
+/// A [`Violation`]'s limit and measure, each in its budget's own unit.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    /// Bytes (every budget but `cpu`; a baseline's are its bytes and this run's;
+    /// `actual_bytes` 0 for a GPU budget that could not be checked).
+    Bytes {
+        /// The limit.
+        limit_bytes: u64,
+        /// What was measured.
+        actual_bytes: u64,
+    },
+    /// CPU seconds of the tree (`cpu`).
+    Seconds {
+        /// The limit.
+        limit_s: f64,
+        /// What was measured.
+        actual_s: f64,
+    },
 }
 
 /// One region of the program's marking, summarised.
@@ -87,4 +208,88 @@ pub struct RegionLine {
     pub function: String,
     /// Bytes (sampled estimate).
     pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `as_str` gives are the ones serde writes into the profile.
+    #[test]
+    fn names_are_the_profiles() {
+        let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        for kind in [
+            HintKind::Copies,
+            HintKind::Float64,
+            HintKind::Growing,
+            HintKind::PythonObjects,
+            HintKind::OnnxArena,
+            HintKind::Threads,
+            HintKind::ForkInherits,
+        ] {
+            assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
+        }
+        for budget in [
+            Budget::PeakHeap,
+            Budget::PeakRss,
+            Budget::PeakGpuMemory,
+            Budget::Leaks,
+            Budget::Copy,
+            Budget::Cpu,
+            Budget::Line,
+            Budget::Function,
+            Budget::File,
+            Budget::BaselinePeakHeap,
+            Budget::BaselineLine,
+        ] {
+            assert_eq!(name(serde_json::to_value(budget).unwrap()), budget.as_str());
+        }
+    }
+
+    /// A byte budget's verdict keeps its JSON; a CPU budget's is in seconds.
+    #[test]
+    fn each_amount_is_written_in_its_unit_and_read_back() {
+        let bytes = Violation {
+            budget: Budget::Line,
+            amount: Amount::Bytes {
+                limit_bytes: 1 << 20,
+                actual_bytes: 2 << 20,
+            },
+            message: "m".into(),
+            file: Some("a.py".into()),
+            line: Some(3),
+        };
+        let text = serde_json::to_string(&bytes).unwrap();
+        assert_eq!(
+            text,
+            r#"{"budget":"line","limit_bytes":1048576,"actual_bytes":2097152,"message":"m","file":"a.py","line":3}"#
+        );
+        assert_eq!(serde_json::from_str::<Violation>(&text).unwrap(), bytes);
+        let cpu = Violation {
+            budget: Budget::Cpu,
+            amount: Amount::Seconds {
+                limit_s: 1.5,
+                actual_s: 10.0,
+            },
+            message: "m".into(),
+            file: None,
+            line: None,
+        };
+        let text = serde_json::to_string(&cpu).unwrap();
+        assert_eq!(
+            text,
+            r#"{"budget":"cpu","limit_s":1.5,"actual_s":10.0,"message":"m","file":null,"line":null}"#
+        );
+        assert_eq!(serde_json::from_str::<Violation>(&text).unwrap(), cpu);
+        // A profile from before the seconds: its zero bytes still read.
+        let old = r#"{"budget":"cpu","limit_bytes":0,"actual_bytes":0,"message":"m"}"#;
+        let read: Violation = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            read.amount,
+            Amount::Bytes {
+                limit_bytes: 0,
+                actual_bytes: 0
+            }
+        );
+    }
 }

@@ -63,14 +63,34 @@ pub struct Sweep {
     pub more: Vec<Sweep>,
 }
 
+/// Whether a run of a sweep succeeded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Exit 0 (`"ok"`).
+    #[default]
+    Ok,
+    /// A non-zero exit, a signal, or no profile (`"failed"`).
+    Failed,
+}
+
+impl RunStatus {
+    /// The name the sweep document gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
 /// How one run went.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
     /// The parameter's value.
     pub value: f64,
-    /// `"ok"` (exit 0), `"failed"` (non-zero exit, a signal, or no profile): failed runs are
-    /// reported and left out of the fits.
-    pub status: String,
+    /// Whether it succeeded: failed runs are reported and left out of the fits.
+    pub status: RunStatus,
     /// Exit code of the command.
     pub exit_code: Option<i32>,
     /// Signal that ended the command.
@@ -246,7 +266,7 @@ fn summary(o: &Outcome, ok: bool) -> RunSummary {
     };
     RunSummary {
         value: o.value,
-        status: if ok { "ok" } else { "failed" }.into(),
+        status: if ok { RunStatus::Ok } else { RunStatus::Failed },
         exit_code: code,
         exit_signal: signal,
         reason,
@@ -424,7 +444,7 @@ mod tests {
             run(64000.0, Some(9)),
         ];
         let s = analyze("N", BTreeMap::new(), &outcomes, None);
-        assert_eq!(s.runs[3].status, "failed");
+        assert_eq!(s.runs[3].status, RunStatus::Failed);
         assert!(s.runs[3].reason.as_deref().unwrap().contains("SIGKILL"));
         assert_eq!(s.lines[0].peak_bytes[3], None);
         assert!((s.lines[0].memory_exponent.unwrap() - 2.0).abs() < 1e-6);

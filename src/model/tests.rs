@@ -2,7 +2,7 @@
 //! and kind, bytes held at the peak, leak evidence, GPU figures joined to lines, and whole
 //! stacks, each against figures known by construction.
 
-use super::{attribute, Filter, LineStats, Profile};
+use super::{attribute, Filter, Idle, LineStats, Profile};
 use crate::recording::build::{RecordingBuilder, PID};
 use crate::recording::maps::CodeClass;
 use crate::recording::Recording;
@@ -310,7 +310,7 @@ fn helper_threads_idle_while_the_main_thread_computes_stay_off_the_lines_unless_
     }
     let rec = b.build();
     let p = profile(&rec);
-    assert_eq!(p.idle, "main");
+    assert_eq!(p.idle, Idle::Main);
     assert!(close(line(&p, "/w/pool.py", 2).measures.cpu_python_s, 1.0));
     assert!(p.lines.iter().all(|l| l.measures.cpu_system_s == 0.0));
     let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
@@ -324,7 +324,7 @@ fn helper_threads_idle_while_the_main_thread_computes_stay_off_the_lines_unless_
             ..Filter::default()
         },
     );
-    assert_eq!(all.idle, "all");
+    assert_eq!(all.idle, Idle::All);
     assert!(close(
         line(&all, "/w/pool.py", 5).measures.cpu_system_s,
         6.0

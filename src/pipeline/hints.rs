@@ -5,7 +5,7 @@
 //! The rules and their thresholds are in `docs/design/hints.md`; each has a workload that
 //! triggers it and one that must not in `tests/e2e/hints.rs`.
 
-use crate::model::{Hint, LineStats, Profile};
+use crate::model::{Hint, HintKind, LineStats, Profile};
 use crate::units::{bytes, seconds};
 
 const MIB: u64 = 1 << 20;
@@ -13,9 +13,9 @@ const MIB: u64 = 1 << 20;
 const MAX_HINTS: usize = 10;
 
 /// A hint about line `l`, its place filled in.
-fn at(kind: &str, l: &LineStats) -> Hint {
+fn at(kind: HintKind, l: &LineStats) -> Hint {
     Hint {
-        kind: kind.to_string(),
+        kind,
         file: Some(l.file.clone()),
         line: Some(l.line),
         function: Some(l.function.clone()),
@@ -101,7 +101,7 @@ fn copies(l: &LineStats) -> Option<Hint> {
         .filter(|n| n.symbol.contains("memcpy") || n.symbol.contains("memmove"))
         .map(|n| n.cpu_s)
         .sum();
-    let mut h = at("copies", l);
+    let mut h = at(HintKind::Copies, l);
     h.evidence = format!(
         "copies {} and allocates {}: what it allocates is filled by copying",
         bytes(m.copy_bytes),
@@ -174,7 +174,7 @@ fn float64(p: &Profile, l: &LineStats) -> Option<Hint> {
         return None;
     }
     let held = l.measures.peak_bytes;
-    let mut h = at("float64", l);
+    let mut h = at(HintKind::Float64, l);
     h.evidence = format!(
         "holds {} at the peak ({:.0}% of it) in float64{}",
         bytes(held),
@@ -201,7 +201,7 @@ fn growing(l: &LineStats) -> Option<Hint> {
     if held < 16 * MIB {
         return None;
     }
-    let mut h = at("growing", l);
+    let mut h = at(HintKind::Growing, l);
     h.evidence = format!(
         "its memory grew all run ({}/s, {} held at the peak) and is rarely freed (likelihood {:.2})",
         bytes(leak.bytes_per_s as u64),
@@ -231,7 +231,7 @@ fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
     {
         return None;
     }
-    let mut h = at("python_objects", l);
+    let mut h = at(HintKind::PythonObjects, l);
     h.evidence = format!(
         "holds {} at the peak in about {} Python objects of {} on average",
         bytes(m.peak_bytes),
@@ -259,7 +259,7 @@ fn onnx_arena(l: &LineStats) -> Option<Hint> {
     if kept < 32 * MIB || (kept as f64) < 0.5 * most as f64 {
         return None;
     }
-    let mut h = at("onnx_arena", l);
+    let mut h = at(HintKind::OnnxArena, l);
     h.evidence = format!(
         "onnxruntime runs here and the line still holds {} at the end of the run (at most {}): \
              its CPU memory arena keeps what it grew to for the largest input",
@@ -307,7 +307,7 @@ fn threads(p: &Profile) -> Vec<Hint> {
         let surplus = f64::from(n - p.cpus) / f64::from(n);
         let saving = pool_cpu * surplus;
         out.push(Hint {
-            kind: "threads".into(),
+            kind: HintKind::Threads,
             pid: Some(proc.pid),
             evidence: format!(
                 "pid {} ran {n} busy threads at once ({} native pool threads in all, {} of CPU) \
@@ -361,13 +361,13 @@ fn fork_inherits(p: &Profile) -> Vec<Hint> {
         .filter(|l| l.line > 0)
         .max_by_key(|l| l.measures.peak_bytes);
     let mut h = match holder {
-        Some(l) if l.measures.peak_bytes >= 64 * MIB => at("fork_inherits", l),
+        Some(l) if l.measures.peak_bytes >= 64 * MIB => at(HintKind::ForkInherits, l),
         _ => Hint {
-            kind: "fork_inherits".into(),
+            kind: HintKind::ForkInherits,
             ..Default::default()
         },
     };
-    h.kind = "fork_inherits".into();
+    h.kind = HintKind::ForkInherits;
     h.pid = workers.first().map(|q| q.ppid);
     h.evidence = format!(
         "{} fork workers each inherited up to {} of their parent's heap",

@@ -1,20 +1,21 @@
-//! What the collector observed during a run, as raw facts: the stage between `collect`, which
-//! fills a [`Recording`], and the stages that read it (`symbolize`, `model`). Data only:
-//! nothing here reads the system or interprets.
+//! What the collector observed during a run, as raw facts: filled by `collect` (the child's
+//! exit by `launch`'s waiter) into a [`Recording`], read by the stages after it (`symbolize`,
+//! `model`). Data only: nothing here reads the system or interprets, and it imports no stage,
+//! so it comes first in the flow's order.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use mlprof_wire::Header;
 
-use crate::launch::ChildExit;
-
 #[cfg(test)]
 pub mod build;
+mod exit;
 pub mod gpu;
 pub mod mapped;
 pub mod maps;
 
+pub use exit::{ChildExit, Usage};
 use maps::MappedFile;
 
 /// Everything observed during one run.

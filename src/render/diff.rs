@@ -4,7 +4,7 @@
 use tera::{Context, Tera};
 
 use crate::error::{Error, Result};
-use crate::model::diff::{Change, Diff, LineDiff};
+use crate::model::diff::{Change, Diff, LineDiff, LineStatus};
 use crate::model::Profile;
 use crate::sanitize::clean;
 use crate::units::{bytes, seconds};
@@ -52,10 +52,12 @@ fn cell(l: &LineDiff, figure: &str) -> String {
 /// `file.py:12 (was 10)`, the file name [`clean`]ed (it is the program's).
 fn place(l: &LineDiff) -> String {
     let name = clean(l.file.rsplit('/').next().unwrap_or(&l.file));
-    match (l.status.as_str(), l.base_line) {
-        ("changed" | "edited", Some(b)) if b != l.line => format!("{name}:{} (was {b})", l.line),
-        ("new", _) => format!("{name}:{} (new)", l.line),
-        ("gone", _) => format!("{name}:{} (gone)", l.line),
+    match (l.status, l.base_line) {
+        (LineStatus::Changed | LineStatus::Edited, Some(b)) if b != l.line => {
+            format!("{name}:{} (was {b})", l.line)
+        }
+        (LineStatus::New, _) => format!("{name}:{} (new)", l.line),
+        (LineStatus::Gone, _) => format!("{name}:{} (gone)", l.line),
         _ => format!("{name}:{}", l.line),
     }
 }
@@ -126,8 +128,8 @@ pub fn text(d: &Diff) -> String {
         d.unchanged_functions,
         |l| {
             let name = clean(l.file.rsplit('/').next().unwrap_or(&l.file));
-            let status = match l.status.as_str() {
-                "new" | "gone" => format!(" ({})", l.status),
+            let status = match l.status {
+                LineStatus::New | LineStatus::Gone => format!(" ({})", l.status.as_str()),
                 _ => String::new(),
             };
             format!("{} ({name}:{}){status}", clean(&l.function), l.line)
@@ -212,8 +214,8 @@ fn side(p: &Profile, d: &Diff, new: bool) -> Vec<Side> {
                 let n = if new { Some(c.line) } else { c.base_line };
                 n == Some(l.line)
                     && c.file.rsplit('/').next() == l.file.rsplit('/').next()
-                    && (new || c.status != "new")
-                    && (!new || c.status != "gone")
+                    && (new || c.status != LineStatus::New)
+                    && (!new || c.status != LineStatus::Gone)
             });
             let m = &l.measures;
             Side {
@@ -255,7 +257,7 @@ fn rows(v: &[LineDiff]) -> Vec<Row> {
             } else {
                 l.source.trim().to_string()
             },
-            status: l.status.clone(),
+            status: l.status.as_str().to_string(),
             held: cell(l, "peak_bytes"),
             held_base: bytes(l.base.peak_bytes),
             held_new: bytes(l.new.peak_bytes),

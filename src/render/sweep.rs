@@ -6,7 +6,7 @@ use std::fmt::Write;
 use tera::{Context, Tera};
 
 use crate::error::{Error, Result};
-use crate::model::sweep::{LineGrowth, Sweep};
+use crate::model::sweep::{LineGrowth, RunStatus, Sweep};
 use crate::sanitize::clean;
 use crate::units::{bytes, seconds};
 
@@ -124,12 +124,12 @@ fn one(out: &mut String, s: &Sweep) {
             out,
             "  {:>10}  {:<8} {:>12} {:>12} {:>10}",
             value(r.value),
-            if r.status == "ok" { "ok" } else { "failed" },
+            r.status.as_str(),
             bytes(r.peak_heap_bytes),
             bytes(r.peak_rss_bytes),
             seconds(r.wall_s)
         );
-        if r.status != "ok" {
+        if r.status != RunStatus::Ok {
             let _ = writeln!(out, "              {status} (left out of the fits)");
         }
     }

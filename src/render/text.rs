@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
-use crate::model::{Exit, Measures, Profile};
+use crate::model::{Exit, Idle, Measures, Profile};
 use crate::sanitize::{clean, Clean};
 use crate::units::{bytes, seconds};
 
@@ -599,12 +599,12 @@ fn threads(out: &mut String, p: &Profile) {
     }
     let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
     let on_lines: f64 = p.lines.iter().map(|l| l.measures.cpu_system_s).sum();
-    if p.idle == "all" {
+    if p.idle == Idle::All {
         let _ = writeln!(
             out,
             "  every thread's waiting is counted on its lines (--idle)"
         );
-    } else if p.idle == "main" && waited - on_lines >= 0.01 {
+    } else if p.idle == Idle::Main && waited - on_lines >= 0.01 {
         let _ = writeln!(
             out,
             "  {} of waiting by threads idle while their main thread ran is listed here only \

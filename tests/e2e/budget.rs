@@ -2,19 +2,15 @@
 //! holding the memory; the verdict is the same on every run (exact heap counters); the
 //! program's own failure keeps its own exit code.
 
-use crate::fixture;
+use mlprof::model::{Amount, Budget};
+
+use crate::fixture::{self, os};
 
 fn run(args: &[&str], size_mb: &str, how: &str) -> (Option<i32>, String) {
     let py = &fixture::numpy_pythons()[0];
-    let out = fixture::mlprof()
-        .args(["run", "-q"])
-        .args(args)
-        .arg("--")
-        .arg(&py.exe)
-        .arg(fixture::script("keep_array.py"))
-        .args([size_mb, how])
-        .output()
-        .unwrap();
+    let script = fixture::script("keep_array.py");
+    let program = [os(&py.exe), os(&script), os(size_mb), os(how)];
+    let out = fixture::run(&[&["-q"], args].concat(), &program, &[]);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -72,6 +68,35 @@ fn the_programs_own_failure_keeps_its_code_and_check_gates_a_saved_profile() {
         Some(2),
         "no budget given is a usage error"
     );
+}
+
+#[test]
+fn a_cpu_budget_is_judged_and_saved_in_seconds() {
+    let dir = fixture::tempdir();
+    let file = dir.join("mlprof.toml");
+    std::fs::write(&file, "max-cpu = 0.001\n").unwrap();
+    let saved = dir.join("p.json");
+    let args = [
+        "--budget",
+        file.to_str().unwrap(),
+        "-o",
+        saved.to_str().unwrap(),
+    ];
+    let (code, stderr) = run(&args, "100", "exit");
+    assert_eq!(code, Some(97), "{stderr}");
+    assert!(stderr.contains("budget exceeded: CPU time"), "{stderr}");
+    // Valid against the documented schema, which wants seconds for `cpu`, not bytes.
+    let text = std::fs::read_to_string(&saved).unwrap();
+    let p = fixture::check_profile(&text);
+    let v = &p.violations[0];
+    assert_eq!(v.budget, Budget::Cpu, "{:?}", p.violations);
+    let Amount::Seconds { limit_s, actual_s } = v.amount else {
+        panic!("a CPU budget in bytes: {v:?}");
+    };
+    assert_eq!(limit_s, 0.001);
+    assert!(actual_s > limit_s && actual_s <= p.cpu_s() + 1e-9, "{v:?}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(json["violations"][0].get("limit_bytes").is_none(), "{json}");
 }
 
 #[test]

@@ -90,34 +90,12 @@ fn merge_of_two_rank_profiles_shows_both_ranks_and_their_sum() {
     let mut paths = Vec::new();
     for (rank, mb) in [("0", "100"), ("1", "200")] {
         let path = dir.join(format!("rank{rank}.json"));
-        let status = fixture::mlprof()
-            .args(["run", "-q", "-o"])
-            .arg(&path)
-            .arg("--")
-            .arg(&py.exe)
-            .arg(&script)
-            .arg(mb)
-            .env("RANK", rank)
-            .env("WORLD_SIZE", "2")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let env = [("RANK", rank), ("WORLD_SIZE", "2")];
+        fixture::run_to(&path, &[os(&py.exe), os(&script), os(mb)], &env);
         paths.push(path);
     }
     let all = dir.join("all.json");
-    let out = fixture::mlprof()
-        .arg("merge")
-        .args(&paths)
-        .arg("-o")
-        .arg(&all)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fixture::merge(&paths, &all);
     let merged = fixture::check_profile(&std::fs::read_to_string(&all).unwrap());
     let parts: Vec<_> = paths
         .iter()

@@ -49,17 +49,8 @@ fn run(py: &fixture::Python, scenario: &str) -> (Profile, String) {
 }
 
 fn run_with(py: &fixture::Python, scenario: &str, blas_threads: &str) -> (Profile, String) {
-    let script = fixture::script("cpu_lines.py");
-    let run = fixture::profile_with_env(
-        &[os(&py.exe), os(&script), os(scenario)],
-        &[("OPENBLAS_NUM_THREADS", blas_threads)],
-    );
-    assert!(
-        run.output.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&run.output.stderr)
-    );
+    let env = [("OPENBLAS_NUM_THREADS", blas_threads)];
+    let run = fixture::profile_script(py, "cpu_lines.py", &[scenario], &env);
     (
         run.profile,
         String::from_utf8_lossy(&run.output.stdout).into_owned(),
@@ -408,7 +399,7 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
         let v = &py.minor;
         let args = [os(&py.exe), os(&script)];
         let p = fixture::profile_args(&[], &args, &[]).profile;
-        assert_eq!(p.idle, "main");
+        assert_eq!(p.idle.as_str(), "main");
         let all_lines: f64 = p.lines.iter().map(total).sum();
         // On the CPU: the main thread's own waiting (at `join`, for helpers the scheduler has
         // not run yet) is real and grows with the machine's load, so the share compared is
@@ -440,7 +431,7 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
         );
 
         let p = fixture::profile_args(&["--idle"], &args, &[]).profile;
-        assert_eq!(p.idle, "all");
+        assert_eq!(p.idle.as_str(), "all");
         let get = total(line(&p, "idle_helpers.py", m["get"]));
         assert!(
             get >= 3.0,

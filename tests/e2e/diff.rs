@@ -16,21 +16,10 @@ fn saved(
     args: &[&str],
 ) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.json"));
-    let out = fixture::mlprof()
-        .args(["run", "-q", "-o"])
-        .arg(&path)
-        .arg("--")
-        .arg(&py.exe)
-        .arg(fixture::script_or_example(script))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let script = fixture::script_or_example(script);
+    let mut program = vec![os(&py.exe), os(&script)];
+    program.extend(args.iter().map(os));
+    fixture::run_to(&path, &program, &[]);
     path
 }
 
@@ -68,7 +57,7 @@ fn the_line_that_grew_comes_first_with_its_change() {
             within(first.alloc_bytes_delta as f64, truth, 0.10),
             "{v}: {first:?}"
         );
-        assert_eq!(first.status, "changed");
+        assert_eq!(first.status.as_str(), "changed");
         assert!(first.source.contains("np.ones((n, n))"), "{v}: {first:?}");
         let second = &d.lines[1];
         assert_eq!(second.line, m["linear"], "{v}: {:?}", d.lines);

@@ -7,15 +7,8 @@ fn profile_file(dir: &std::path::Path) -> std::path::PathBuf {
     let py = &fixture::numpy_pythons()[0];
     let out = dir.join("p.json");
     let script = fixture::script("cpu_lines.py");
-    let status = fixture::mlprof()
-        .args(["run", "-q", "-o"])
-        .arg(&out)
-        .arg("--")
-        .args([os(&py.exe), os(&script), os("lines")])
-        .env("OPENBLAS_NUM_THREADS", "1")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let program = [os(&py.exe), os(&script), os("lines")];
+    fixture::run_to(&out, &program, &[("OPENBLAS_NUM_THREADS", "1")]);
     out
 }
 

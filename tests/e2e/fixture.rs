@@ -261,6 +261,77 @@ pub fn run_mlprof(
     (output, elapsed, profile)
 }
 
+/// `mlprof run OPTIONS -- PROGRAM...` with `env` set for the program and no stdin: what it
+/// printed and its status.
+pub fn run<O: AsRef<OsStr>, P: AsRef<OsStr>>(
+    options: &[O],
+    program: &[P],
+    env: &[(&str, &OsStr)],
+) -> Output {
+    mlprof()
+        .arg("run")
+        .args(options)
+        .arg("--")
+        .args(program)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mlprof")
+}
+
+/// `mlprof run -q -o PATH -- PROGRAM...` with `env` set for the program (its stdout left
+/// out): fails the test unless mlprof succeeded. The profile is at `path` (or where its
+/// placeholders say).
+pub fn run_to<P: AsRef<OsStr>>(path: &Path, program: &[P], env: &[(&str, &str)]) {
+    let out = mlprof()
+        .args(["run", "-q", "-o"])
+        .arg(path)
+        .arg("--")
+        .args(program)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .output()
+        .expect("run mlprof");
+    let program: Vec<&OsStr> = program.iter().map(AsRef::as_ref).collect();
+    assert!(
+        out.status.success(),
+        "mlprof run {program:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `profile_with_env` of `PYTHON tests/scripts/SCRIPT ARGS...`: fails the test, naming the
+/// Python, unless the run succeeded.
+pub fn profile_script(py: &Python, script_name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let script = script(script_name);
+    let mut argv = vec![os(&py.exe), os(&script)];
+    argv.extend(args.iter().map(os));
+    let run = profile_with_env(&argv, env);
+    assert!(
+        run.output.status.success(),
+        "{}: {}",
+        py.minor,
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    run
+}
+
+/// `mlprof merge PROFILES... -o OUT`: fails the test unless it succeeded.
+pub fn merge<P: AsRef<OsStr>>(profiles: impl IntoIterator<Item = P>, out: &Path) {
+    let done = mlprof()
+        .arg("merge")
+        .args(profiles)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("run mlprof merge");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
 /// Parse a JSON profile, validate it against `docs/profile-schema.json`, check invariants.
 pub fn check_profile(text: &str) -> Profile {
     static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();

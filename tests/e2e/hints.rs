@@ -20,7 +20,7 @@ fn hints_of(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Profile {
 }
 
 fn find<'p>(p: &'p Profile, kind: &str) -> Option<&'p Hint> {
-    p.hints.iter().find(|h| h.kind == kind)
+    p.hints.iter().find(|h| h.kind.as_str() == kind)
 }
 
 fn mode(py: &fixture::Python, mode: &str) -> Profile {

@@ -45,18 +45,10 @@ fn mlprof(args: &[&OsStr]) -> Output {
 
 /// `hostile_names.py N EVIL` under `mlprof run OPTIONS`.
 fn run(py: &fixture::Python, n: &str, options: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
-    output(
-        fixture::mlprof()
-            .arg("run")
-            .args(options)
-            .arg("--")
-            .arg(&py.exe)
-            .arg(fixture::script("hostile_names.py"))
-            .arg(n)
-            .arg(EVIL)
-            .env("PYTHONPATH", fixture::root().join("python"))
-            .envs(env.iter().copied()),
-    )
+    let script = fixture::script("hostile_names.py");
+    let python = fixture::root().join("python");
+    let env = [&[("PYTHONPATH", python.as_os_str())], env].concat();
+    fixture::run(options, &[os(&py.exe), os(&script), os(n), os(EVIL)], &env)
 }
 
 fn says(out: &Output) -> String {

@@ -4,20 +4,12 @@
 use mlprof::model::Profile;
 
 use crate::cpu::{line, markers};
-use crate::fixture::{self, os, within};
+use crate::fixture::{self, within};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn run(py: &fixture::Python, scenario: &str) -> Profile {
-    let script = fixture::script("mapped.py");
-    let run = fixture::profile(&[os(&py.exe), os(&script), os(scenario)]);
-    assert!(
-        run.output.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&run.output.stderr)
-    );
-    run.profile
+    fixture::profile_script(py, "mapped.py", &[scenario], &[]).profile
 }
 
 #[test]

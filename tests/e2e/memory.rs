@@ -5,20 +5,12 @@
 use mlprof::model::Profile;
 
 use crate::cpu::{line, markers};
-use crate::fixture::{self, os, within};
+use crate::fixture::{self, within};
 
 const MB: f64 = 1e6;
 
 fn run(py: &fixture::Python, scenario: &str) -> Profile {
-    let script = fixture::script("memory_lines.py");
-    let run = fixture::profile(&[os(&py.exe), os(&script), os(scenario)]);
-    assert!(
-        run.output.status.success(),
-        "{}: {}",
-        py.minor,
-        String::from_utf8_lossy(&run.output.stderr)
-    );
-    run.profile
+    fixture::profile_script(py, "memory_lines.py", &[scenario], &[]).profile
 }
 
 #[test]
@@ -179,13 +171,7 @@ fn copy_volume_of_a_copying_line_is_counted() {
 /// Each worker's heap growth over what it inherited, with the tasks it ran.
 fn pool_growth(py: &fixture::Python, size_mb: &str, method: &str) -> (Vec<(f64, u64)>, Profile) {
     let v = &py.minor;
-    let script = fixture::script("pool.py");
-    let run = fixture::profile(&[os(&py.exe), os(&script), os(size_mb), os(method)]);
-    assert!(
-        run.output.status.success(),
-        "{v}: {}",
-        String::from_utf8_lossy(&run.output.stderr)
-    );
+    let run = fixture::profile_script(py, "pool.py", &[size_mb, method], &[]);
     let tasks: std::collections::HashMap<String, u64> =
         serde_json::from_slice(run.output.stdout.trim_ascii()).expect("task counts");
     let growth = tasks

@@ -78,7 +78,7 @@ fn a_region_page_carries_the_runs_hints_cpus_and_sampling_means() {
     assert!(
         page.hints
             .iter()
-            .any(|h| h.kind == "float64" && h.line == Some(held)),
+            .any(|h| h.kind.as_str() == "float64" && h.line == Some(held)),
         "the page's hints: {:?}",
         page.hints
     );
@@ -122,7 +122,7 @@ fn attach_applies_budgets_and_no_hints_as_run_does() {
     assert_eq!(p.violations.len(), 1, "{:?}", p.violations);
     assert!(p.attached && p.cpus == 1);
     assert!(
-        p.hints.iter().any(|h| h.kind == "threads"),
+        p.hints.iter().any(|h| h.kind.as_str() == "threads"),
         "attach draws hints: {:?}",
         p.hints
     );

@@ -101,19 +101,9 @@ fn each_rank_writes_its_own_file_by_placeholders_and_merge_names_the_straggler()
     let dir = fixture::tempdir();
     let pattern = dir.join("prof-{host}-{rank}.json");
     for rank in 0..3 {
-        let status = fixture::mlprof()
-            .args(["run", "-q", "-o"])
-            .arg(&pattern)
-            .arg("--")
-            .arg(&py.exe)
-            .arg(&script)
-            .arg("rank")
-            .env("SLURM_PROCID", rank.to_string())
-            .env("SLURM_NTASKS", "3")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let rank = rank.to_string();
+        let env = [("SLURM_PROCID", rank.as_str()), ("SLURM_NTASKS", "3")];
+        fixture::run_to(&pattern, &[os(&py.exe), os(&script), os("rank")], &env);
     }
     let mut files = fixture::dir_entries(&dir);
     files.sort();
@@ -126,18 +116,7 @@ fn each_rank_writes_its_own_file_by_placeholders_and_merge_names_the_straggler()
         assert!(!name.contains('{'), "{name}");
     }
     let merged = dir.join("merged.json");
-    let out = fixture::mlprof()
-        .arg("merge")
-        .args(files.iter().map(|f| dir.join(f)))
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fixture::merge(files.iter().map(|f| dir.join(f)), &merged);
     let p = fixture::check_profile(&std::fs::read_to_string(&merged).unwrap());
     let numbers: Vec<Option<u32>> = p.ranks.iter().map(|r| r.rank).collect();
     assert_eq!(numbers, [Some(0), Some(1), Some(2)]);
@@ -183,18 +162,8 @@ fn merge_of_64_rank_profiles_keeps_every_rank_and_a_light_page() {
     let mut runs = Vec::new();
     for rank in ["0", "2"] {
         let path = dir.join(format!("run{rank}.json"));
-        let status = fixture::mlprof()
-            .args(["run", "-q", "-o"])
-            .arg(&path)
-            .arg("--")
-            .arg(&py.exe)
-            .arg(&script)
-            .arg("rank")
-            .env("RANK", rank)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let program = [os(&py.exe), os(&script), os("rank")];
+        fixture::run_to(&path, &program, &[("RANK", rank)]);
         runs.push(std::fs::read_to_string(&path).unwrap());
     }
     let mut paths = Vec::new();
@@ -207,18 +176,7 @@ fn merge_of_64_rank_profiles_keeps_every_rank_and_a_light_page() {
         paths.push(path);
     }
     let merged = dir.join("all.json");
-    let out = fixture::mlprof()
-        .arg("merge")
-        .args(&paths)
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fixture::merge(&paths, &merged);
     let p = fixture::check_profile(&std::fs::read_to_string(&merged).unwrap());
     assert_eq!(p.ranks.len(), 64);
     assert!(p
@@ -242,14 +200,7 @@ fn merge_of_64_rank_profiles_keeps_every_rank_and_a_light_page() {
     );
     // The page carries aggregates and each rank's top lines, not 64 profiles.
     let html = dir.join("all.html");
-    let out = fixture::mlprof()
-        .arg("merge")
-        .args(&paths)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    fixture::merge(&paths, &html);
     let size = std::fs::metadata(&html).unwrap().len();
     assert!(size < 1 << 20, "the 64-rank page is {size} bytes");
     let page = std::fs::read_to_string(&html).unwrap();

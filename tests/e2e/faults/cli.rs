@@ -19,17 +19,6 @@ fn exit_program(code: &str, marker: Option<&Path>) -> Vec<PathBuf> {
     argv
 }
 
-fn run_mlprof(options: &[&OsStr], program: &[PathBuf]) -> Output {
-    fixture::mlprof()
-        .arg("run")
-        .args(options)
-        .arg("--")
-        .args(program)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run mlprof")
-}
-
 /// mlprof's own lines (`mlprof: ...`) on stderr.
 fn mlprof_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stderr)
@@ -47,7 +36,11 @@ fn a_report_into_a_missing_directory_fails_before_the_program_runs() {
     let marker = dir.join("ran");
     for target in ["/nonexistent/dir/p.json", "/nonexistent/dir/report.txt"] {
         let started = Instant::now();
-        let out = run_mlprof(&[os("-o"), os(target)], &exit_program("0", Some(&marker)));
+        let out = fixture::run(
+            &[os("-o"), os(target)],
+            &exit_program("0", Some(&marker)),
+            &[],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{stderr}");
         assert_eq!(
@@ -64,7 +57,7 @@ fn a_report_into_a_missing_directory_fails_before_the_program_runs() {
         vec![os("-o"), dir.as_os_str()],
         vec![os("-q"), os("--junit"), os("/nonexistent/dir/j.xml")],
     ] {
-        let out = run_mlprof(&options, &exit_program("0", Some(&marker)));
+        let out = fixture::run(&options, &exit_program("0", Some(&marker)), &[]);
         assert_eq!(out.status.code(), Some(70), "{options:?}");
         assert_eq!(mlprof_lines(&out).len(), 1, "{options:?}");
         assert!(
@@ -86,7 +79,7 @@ fn a_report_that_cannot_be_written_after_the_run_keeps_the_programs_exit_status(
         vec![os("--text"), os("-o"), os("/dev/full")],
         vec![os("-q"), os("--junit"), os("/dev/full")],
     ] {
-        let out = run_mlprof(&options, &program);
+        let out = fixture::run(&options, &program, &[]);
         assert_same(&expected, &out, &argv);
         let lines = mlprof_lines(&out);
         assert_eq!(lines.len(), 1, "{options:?}: {lines:?}");
@@ -110,9 +103,10 @@ fn a_report_that_cannot_be_written_after_the_run_keeps_the_programs_exit_status(
         .unwrap();
     assert_eq!(status.code(), Some(3), "2>/dev/full");
     // A budget exceeded still exits 97 (the program succeeded), even with the report lost.
-    let out = run_mlprof(
+    let out = fixture::run(
         &[os("--max-peak"), os("1"), os("-o"), os("/dev/full")],
         &exit_program("0", None),
+        &[],
     );
     assert_eq!(out.status.code(), Some(97), "{}", program_stderr(&out));
 }
@@ -122,7 +116,7 @@ fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = fixture::tempdir();
     let path = dir.join("p.json");
-    let out = run_mlprof(&[os("-o"), path.as_os_str()], &exit_program("0", None));
+    let out = fixture::run(&[os("-o"), path.as_os_str()], &exit_program("0", None), &[]);
     assert_eq!(out.status.code(), Some(0), "{}", program_stderr(&out));
     let names = fixture::dir_entries;
     assert_eq!(names(&dir), ["p.json"]);
@@ -161,9 +155,10 @@ fn a_report_file_is_replaced_atomically_and_leaves_no_temporary_file() {
     // Written again: a new file renamed over the old one, with the old one's permissions.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let before = meta.ino();
-    let out = run_mlprof(
+    let out = fixture::run(
         &[os("--text"), os("-o"), path.as_os_str()],
         &exit_program("0", None),
+        &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", program_stderr(&out));
     assert_eq!(names(&dir), ["again.txt", "folded.txt", "p.json"]);
@@ -305,9 +300,10 @@ fn a_typo_in_a_budget_file_fails_before_the_program_runs() {
         ("max-peek = \"6GiB\"\n", ":1:1: unknown key 'max-peek'"),
     ] {
         std::fs::write(&file, text).unwrap();
-        let out = run_mlprof(
+        let out = fixture::run(
             &[os("--budget"), file.as_os_str()],
             &exit_program("0", Some(&marker)),
+            &[],
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(70), "{text:?}: {stderr}");
