@@ -50,6 +50,9 @@ pub struct Local {
     pub gpu_short_waits: Cell<u64>,
     /// Kernel launches left before the next launch sample (0: not drawn yet).
     pub launch_left: Cell<i64>,
+    /// CUDA calls of ours the thread is inside (a runtime calling its own exported functions
+    /// is seen once, by the outermost).
+    pub cuda_calls: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 256 && core::mem::align_of::<Local>() <= 16);

@@ -340,6 +340,7 @@ impl Channels {
                 window_ns: events.window_ns,
                 merged_cpu_samples: events.merged_cpu_samples,
                 peak_marks: events.peak_marks,
+                gpu_calls: decoded.gpu.take(),
                 codes: decoded.codes,
                 threads: decoded.threads,
                 queued: queued_of(&decoded.queued),
@@ -393,6 +394,7 @@ impl Channels {
                         mappings: d.mappings.clone(),
                         ..channel.summary.mapped.counters()
                     },
+                    gpu_calls: d.gpu.calls().clone(),
                     still_running: live.contains(path),
                     ..channel.summary.clone()
                 };

@@ -58,6 +58,11 @@ enum Pending {
         len: usize,
         bytes: Vec<u8>,
     },
+    Gpu {
+        call: super::gpu_calls::Call,
+        frames: Vec<(u32, i32)>,
+        frames_left: usize,
+    },
 }
 
 /// The decoder state of one channel.
@@ -120,6 +125,11 @@ impl Decoder {
                     Some(Kind::Region) => self.region(r, t_ns),
                     Some(Kind::SigprofMask) => match r.as_sigprof_mask() {
                         Some(blocked) => self.out.sigprof_mask(r.tid, blocked, t_ns),
+                        None => self.out.malformed += 1,
+                    },
+                    Some(Kind::GpuAlloc | Kind::GpuCopy | Kind::GpuLaunch) => self.gpu(r, t_ns),
+                    Some(Kind::GpuFree) => match r.as_gpu_free() {
+                        Some(f) => self.out.gpu.free(f.addr, f.space, t_ns),
                         None => self.out.malformed += 1,
                     },
                     Some(Kind::MappedMark) => match r.as_mapped_mark() {
@@ -304,6 +314,11 @@ impl Decoder {
             } => (&mut sample.frames, frames_left),
             Pending::Alloc { alloc, frames_left } => (&mut alloc.frames, frames_left),
             Pending::Copy { copy, frames_left } => (&mut copy.frames, frames_left),
+            Pending::Gpu {
+                frames,
+                frames_left,
+                ..
+            } => (frames, frames_left),
             _ => {
                 self.out.malformed += 1;
                 return;
@@ -462,6 +477,7 @@ impl Decoder {
             }
             Pending::Alloc { alloc, .. } => self.out.alloc(alloc),
             Pending::Copy { copy, .. } => self.out.copies.push(copy),
+            Pending::Gpu { call, frames, .. } => self.out.gpu.add(call, frames),
             Pending::Code {
                 id,
                 mut info,
@@ -509,5 +525,6 @@ fn char_of(code: u32) -> char {
     char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER)
 }
 
+mod gpu;
 #[cfg(test)]
 mod tests;

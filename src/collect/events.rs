@@ -94,6 +94,8 @@ pub struct Decoded {
     waiting_at: HashMap<u32, usize>,
     /// Time of the newest event decoded (ns from launch).
     pub newest_ns: u64,
+    /// Its CUDA calls (few: copied into each snapshot).
+    pub gpu: super::gpu_calls::GpuStore,
     /// Events held after the last compaction ([`Decoded::compact_if_due`]).
     held_after_compaction: usize,
 }

@@ -8,6 +8,7 @@ mod compact;
 pub(crate) mod decode;
 pub(crate) mod events;
 pub mod gpu;
+pub(crate) mod gpu_calls;
 mod mapping;
 mod perf;
 pub mod procfs;

@@ -49,6 +49,10 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         }
     }
     super::memory::add(rec, filter, &sample_places, &mut places);
+    let mut gpu_calls = super::gpu_calls::add(rec, filter, &mut places);
+    for p in &mut processes {
+        p.gpu_calls = gpu_calls.remove(&p.pid);
+    }
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);
     if !processes
@@ -202,6 +206,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),
         peak_mapped_bytes: images.iter().map(|i| i.mapped.peak).max().unwrap_or(0),
         peak_gpu_memory_bytes: 0, // from the GPU polls, in `attribute`
+        gpu_calls: None,          // from the CUDA calls, in `attribute`
         still_running: last.is_some_and(|l| l.still_running),
         local_rank: last.and_then(|l| l.rank).and_then(|r| r.local_rank),
         waiting_for_children_s: 0.0, // from the launcher waits, in `attribute`

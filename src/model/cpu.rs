@@ -101,6 +101,9 @@ pub fn add(
             match kind {
                 Time::Waiting => {
                     acc.system_ns += weight;
+                    if sample.flags & sample_flags::GPU_WAIT != 0 {
+                        acc.gpu_calls.gpu_wait_s += weight as f64 / 1e9;
+                    }
                     if workers.at(ci, sample.t_ns) {
                         acc.workers_ns += weight;
                     }
@@ -130,7 +133,8 @@ enum Time {
 }
 
 fn time_kind(sample: &CpuSample, pid: u32, named: Option<&Resolved>, maps: &[MappedFile]) -> Time {
-    if sample.flags & sample_flags::WAITING != 0 {
+    // Waiting for the GPU is waiting, also where the runtime spun on the CPU meanwhile.
+    if sample.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
         return Time::Waiting;
     }
     match named {

@@ -264,6 +264,7 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     };
     into.gpu_util_pct = into.gpu_util_pct.max(m.gpu_util_pct);
     into.gpu_memory_bytes += m.gpu_memory_bytes;
+    into.gpu_calls.add(&m.gpu_calls);
     for n in &m.native {
         match into
             .native

@@ -5,6 +5,7 @@ pub mod cpu;
 pub mod diff;
 pub mod filter;
 pub mod gpu;
+pub mod gpu_calls;
 pub mod idle;
 pub mod invariants;
 pub mod leaks;

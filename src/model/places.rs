@@ -69,6 +69,8 @@ pub struct Acc {
     pub gpu_busy_ns: f64,
     /// Share of the process's GPU memory growth while here (bytes).
     pub gpu_memory_bytes: f64,
+    /// What the CUDA calls made here did (`gpu_calls`; GPU wait from `cpu`).
+    pub gpu_calls: super::profile::GpuLineCalls,
 }
 
 impl Acc {
@@ -91,6 +93,7 @@ impl Acc {
         self.gpu_time_ns += other.gpu_time_ns;
         self.gpu_busy_ns += other.gpu_busy_ns;
         self.gpu_memory_bytes += other.gpu_memory_bytes;
+        self.gpu_calls.add(&other.gpu_calls);
     }
 }
 
@@ -171,6 +174,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.copy_bytes += acc.copy_bytes;
     m.mapped_peak_bytes += acc.mapped_peak_bytes;
     m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;
+    m.gpu_calls.add(&acc.gpu_calls);
 }
 
 /// "GPU busy while this line ran": the utilisation averaged over the line's sampled time.

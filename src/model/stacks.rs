@@ -91,7 +91,7 @@ pub fn build(
         t.pid = channel.pid;
         for (s, &weight) in channel.samples.iter().zip(&counted[ci]) {
             let secs = weight as f64 / 1e9;
-            if s.flags & sample_flags::WAITING != 0 {
+            if s.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
                 if weight > 0 {
                     t.stack(&mut lines, &s.frames, None).cpu_system_s += secs;
                 }

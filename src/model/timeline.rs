@@ -39,7 +39,7 @@ pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<
             };
             let secs = weight as f64 / 1e9;
             let faults = s.fault_ns.min(weight) as f64 / 1e9;
-            if s.flags & sample_flags::WAITING != 0 {
+            if s.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
                 b.system_s += secs;
                 continue;
             }

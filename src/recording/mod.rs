@@ -12,10 +12,12 @@ use mlprof_wire::Header;
 pub mod build;
 mod exit;
 pub mod gpu;
+mod gpu_calls;
 pub mod mapped;
 pub mod maps;
 
 pub use exit::{ChildExit, Usage};
+pub use gpu_calls::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuLaunchTotal};
 use maps::MappedFile;
 
 /// Everything observed during one run.
@@ -180,6 +182,8 @@ pub struct ChannelSummary {
     pub regions: Vec<RegionSpan>,
     /// Anonymous mappings the program made itself, apart from the heap.
     pub mapped: MappedMemory,
+    /// Its CUDA runtime calls (empty without CUDA).
+    pub gpu_calls: GpuCalls,
 }
 
 /// A process's place in a distributed job (`mlprof_wire::RANK_VARIABLES`).
@@ -305,6 +309,7 @@ impl ChannelSummary {
             still_running: self.still_running,
             regions: Vec::new(),
             mapped: self.mapped.counters(),
+            gpu_calls: GpuCalls::default(),
         }
     }
 }

@@ -68,9 +68,10 @@ pub unsafe extern "C" fn cudaMalloc(ptr: *mut *mut c_void, size: size_t) -> c_in
         Func::Malloc,
         unsafe extern "C" fn(*mut *mut c_void, size_t) -> c_int
     );
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, size) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         // SAFETY: the runtime wrote `*ptr`.
         send::alloc(unsafe { written(ptr) }, size, gpu_space::DEVICE);
     }
@@ -85,9 +86,10 @@ pub unsafe extern "C" fn cudaMalloc(ptr: *mut *mut c_void, size: size_t) -> c_in
 pub unsafe extern "C" fn cudaMallocAsync(ptr: *mut *mut c_void, size: size_t, s: Stream) -> c_int {
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, Stream) -> c_int;
     let f = runtime!(Func::MallocAsync, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, size, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         // SAFETY: the runtime wrote `*ptr`.
         send::alloc(unsafe { written(ptr) }, size, gpu_space::DEVICE);
     }
@@ -106,9 +108,10 @@ pub unsafe extern "C" fn cudaMallocManaged(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, c_uint) -> c_int;
     let f = runtime!(Func::MallocManaged, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, size, flags) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         // SAFETY: the runtime wrote `*ptr`.
         send::alloc(unsafe { written(ptr) }, size, gpu_space::MANAGED);
     }
@@ -125,9 +128,10 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: size_t) -> 
         Func::MallocHost,
         unsafe extern "C" fn(*mut *mut c_void, size_t) -> c_int
     );
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, size) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         // SAFETY: the runtime wrote `*ptr`.
         send::alloc(unsafe { written(ptr) }, size, gpu_space::PINNED);
     }
@@ -146,9 +150,10 @@ pub unsafe extern "C" fn cudaHostAlloc(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, c_uint) -> c_int;
     let f = runtime!(Func::HostAlloc, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, size, flags) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         // SAFETY: the runtime wrote `*ptr`.
         send::alloc(unsafe { written(ptr) }, size, gpu_space::PINNED);
     }
@@ -162,9 +167,10 @@ pub unsafe extern "C" fn cudaHostAlloc(
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     let f = runtime!(Func::Free, unsafe extern "C" fn(*mut c_void) -> c_int);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::free(ptr as usize, gpu_space::DEVICE);
     }
     r
@@ -180,9 +186,10 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, s: Stream) -> c_int {
         Func::FreeAsync,
         unsafe extern "C" fn(*mut c_void, Stream) -> c_int
     );
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::free(ptr as usize, gpu_space::DEVICE);
     }
     r
@@ -195,9 +202,10 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, s: Stream) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     let f = runtime!(Func::FreeHost, unsafe extern "C" fn(*mut c_void) -> c_int);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(ptr) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::free(ptr as usize, gpu_space::PINNED);
     }
     r
@@ -267,11 +275,12 @@ pub unsafe extern "C" fn cudaMemcpy(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void, *const c_void, size_t, c_int) -> c_int;
     let f = runtime!(Func::Memcpy, F);
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, src, n, kind) };
-    send::wait_end(since);
-    if r == SUCCESS {
+    send::wait_end(&call, since);
+    if r == SUCCESS && call.outermost() {
         send::copy(n, direction(kind, dst, src), true);
     }
     r
@@ -291,9 +300,10 @@ pub unsafe extern "C" fn cudaMemcpyAsync(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void, *const c_void, size_t, c_int, Stream) -> c_int;
     let f = runtime!(Func::MemcpyAsync, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, src, n, kind, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::copy(n, direction(kind, dst, src), false);
     }
     r
@@ -323,11 +333,12 @@ pub unsafe extern "C" fn cudaMemcpy2D(
         c_int,
     ) -> c_int;
     let f = runtime!(Func::Memcpy2D, F);
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, dpitch, src, spitch, width, height, kind) };
-    send::wait_end(since);
-    if r == SUCCESS {
+    send::wait_end(&call, since);
+    if r == SUCCESS && call.outermost() {
         let bytes = width.saturating_mul(height);
         send::copy(bytes, direction(kind, dst, src), true);
     }
@@ -361,9 +372,10 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync(
         Stream,
     ) -> c_int;
     let f = runtime!(Func::Memcpy2DAsync, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, dpitch, src, spitch, width, height, kind, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         let bytes = width.saturating_mul(height);
         send::copy(bytes, direction(kind, dst, src), false);
     }
@@ -384,11 +396,12 @@ pub unsafe extern "C" fn cudaMemcpyPeer(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, size_t) -> c_int;
     let f = runtime!(Func::MemcpyPeer, F);
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, dst_device, src, src_device, n) };
-    send::wait_end(since);
-    if r == SUCCESS {
+    send::wait_end(&call, since);
+    if r == SUCCESS && call.outermost() {
         send::copy(n, gpu_copy::DEVICE_TO_DEVICE, true);
     }
     r
@@ -410,9 +423,10 @@ pub unsafe extern "C" fn cudaMemcpyPeerAsync(
     type F =
         unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, size_t, Stream) -> c_int;
     let f = runtime!(Func::MemcpyPeerAsync, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(dst, dst_device, src, src_device, n, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::copy(n, gpu_copy::DEVICE_TO_DEVICE, false);
     }
     r
@@ -428,10 +442,11 @@ pub unsafe extern "C" fn cudaStreamSynchronize(s: Stream) -> c_int {
         Func::StreamSynchronize,
         unsafe extern "C" fn(Stream) -> c_int
     );
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: forwarded as given.
     let r = unsafe { f(s) };
-    send::wait_end(since);
+    send::wait_end(&call, since);
     r
 }
 
@@ -442,10 +457,11 @@ pub unsafe extern "C" fn cudaStreamSynchronize(s: Stream) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
     let f = runtime!(Func::DeviceSynchronize, unsafe extern "C" fn() -> c_int);
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: takes no arguments.
     let r = unsafe { f() };
-    send::wait_end(since);
+    send::wait_end(&call, since);
     r
 }
 
@@ -459,10 +475,11 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: *mut c_void) -> c_int {
         Func::EventSynchronize,
         unsafe extern "C" fn(*mut c_void) -> c_int
     );
-    let since = send::wait_begin();
+    let call = send::Call::begin();
+    let since = send::wait_begin(&call);
     // SAFETY: forwarded as given.
     let r = unsafe { f(event) };
-    send::wait_end(since);
+    send::wait_end(&call, since);
     r
 }
 
@@ -482,9 +499,10 @@ pub unsafe extern "C" fn cudaLaunchKernel(
     type F =
         unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, size_t, Stream) -> c_int;
     let f = runtime!(Func::LaunchKernel, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(func, grid, block, args, shared, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::launch();
     }
     r
@@ -502,9 +520,10 @@ pub unsafe extern "C" fn cudaLaunchKernelExC(
 ) -> c_int {
     type F = unsafe extern "C" fn(*const c_void, *const c_void, *mut *mut c_void) -> c_int;
     let f = runtime!(Func::LaunchKernelExC, F);
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(config, func, args) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::launch();
     }
     r
@@ -520,9 +539,10 @@ pub unsafe extern "C" fn cudaGraphLaunch(graph: *mut c_void, s: Stream) -> c_int
         Func::GraphLaunch,
         unsafe extern "C" fn(*mut c_void, Stream) -> c_int
     );
+    let call = send::Call::begin();
     // SAFETY: forwarded as given.
     let r = unsafe { f(graph, s) };
-    if r == SUCCESS {
+    if r == SUCCESS && call.outermost() {
         send::launch();
     }
     r

@@ -26,6 +26,38 @@ pub fn configure(launch_mean: u64) {
     LAUNCH_MEAN.store(launch_mean, Ordering::Relaxed);
 }
 
+/// One interposed CUDA call in progress on this thread; only the outermost of nested ones
+/// (a runtime that calls its own exported functions) is told.
+pub struct Call {
+    outermost: bool,
+}
+
+impl Call {
+    /// The call begins.
+    #[inline]
+    pub fn begin() -> Call {
+        let outermost = local::with(|l| {
+            let depth = l.cuda_calls.get();
+            l.cuda_calls.set(depth.saturating_add(1));
+            depth == 0
+        });
+        Call { outermost }
+    }
+
+    /// Whether this call is the outermost: the one to tell the collector about.
+    #[inline]
+    pub fn outermost(&self) -> bool {
+        self.outermost
+    }
+}
+
+impl Drop for Call {
+    #[inline]
+    fn drop(&mut self) {
+        local::with(|l| l.cuda_calls.set(l.cuda_calls.get().saturating_sub(1)));
+    }
+}
+
 /// Whether records can go out now.
 #[inline]
 fn open() -> bool {
@@ -177,7 +209,10 @@ fn gap(l: &local::Local, mean: u64) -> i64 {
 
 /// A call that waits for the GPU begins: returns what [`wait_end`] needs.
 #[inline]
-pub fn wait_begin() -> u64 {
+pub fn wait_begin(call: &Call) -> u64 {
+    if !call.outermost() {
+        return 0; // the outer call times it
+    }
     let since = if open() { wait::begin() } else { 0 };
     // After `begin`, which times no wait inside one for the GPU: the driver's own (a `poll`
     // or a sleep while it blocks) are part of this one.
@@ -187,7 +222,10 @@ pub fn wait_begin() -> u64 {
 
 /// The call that [`wait_begin`] began returned: its time off the CPU goes out as GPU wait.
 #[inline]
-pub fn wait_end(since: u64) {
+pub fn wait_end(call: &Call, since: u64) {
+    if !call.outermost() {
+        return;
+    }
     local::with(|l| l.gpu_waiting.set(0));
     wait::end(since, true);
 }

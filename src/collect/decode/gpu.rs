@@ -1,0 +1,166 @@
+//! Decoding the CUDA-call records (`mlprof_wire::gpu`): an allocation, a copy or a launch
+//! sample, each followed by its frames; its sizes checked against what a real process could
+//! produce before anything is kept.
+
+use mlprof_wire::gpu::UNKNOWN_DEVICE;
+use mlprof_wire::{gpu_copy, gpu_space, Kind, Record};
+
+use super::{Decoder, Pending, MAX_RECORD_BYTES};
+use crate::collect::gpu_calls::Call;
+use crate::recording::GpuAllocEvent;
+
+/// Most launches one launch sample may stand for (a sampling mean beyond a million is not
+/// one the preload library uses).
+const MAX_LAUNCH_WEIGHT: u64 = 1 << 20;
+
+impl Decoder {
+    /// A CUDA-call record ([`Kind::GpuAlloc`], [`Kind::GpuCopy`], [`Kind::GpuLaunch`]).
+    pub(super) fn gpu(&mut self, r: &Record, t_ns: u64) {
+        let read = match Kind::from_u16(r.kind) {
+            Some(Kind::GpuAlloc) => r.as_gpu_alloc().and_then(|a| {
+                let valid = a.size <= MAX_RECORD_BYTES && a.space <= gpu_space::MANAGED;
+                let call = Call::Alloc(GpuAllocEvent {
+                    t_ns,
+                    tid: r.tid,
+                    addr: a.addr,
+                    size: a.size,
+                    device: (a.device != UNKNOWN_DEVICE).then_some(a.device),
+                    space: a.space,
+                    frames: Vec::new(),
+                    freed_ns: None,
+                });
+                valid.then_some((call, a.depth))
+            }),
+            Some(Kind::GpuCopy) => r.as_gpu_copy().and_then(|c| {
+                let valid = c.bytes <= MAX_RECORD_BYTES && c.direction <= gpu_copy::UNKNOWN;
+                let call = Call::Copy {
+                    tid: r.tid,
+                    direction: c.direction,
+                    bytes: c.bytes,
+                    synchronous: c.synchronous,
+                    t_ns,
+                };
+                valid.then_some((call, c.depth))
+            }),
+            Some(Kind::GpuLaunch) => r.as_gpu_launch().and_then(|l| {
+                let valid = (1..=MAX_LAUNCH_WEIGHT).contains(&l.weight);
+                let call = Call::Launch {
+                    tid: r.tid,
+                    launches: l.weight,
+                    t_ns,
+                };
+                valid.then_some((call, l.depth))
+            }),
+            _ => None,
+        };
+        let Some((call, depth)) = read else {
+            self.out.malformed += 1;
+            return;
+        };
+        let Some(depth) = self.depth(depth) else {
+            return;
+        };
+        self.pending = Pending::Gpu {
+            call,
+            frames: Vec::with_capacity(depth),
+            frames_left: depth,
+        };
+        if depth == 0 {
+            self.finish_pending();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlprof_wire::{Frame, GpuAlloc, GpuCopy, GpuFree, GpuLaunch};
+
+    use super::*;
+
+    #[test]
+    fn cuda_calls_are_decoded_with_their_frames_and_nonsense_is_dropped() {
+        let mut d = Decoder::default();
+        let alloc = GpuAlloc {
+            addr: 0x6000,
+            size: 1 << 30,
+            device: 1,
+            space: gpu_space::DEVICE,
+            depth: 2,
+        };
+        d.feed(&Record::gpu_alloc(7, 100, alloc), 0);
+        let frames = [
+            Frame {
+                code_id: 3,
+                lasti: 4,
+            },
+            Frame {
+                code_id: 5,
+                lasti: 6,
+            },
+        ];
+        d.feed(&Record::frames(7, &frames), 0);
+        let copy = GpuCopy {
+            bytes: 4096,
+            direction: gpu_copy::HOST_TO_DEVICE,
+            synchronous: true,
+            depth: 0,
+        };
+        d.feed(&Record::gpu_copy(7, 200, copy), 0);
+        d.feed(
+            &Record::gpu_launch(
+                7,
+                300,
+                GpuLaunch {
+                    weight: 16,
+                    depth: 0,
+                },
+            ),
+            0,
+        );
+        let freed = GpuFree {
+            addr: 0x6000,
+            space: gpu_space::DEVICE,
+        };
+        d.feed(&Record::gpu_free(7, 400, freed), 0);
+        // Nonsense: a size beyond any address space, an unknown direction, a zero weight.
+        let huge = GpuAlloc {
+            size: u64::MAX,
+            ..alloc
+        };
+        d.feed(&Record::gpu_alloc(7, 500, huge), 0);
+        let odd = GpuCopy {
+            direction: 9,
+            ..copy
+        };
+        d.feed(&Record::gpu_copy(7, 500, odd), 0);
+        d.feed(
+            &Record::gpu_launch(
+                7,
+                500,
+                GpuLaunch {
+                    weight: 0,
+                    depth: 0,
+                },
+            ),
+            0,
+        );
+        d.finish_pending();
+        assert_eq!(d.out.malformed, 3);
+        let calls = d.out.gpu.take();
+        assert_eq!(calls.allocs.len(), 1);
+        let a = &calls.allocs[0];
+        assert_eq!(
+            (a.addr, a.size, a.device, a.tid),
+            (0x6000, 1 << 30, Some(1), 7)
+        );
+        assert_eq!(
+            (a.frames.clone(), a.freed_ns),
+            (vec![(3, 4), (5, 6)], Some(400))
+        );
+        assert_eq!(
+            (calls.copies[0].bytes, calls.copies[0].synchronous_calls),
+            (4096, 1)
+        );
+        assert_eq!(calls.launches[0].launches, 16);
+    }
+}
