@@ -4,6 +4,7 @@
 pub mod chrome;
 pub mod diff;
 pub mod folded;
+mod gpu_text;
 pub mod html;
 pub mod json;
 pub mod pprof;

@@ -191,6 +191,7 @@ fn header(out: &mut String, p: &Profile) {
     for note in &p.gpu.notes {
         let _ = writeln!(out, "                  {}", Clean(note));
     }
+    super::gpu_text::summary(out, p);
     let _ = writeln!(out, "  dropped events  {}", p.dropped_events);
 }
 
@@ -218,6 +219,7 @@ fn shown(l: &crate::model::LineStats, whole_s: f64, whole_bytes: u64) -> bool {
         || m.peak_bytes > 0
         || m.copy_bytes > 0
         || m.mapped_peak_bytes > 0
+        || !m.gpu_calls.is_empty()
 }
 
 /// One table per file, a row per line: time by kind (shares of the sampled time), then memory
@@ -314,6 +316,9 @@ fn lines(out: &mut String, p: &Profile) {
                 source.into()
             }
         );
+        if let Some(row) = super::gpu_text::line_row(&m.gpu_calls) {
+            let _ = writeln!(out, "    {:>6} {:>6} {:>6}   \u{1}{row}", "", "", "");
+        }
         if m.waiting_for_workers_s >= MIN_SHARE * whole {
             let _ = writeln!(
                 out,

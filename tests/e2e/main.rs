@@ -15,6 +15,7 @@ mod fixture;
 mod foundation;
 mod frameworks;
 mod gpu;
+mod gpu_calls;
 mod hints;
 mod hostile;
 mod html;

@@ -18,6 +18,13 @@ Waits: @sync waits 0.2 s in `cudaStreamSynchronize` for @launch's kernels, sleep
 @spin queues 0.3 s more and waits for it in `cudaDeviceSynchronize` spinning on the CPU (the
 runtime's default); @event waits 0.15 s in `cudaEventSynchronize`, sleeping.
 
+Launch counting: @many launches 64000 kernels of no GPU time.
+
+The program's CUDA error state: @unknown_direction copies with `cudaMemcpyDefault` while an
+error is pending (7): the profiler must not ask the runtime about the pointers then (that could
+change the error the program reads next), so the copy's direction is not known; the program
+then prints the pending error.
+
 argv: FRAMEWORK_LIBRARY
 """
 import ctypes
@@ -93,7 +100,20 @@ def launch_and_wait():
     check(fw.fw_event_sync())  # @event
 
 
+def count_launches():
+    rt.fake_cuda_set_launch_ns(0)
+    check(fw.fw_launch(64000))  # @many
+
+
+def pending_error(keep):
+    rt.fake_cuda_fail_next(7)
+    check(fw.fw_copy(keep[2], keep[1], 1 * MiB, DEFAULT))  # @unknown_direction
+    print("last error", fw.fw_peek_error())
+
+
 keep, pinned = reserve()
 copy(keep, pinned)
 launch_and_wait()
+count_launches()
+pending_error(keep)
 print("gpu calls done")

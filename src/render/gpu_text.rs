@@ -1,0 +1,125 @@
+//! The text report's account of the CUDA calls: a summary line per process that made any, and
+//! under each line that made some, one row of what they did (kept out of the table's columns,
+//! which stay as wide as without CUDA).
+
+use std::fmt::Write;
+
+use crate::model::profile::{GpuLineCalls, ProcessGpuCalls};
+use crate::model::Profile;
+use crate::units::{bytes, seconds};
+
+/// "copied H→D 20.0 MiB, D→H 3.0 MiB" (only the directions with bytes), or `None`.
+fn copies(g: &GpuLineCalls) -> Option<String> {
+    let parts: Vec<String> = [
+        ("H→D", g.gpu_h2d_bytes),
+        ("D→H", g.gpu_d2h_bytes),
+        ("D→D", g.gpu_d2d_bytes),
+    ]
+    .into_iter()
+    .filter(|(_, b)| *b > 0)
+    .map(|(name, b)| format!("{name} {}", bytes(b)))
+    .collect();
+    (!parts.is_empty()).then(|| format!("copied {}", parts.join(", ")))
+}
+
+/// What a line's CUDA calls did, in one row's words; `None` when they did nothing.
+pub fn line_row(g: &GpuLineCalls) -> Option<String> {
+    let mut parts = Vec::new();
+    if g.gpu_reserved_bytes > 0 {
+        let mut held = format!(
+            "reserved {} in {} call{}, {} held at the GPU peak",
+            bytes(g.gpu_reserved_bytes),
+            g.gpu_reserved_calls,
+            if g.gpu_reserved_calls == 1 { "" } else { "s" },
+            bytes(g.gpu_peak_bytes)
+        );
+        if g.gpu_freed_bytes > 0 {
+            let _ = write!(held, ", {} given back", bytes(g.gpu_freed_bytes));
+        }
+        parts.push(held);
+    }
+    if g.gpu_pinned_bytes > 0 {
+        parts.push(format!("pinned {}", bytes(g.gpu_pinned_bytes)));
+    }
+    parts.extend(copies(g));
+    if g.gpu_wait_s > 0.0 {
+        parts.push(format!("waited {} for the GPU", seconds(g.gpu_wait_s)));
+    }
+    if g.gpu_launches > 0 {
+        parts.push(format!("{} kernel launches", g.gpu_launches));
+    }
+    (!parts.is_empty()).then(|| format!("GPU: {}", parts.join("; ")))
+}
+
+/// One summary line per process with CUDA calls.
+pub fn summary(out: &mut String, p: &Profile) {
+    for process in &p.processes {
+        let Some(calls) = &process.gpu_calls else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "  CUDA calls      pid {}: {}",
+            process.pid,
+            process_words(calls)
+        );
+    }
+}
+
+fn process_words(calls: &ProcessGpuCalls) -> String {
+    let mut parts: Vec<String> = calls
+        .devices
+        .iter()
+        .map(|d| {
+            let device = d
+                .device
+                .map_or("device ?".to_string(), |n| format!("device {n}"));
+            format!(
+                "{device} peak {} at {} ({} held at the end)",
+                bytes(d.peak_bytes),
+                seconds(d.at_s),
+                bytes(d.end_bytes)
+            )
+        })
+        .collect();
+    let t = &calls.totals;
+    if calls.pinned_peak_bytes > 0 {
+        parts.push(format!("pinned peak {}", bytes(calls.pinned_peak_bytes)));
+    }
+    parts.extend(copies(t));
+    if t.gpu_wait_s > 0.0 {
+        parts.push(format!("waited {} for the GPU", seconds(t.gpu_wait_s)));
+    }
+    if t.gpu_launches > 0 {
+        parts.push(format!("{} kernel launches", t.gpu_launches));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_row_names_only_what_its_calls_did() {
+        assert_eq!(line_row(&GpuLineCalls::default()), None);
+        let g = GpuLineCalls {
+            gpu_reserved_bytes: 3 << 20,
+            gpu_reserved_calls: 1,
+            gpu_peak_bytes: 3 << 20,
+            gpu_d2h_bytes: 1 << 20,
+            gpu_wait_s: 0.25,
+            ..GpuLineCalls::default()
+        };
+        let row = line_row(&g).unwrap();
+        assert!(
+            row.starts_with("GPU: reserved 3.0 MiB in 1 call, 3.0 MiB held"),
+            "{row}"
+        );
+        assert!(
+            row.contains("copied D→H 1.0 MiB") && !row.contains("H→D"),
+            "{row}"
+        );
+        assert!(row.contains("waited") && !row.contains("launches"), "{row}");
+    }
+}

@@ -1,0 +1,219 @@
+//! GPU per line from the CUDA calls, without a GPU: a fake CUDA runtime (`libcudart.so.13` with
+//! the real one's symbol version) and a fake framework library linked against it
+//! (`tests/fake-cuda`), both built here with the system C compiler, driven from Python through
+//! ctypes (`tests/scripts/gpu_calls.py`) with sizes, copies and waits known by construction.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use mlprof::model::profile::{GpuLineCalls, Profile};
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os};
+
+const MIB: u64 = 1 << 20;
+const SCRIPT: &str = "gpu_calls.py";
+
+/// The fake runtime and framework, built once per test process: the framework's path.
+fn framework() -> &'static PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = fixture::tempdir();
+        let src = fixture::root().join("tests/fake-cuda");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let runtime = dir.join("libcudart.so.13");
+        let built = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra"])
+            .arg("-Wl,-soname,libcudart.so.13")
+            .arg(format!(
+                "-Wl,--version-script={}",
+                src.join("fake_cudart.map").display()
+            ))
+            .arg("-o")
+            .arg(&runtime)
+            .arg(src.join("fake_cudart.c"))
+            .status()
+            .expect("a C compiler (cc)");
+        assert!(built.success(), "the fake CUDA runtime compiles");
+        let lib = dir.join("libfakeframework.so");
+        let built = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-o"])
+            .arg(&lib)
+            .arg(src.join("fake_framework.c"))
+            .arg(&runtime)
+            .arg("-Wl,-rpath,$ORIGIN")
+            .status()
+            .expect("a C compiler (cc)");
+        assert!(built.success(), "the fake framework compiles");
+        lib
+    })
+}
+
+/// The line marked `@name` in the script.
+fn at<'p>(p: &'p Profile, name: &str) -> &'p GpuLineCalls {
+    let marks = markers(SCRIPT);
+    &line(p, SCRIPT, marks[name]).measures.gpu_calls
+}
+
+fn profile(env: &[(&str, &str)]) -> (fixture::Run, String) {
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let run = fixture::profile_script(py, SCRIPT, &[&lib], env);
+    // What the program printed without mlprof: the same.
+    let plain = Command::new(&py.exe)
+        .arg(fixture::script(SCRIPT))
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    let stdout = String::from_utf8_lossy(&plain.stdout).into_owned();
+    (run, stdout)
+}
+
+#[test]
+fn the_framework_refers_to_the_runtime_by_versioned_symbols() {
+    // The case frameworks are in (torch: `cudaMalloc@libcudart.so.13`): the hooks must bind
+    // such references, not only plain ones.
+    let out = Command::new("nm").arg("-D").arg(framework()).output();
+    let Ok(out) = out else {
+        fixture::skipped("nm (binutils) is not installed");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cudaMalloc@libcudart.so.13"), "{text}");
+}
+
+#[test]
+fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
+    let (run, plain_stdout) = profile(&[("MLPROF_GPU_LAUNCH_SAMPLE", "1")]);
+    assert_eq!(String::from_utf8_lossy(&run.output.stdout), plain_stdout);
+    assert!(plain_stdout.contains("last error 7"), "{plain_stdout}");
+    let p = &run.profile;
+
+    // Device memory: reserved, held at the peak, given back.
+    let expect = |name: &str, reserved: u64, calls: u64, peak: u64, freed: u64| {
+        let g = at(p, name);
+        let got = (
+            g.gpu_reserved_bytes,
+            g.gpu_reserved_calls,
+            g.gpu_peak_bytes,
+            g.gpu_freed_bytes,
+        );
+        assert_eq!(
+            got,
+            (reserved * MIB, calls, peak * MIB, freed * MIB),
+            "@{name}"
+        );
+    };
+    expect("keep", 288, 3, 288, 0);
+    expect("tmp", 40, 1, 0, 40);
+    expect("async", 24, 1, 24, 0);
+    expect("managed", 8, 1, 8, 0);
+    expect("peak", 160, 1, 160, 160);
+    // Pinned host memory; cudaHostAlloc calls cudaMallocHost inside the fake runtime: counted
+    // once.
+    assert_eq!(at(p, "pinned").gpu_pinned_bytes, 6 * MIB);
+    assert_eq!(at(p, "pinned_tmp").gpu_pinned_bytes, 2 * MIB);
+
+    // Copies by direction, `cudaMemcpyDefault` told apart by the pointers.
+    assert_eq!(at(p, "h2d").gpu_h2d_bytes, 20 * MIB);
+    assert_eq!(at(p, "d2h").gpu_d2h_bytes, 3 * MIB);
+    assert_eq!(at(p, "d2d").gpu_d2d_bytes, 2 * MIB);
+    assert_eq!(at(p, "peer").gpu_d2d_bytes, MIB);
+    assert_eq!(at(p, "copy2d").gpu_h2d_bytes, 512 * 256);
+    // An error was pending: the pointers were not asked about, the direction is not known.
+    let unknown = at(p, "unknown_direction");
+    assert_eq!(
+        unknown.gpu_h2d_bytes + unknown.gpu_d2h_bytes + unknown.gpu_d2d_bytes,
+        0
+    );
+
+    // Launches, every one recorded.
+    assert_eq!(at(p, "launch").gpu_launches, 2000);
+    assert_eq!(at(p, "graph").gpu_launches, 50);
+    assert_eq!(at(p, "many").gpu_launches, 64000);
+
+    // GPU waits: the fake's sleeps (and spin) by construction, within 5%; above that, a wake-up
+    // on a busy machine may add the time the thread then queued for a CPU (20 ms allowed).
+    let gap = fixture::mean_gap(p);
+    for (name, truth, slack) in [
+        ("sync", 0.2, 0.02),
+        ("event", 0.15, 0.02),
+        // Spinning: the CPU part is sampled, within two mean gaps.
+        ("spin", 0.3, 0.02 + 2.0 * gap),
+    ] {
+        let m = &line(p, SCRIPT, markers(SCRIPT)[name]).measures;
+        let waited = m.gpu_calls.gpu_wait_s;
+        assert!(
+            waited >= truth * 0.95 - if name == "spin" { 2.0 * gap } else { 0.0 }
+                && waited <= truth * 1.05 + slack,
+            "@{name}: {waited:.3} s of GPU wait for {truth} s"
+        );
+        // Waiting for the GPU is waiting, not native time (the spin ran in the runtime).
+        assert!(m.cpu_native_s <= gap, "@{name}: {m:?}");
+        assert!(
+            m.cpu_system_s >= waited - 1e-9,
+            "@{name}: part of system/waiting"
+        );
+    }
+
+    // The process's totals and its device peak: 288 + 24 + 8 + 160 MiB, 320 still held.
+    let process = p
+        .processes
+        .iter()
+        .find(|p| p.gpu_calls.is_some())
+        .expect("a process with CUDA calls");
+    let calls = process.gpu_calls.as_ref().unwrap();
+    assert_eq!(calls.devices.len(), 1, "{calls:?}");
+    let device = &calls.devices[0];
+    assert_eq!(device.device, Some(0));
+    assert_eq!(
+        (device.peak_bytes, device.end_bytes),
+        (480 * MIB, 320 * MIB)
+    );
+    assert_eq!(calls.pinned_peak_bytes, 8 * MIB);
+    assert_eq!(
+        calls.totals.gpu_reserved_bytes,
+        (288 + 40 + 24 + 8 + 160) * MIB
+    );
+    assert_eq!(calls.totals.gpu_launches, 2000 + 50 + 64000 + 2);
+}
+
+#[test]
+fn launches_are_sampled_without_bias_by_default_and_the_rest_stays_exact() {
+    let (run, _) = profile(&[]);
+    let p = &run.profile;
+    // Each launch is taken with probability 1/16 and stands for 16: the count's standard
+    // deviation is sqrt(n * 16 * 15/16). Within four of them.
+    for (name, n) in [("many", 64000.0), ("launch", 2000.0)] {
+        let got = at(p, name).gpu_launches as f64;
+        let sd = (n * 15.0f64).sqrt();
+        assert!(
+            (got - n).abs() <= 4.0 * sd,
+            "@{name}: {got} launches for {n}"
+        );
+    }
+    assert_eq!(at(p, "keep").gpu_peak_bytes, 288 * MIB);
+    assert_eq!(at(p, "h2d").gpu_h2d_bytes, 20 * MIB);
+}
+
+#[test]
+fn a_program_that_never_uses_cuda_loads_nothing_and_gets_no_gpu_figures() {
+    let py = fixture::pythons().last().unwrap();
+    let code = "import ctypes\n\
+                maps = open('/proc/self/maps').read()\n\
+                print('cudart loaded' if 'libcudart' in maps else 'no cudart')\n";
+    let run = fixture::profile(&[os(&py.exe), os("-c"), os(code)]);
+    assert!(run.output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&run.output.stdout).trim(),
+        "no cudart"
+    );
+    assert!(run.profile.processes.iter().all(|p| p.gpu_calls.is_none()));
+    assert!(run
+        .profile
+        .lines
+        .iter()
+        .all(|l| l.measures.gpu_calls.is_empty()));
+}
