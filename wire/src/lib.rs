@@ -61,7 +61,7 @@ pub const ENV_MEMORY_SAMPLE: &CStr = c"MLPROF_MEMORY_SAMPLE_BYTES";
 /// Environment variable with the mean bytes between copy samples (0: no copy sampling).
 pub const ENV_COPY_SAMPLE: &CStr = c"MLPROF_COPY_SAMPLE_BYTES";
 /// Environment variable with the mean CUDA kernel launches between launch samples (1: every
-/// launch; 0: none; unset: the preload library's default, 16).
+/// launch; 0: none; unset: the preload library's default, 64).
 pub const ENV_GPU_LAUNCH_SAMPLE: &CStr = c"MLPROF_GPU_LAUNCH_SAMPLE";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
 pub const ENV_RATE: &CStr = c"MLPROF_RATE_HZ";

@@ -17,9 +17,12 @@ use crate::{channel, clock, local};
 /// Mean kernel launches between launch samples (1: every launch; 0: none), from
 /// `MLPROF_GPU_LAUNCH_SAMPLE` (default [`DEFAULT_LAUNCH_MEAN`]).
 static LAUNCH_MEAN: AtomicU64 = AtomicU64::new(DEFAULT_LAUNCH_MEAN);
-/// A launch costs the program a few microseconds of CPU; walking its stack each time would add
-/// a third to that. One in 16, drawn at random, keeps the cost small and the count unbiased.
-pub const DEFAULT_LAUNCH_MEAN: u64 = 16;
+/// A launch costs the program a few microseconds of CPU (the runtime's own 2-5 us, and a
+/// framework's dispatch around it); recording one with its stack costs about 10 us when the
+/// thread does not hold the GIL (PyTorch releases it around its ops), read through the kernel.
+/// One in 64, drawn at random, adds about 0.2 us per launch and keeps the count unbiased
+/// (`bench/gpu_hooks.py`).
+pub const DEFAULT_LAUNCH_MEAN: u64 = 64;
 
 /// Set the mean launches between launch samples (load time).
 pub fn configure(launch_mean: u64) {
