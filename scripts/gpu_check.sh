@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU check for a machine with an NVIDIA GPU and PyTorch (nothing is fetched): runs the
+# released mlprof on a small CUDA training loop (tests/scripts/gpu_train.py) that measures its
+# own truth (torch's allocator reserve around each line, bytes copied, perf_counter around the
+# waits), and prints a table of mlprof's figures against it and NVML's view, with the device,
+# driver and date, for docs/gpu-verification.md. Needs target/release (cargo build --release).
+# usage: scripts/gpu_check.sh [OUT_DIR]   (PYTHON: the Python with torch; default python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-$(mktemp -d)}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+mlprof=target/release/mlprof
+[ -x "$mlprof" ] || { echo "gpu_check: $mlprof not built (cargo build --release)" >&2; exit 2; }
+if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu_check: no CUDA device usable from $py with torch" >&2
+    exit 2
+fi
+{
+    echo "# GPU check, $(date -u +%Y-%m-%d)"
+    echo
+    echo '```'
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "nvidia-smi: not found"
+    "$py" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+    echo '```'
+    echo
+    "$mlprof" run -q -o "$out/gpu-check.json" -- "$py" tests/scripts/gpu_train.py "$out/truth.json" 5 \
+        > "$out/run.log" 2>&1 || echo "mlprof run failed: see $out/run.log"
+    "$py" scripts/gpu_check.py "$out/gpu-check.json" "$out/truth.json" tests/scripts/gpu_train.py || true
+    echo
+    echo "The text report's GPU part:"
+    echo '```'
+    "$mlprof" report "$out/gpu-check.json" 2>/dev/null | grep -E "GPU|CUDA|gpu_train" | head -40 || true
+    echo '```'
+} | tee "$out/gpu-check.md"
