@@ -10,7 +10,7 @@ use mlprof_wire::{gpu_copy, gpu_space, sample_flags};
 
 use super::filter::Filter;
 use super::places::{place_of, Acc, Lines, Place};
-use super::profile::{GpuCallPeak, GpuLineCalls, ProcessGpuCalls};
+use super::profile::{GpuCallPeak, GpuLineCalls, NvmlSplit, ProcessGpuCalls};
 use crate::recording::{GpuAllocEvent, GpuCalls, Recording};
 
 /// Add every channel's CUDA calls to `places`; returns each pid's totals.
@@ -29,6 +29,10 @@ pub fn add(
             .map(|s| s.weight_ns)
             .sum();
         if calls.is_empty() && waited == 0 {
+            // No call seen: NVML's memory of it, if any, is all "not seen".
+            if let Some(split) = nvml_split(rec, channel.pid, calls) {
+                out.entry(channel.pid).or_default().nvml = Some(split);
+            }
             continue;
         }
         let mut sum = GpuLineCalls {
@@ -81,6 +85,7 @@ pub fn add(
         }
         let totals = out.entry(channel.pid).or_default();
         totals.totals.add(&sum);
+        totals.nvml = nvml_split(rec, channel.pid, calls).or(totals.nvml.take());
         totals.unmatched_frees += calls.unmatched_frees;
         totals.pinned_peak_bytes = totals.pinned_peak_bytes.max(pinned_peak(calls));
         for p in peaks {
@@ -100,6 +105,33 @@ pub fn add(
         }
     }
     out
+}
+
+/// NVML's highest reading of process `pid` (the last one, when several equal it), split
+/// into the bytes its CUDA calls held at that moment and the rest.
+fn nvml_split(rec: &Recording, pid: u32, calls: &GpuCalls) -> Option<NvmlSplit> {
+    let (t_ns, peak_bytes) = rec
+        .gpu
+        .polls
+        .iter()
+        .map(|poll| {
+            let rows = poll.processes.iter().filter(|r| r.pid == pid);
+            (poll.t_ns, rows.map(|r| r.memory_bytes).sum::<u64>())
+        })
+        .filter(|&(_, bytes)| bytes > 0)
+        .max_by_key(|&(t, bytes)| (bytes, t))?;
+    let held: u64 = calls
+        .allocs
+        .iter()
+        .filter(|a| a.space != gpu_space::PINNED && held_at(a, t_ns))
+        .map(|a| a.size)
+        .sum();
+    Some(NvmlSplit {
+        peak_bytes,
+        at_s: t_ns as f64 / 1e9,
+        through_calls_bytes: held.min(peak_bytes),
+        not_seen_bytes: peak_bytes.saturating_sub(held),
+    })
 }
 
 /// Whether allocation `a` was held at `t_ns`.

@@ -641,6 +641,24 @@ pub struct ProcessGpuCalls {
     /// Frees of memory no recorded allocation held (reserved before mlprof saw it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unmatched_frees: u64,
+    /// NVML's memory of the process at its highest, split into what the calls held then and
+    /// the rest (absent without NVML readings of the process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml: Option<NvmlSplit>,
+}
+
+/// Every byte NVML reported for a process at its highest, accounted for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlSplit {
+    /// NVML's highest memory of the process, all devices (bytes).
+    pub peak_bytes: u64,
+    /// Seconds from launch of that reading (the last, when it held that much more than once).
+    pub at_s: f64,
+    /// Of it, what the CUDA calls held then (the lines' allocations).
+    pub through_calls_bytes: u64,
+    /// The rest: the CUDA context, libraries' workspaces (cuBLAS, cuDNN, NCCL), and memory
+    /// reserved other than through the runtime's calls (the driver API).
+    pub not_seen_bytes: u64,
 }
 
 /// One device's peak of memory held through CUDA calls.

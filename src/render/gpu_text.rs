@@ -93,6 +93,16 @@ fn process_words(calls: &ProcessGpuCalls) -> String {
     if t.gpu_launches > 0 {
         parts.push(format!("{} kernel launches", t.gpu_launches));
     }
+    if let Some(n) = &calls.nvml {
+        parts.push(format!(
+            "NVML peak {} at {}: {} held through these calls, {} not seen (CUDA context, \
+             libraries' workspaces, memory not reserved through the runtime)",
+            bytes(n.peak_bytes),
+            seconds(n.at_s),
+            bytes(n.through_calls_bytes),
+            bytes(n.not_seen_bytes)
+        ));
+    }
     parts.join("; ")
 }
 

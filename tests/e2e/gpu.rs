@@ -11,7 +11,7 @@ use crate::fixture::{self, os, within};
 const GIB: u64 = 1 << 30;
 
 /// The fake library, compiled once per test process.
-fn fake_nvml() -> &'static PathBuf {
+pub fn fake_nvml() -> &'static PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let dir = fixture::tempdir();

@@ -221,3 +221,49 @@ fn a_program_that_never_uses_cuda_loads_nothing_and_gets_no_gpu_figures() {
         .iter()
         .all(|l| l.measures.gpu_calls.is_empty()));
 }
+
+#[test]
+fn every_byte_nvml_reports_is_held_by_lines_or_named_as_not_seen() {
+    // The fake NVML reports 1 GiB for the program from the start to its end: at its last such
+    // reading the calls hold 320 MiB (@keep, @async, @managed: the program waits 0.65 s for the
+    // GPU after its last allocation), so 704 MiB is the context and what the calls did not see.
+    let dir = fixture::tempdir();
+    let nvml_script = dir.join("fake.nvml");
+    std::fs::write(
+        &nvml_script,
+        format!(
+            "device Fake-H100 85899345920\nrow t0 0 50 {gib} desc:{gib}:50\n",
+            gib = 1u64 << 30
+        ),
+    )
+    .unwrap();
+    let nvml = crate::gpu::fake_nvml().to_str().unwrap().to_string();
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let run = fixture::profile_args(
+        &["--gpu-lib", &nvml, "--gpu-rate", "20"],
+        &[os(&py.exe), os(&fixture::script(SCRIPT)), os(&lib)],
+        &[("MLPROF_FAKE_NVML_SCRIPT", nvml_script.to_str().unwrap())],
+    );
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let calls = p
+        .processes
+        .iter()
+        .find(|q| q.python.is_some())
+        .and_then(|q| q.gpu_calls.as_ref())
+        .expect("the program's CUDA calls");
+    let split = calls.nvml.as_ref().expect("NVML's view of the program");
+    assert_eq!(split.peak_bytes, 1 << 30);
+    assert_eq!(split.through_calls_bytes, 320 * MIB, "{split:?}");
+    assert_eq!(
+        split.through_calls_bytes + split.not_seen_bytes,
+        split.peak_bytes
+    );
+    // A process NVML saw that made no call we saw (a launcher shim, here): all of it not seen.
+    for q in p.processes.iter().filter(|q| q.python.is_none()) {
+        if let Some(n) = q.gpu_calls.as_ref().and_then(|c| c.nvml.as_ref()) {
+            assert_eq!((n.through_calls_bytes, n.not_seen_bytes), (0, n.peak_bytes));
+        }
+    }
+}
