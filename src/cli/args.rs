@@ -170,6 +170,10 @@ pub(super) struct GateArgs {
     /// Fail if the tree's peak GPU memory (NVML) exceeds SIZE, or if the GPU cannot be read.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
     pub(super) max_gpu_memory: Option<u64>,
+    /// Fail if one process's device memory reserved through its CUDA calls peaks above SIZE on
+    /// any device, or if no CUDA call was seen.
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    pub(super) max_gpu_reserved: Option<u64>,
 }
 
 impl GateArgs {
@@ -182,6 +186,7 @@ impl GateArgs {
                     max_rss_bytes: self.max_rss,
                     max_leak_bytes: self.max_leak,
                     max_gpu_memory_bytes: self.max_gpu_memory,
+                    max_gpu_reserved_bytes: self.max_gpu_reserved,
                     ..Default::default()
                 },
             )?,

@@ -95,7 +95,8 @@ fn located(origin: &str, text: &str, e: &toml::de::Error) -> Error {
 
 /// The keys of a budget table, for the message about an unknown one.
 const KEYS: &str =
-    "max-peak, max-rss, max-leak, max-gpu-memory, max-copy, max-cpu, ignore, lines, functions, files";
+    "max-peak, max-rss, max-leak, max-gpu-memory, max-gpu-reserved, max-copy, max-cpu, ignore, lines, \
+     functions, files";
 
 /// A `pyproject.toml`: only `[tool.mlprof]` is read, anything else in it is left alone.
 #[derive(serde::Deserialize)]
@@ -140,6 +141,9 @@ impl<'de> Visitor<'de> for TableVisitor {
                 Key::MaxGpuMemory => {
                     b.max_gpu_memory_bytes = Some(map.next_value_seed(size("max-gpu-memory"))?)
                 }
+                Key::MaxGpuReserved => {
+                    b.max_gpu_reserved_bytes = Some(map.next_value_seed(size("max-gpu-reserved"))?)
+                }
                 Key::MaxCopy => b.max_copy_bytes = Some(map.next_value_seed(size("max-copy"))?),
                 Key::MaxCpu => b.max_cpu_s = Some(map.next_value_seed(Seconds)?),
                 Key::Ignore => b.ignore = map.next_value_seed(Patterns)?,
@@ -163,6 +167,7 @@ enum Key {
     MaxRss,
     MaxLeak,
     MaxGpuMemory,
+    MaxGpuReserved,
     MaxCopy,
     MaxCpu,
     Ignore,
@@ -183,6 +188,7 @@ impl<'de> Deserialize<'de> for Key {
                     "max-rss" => Key::MaxRss,
                     "max-leak" => Key::MaxLeak,
                     "max-gpu-memory" => Key::MaxGpuMemory,
+                    "max-gpu-reserved" => Key::MaxGpuReserved,
                     "max-copy" => Key::MaxCopy,
                     "max-cpu" => Key::MaxCpu,
                     "ignore" => Key::Ignore,
@@ -578,11 +584,12 @@ mod tests {
         let err = error("[lines]\n\"\\u001b]0;x\\u0007.py:3\" = \"1\\u001b[2J\"\n");
         assert!(!err.contains('\x1b') && err.contains("\\x1b"), "{err}");
         let ok = parse_text(
-            "max-cpu = 12\nmax-copy = \"1G\"\nignore = [\"t/*\"]\n[files]\n\"d.py\" = 1\n[lines]\n\"a.py:3\" = 7\n",
+            "max-cpu = 12\nmax-copy = \"1G\"\nmax-gpu-reserved = \"2GiB\"\nignore = [\"t/*\"]\n[files]\n\"d.py\" = 1\n[lines]\n\"a.py:3\" = 7\n",
             "mlprof.toml",
             false,
         )
         .unwrap();
+        assert_eq!(ok.max_gpu_reserved_bytes, Some(2 << 30));
         assert_eq!(
             (
                 ok.max_cpu_s,

@@ -4,6 +4,7 @@
 
 pub mod baseline;
 pub mod file;
+mod gpu;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,8 @@ pub struct Budgets {
     pub max_leak_bytes: Option<u64>,
     /// Peak GPU memory of the tree (NVML, per process).
     pub max_gpu_memory_bytes: Option<u64>,
+    /// Device memory one process held through its CUDA calls, on any one device.
+    pub max_gpu_reserved_bytes: Option<u64>,
     /// Bytes a line (`file.py:88`, file name or path suffix) may hold at the heap peak.
     pub lines: BTreeMap<String, u64>,
     /// Bytes a function's lines (`file.py::qualname`) may hold at the heap peak.
@@ -72,6 +75,7 @@ impl Budgets {
             || self.max_rss_bytes.is_some()
             || self.max_leak_bytes.is_some()
             || self.max_gpu_memory_bytes.is_some()
+            || self.max_gpu_reserved_bytes.is_some()
             || !(self.lines.is_empty() && self.functions.is_empty() && self.files.is_empty())
             || self.max_copy_bytes.is_some()
             || self.max_cpu_s.is_some()
@@ -83,6 +87,7 @@ impl Budgets {
         self.max_rss_bytes = flags.max_rss_bytes.or(self.max_rss_bytes);
         self.max_leak_bytes = flags.max_leak_bytes.or(self.max_leak_bytes);
         self.max_gpu_memory_bytes = flags.max_gpu_memory_bytes.or(self.max_gpu_memory_bytes);
+        self.max_gpu_reserved_bytes = flags.max_gpu_reserved_bytes.or(self.max_gpu_reserved_bytes);
         self
     }
 }
@@ -118,6 +123,9 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     }
     if let Some(limit) = b.max_gpu_memory_bytes {
         out.extend(gpu_verdict(p, limit));
+    }
+    if let Some(limit) = b.max_gpu_reserved_bytes {
+        out.extend(gpu::reserved_verdict(p, limit));
     }
     if let Some(limit) = b.max_leak_bytes {
         let leaking: Vec<(String, u64)> = p
@@ -286,7 +294,13 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
     out
 }
 
-fn violation(budget: Budget, what: &str, limit: u64, actual: u64, whereabouts: &str) -> Violation {
+pub(crate) fn violation(
+    budget: Budget,
+    what: &str,
+    limit: u64,
+    actual: u64,
+    whereabouts: &str,
+) -> Violation {
     let mut message = format!(
         "budget exceeded: {what} {} > {}",
         bytes(actual),
@@ -396,7 +410,7 @@ fn holders(p: &Profile) -> String {
         .join(", ")
 }
 
-fn place(file: &str, line: u32) -> String {
+pub(crate) fn place(file: &str, line: u32) -> String {
     format!("{}:{line}", file.rsplit('/').next().unwrap_or(file))
 }
 

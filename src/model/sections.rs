@@ -104,6 +104,9 @@ pub enum Budget {
     PeakRss,
     /// `max-gpu-memory`: the peak GPU memory (also when it could not be checked).
     PeakGpuMemory,
+    /// `max-gpu-reserved`: device memory one process held through its CUDA calls, per device
+    /// (also when no call was seen).
+    GpuReserved,
     /// `max-leak`: the bytes of likely leaks.
     Leaks,
     /// `max-copy`: the bytes copied.
@@ -129,6 +132,7 @@ impl Budget {
             Budget::PeakHeap => "peak_heap",
             Budget::PeakRss => "peak_rss",
             Budget::PeakGpuMemory => "peak_gpu_memory",
+            Budget::GpuReserved => "gpu_reserved",
             Budget::Leaks => "leaks",
             Budget::Copy => "copy",
             Budget::Cpu => "cpu",

@@ -267,3 +267,28 @@ fn every_byte_nvml_reports_is_held_by_lines_or_named_as_not_seen() {
         }
     }
 }
+
+#[test]
+fn a_gpu_reserved_budget_fails_the_run_naming_the_line_that_held_most_at_the_peak() {
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let script = fixture::script(SCRIPT);
+    let argv = [os(&py.exe), os(&script), os(&lib)];
+    // The device peak is 480 MiB, @keep holding 288 MiB of it.
+    let over = fixture::profile_args(&["--max-gpu-reserved", "400MiB"], &argv, &[]);
+    assert_eq!(over.output.status.code(), Some(97), "exceeded: exit 97");
+    let v = &over.profile.violations;
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].budget.as_str(), "gpu_reserved");
+    assert_eq!(v[0].line, Some(markers(SCRIPT)["keep"]), "{}", v[0].message);
+    assert!(
+        v[0].message.contains("480.0 MiB > 400.0 MiB"),
+        "{}",
+        v[0].message
+    );
+    let stderr = String::from_utf8_lossy(&over.output.stderr);
+    assert!(stderr.contains("GPU memory reserved by pid"), "{stderr}");
+    let within = fixture::profile_args(&["--max-gpu-reserved", "480MiB"], &argv, &[]);
+    assert_eq!(within.output.status.code(), Some(0));
+    assert!(within.profile.violations.is_empty());
+}
