@@ -135,6 +135,12 @@ pub struct Figures {
     pub cpu_system_s: f64,
     /// GPU memory growth while it ran.
     pub gpu_memory_bytes: u64,
+    /// Device memory its CUDA calls held at its process's GPU peak (exact).
+    #[serde(default)]
+    pub gpu_peak_bytes: u64,
+    /// Bytes its CUDA calls copied between host and device, any direction (exact).
+    #[serde(default)]
+    pub gpu_copy_bytes: u64,
 }
 
 impl Figures {
@@ -149,6 +155,10 @@ impl Figures {
             cpu_native_s: m.cpu_native_s,
             cpu_system_s: m.cpu_system_s,
             gpu_memory_bytes: m.gpu_memory_bytes,
+            gpu_peak_bytes: m.gpu_calls.gpu_peak_bytes,
+            gpu_copy_bytes: m.gpu_calls.gpu_h2d_bytes
+                + m.gpu_calls.gpu_d2h_bytes
+                + m.gpu_calls.gpu_d2d_bytes,
         }
     }
 }
@@ -214,8 +224,16 @@ pub struct LineDiff {
     pub cpu_system_s_delta: f64,
     /// Change of GPU memory growth.
     pub gpu_memory_bytes_delta: i64,
+    /// Change of device memory held at the GPU peak through CUDA calls (exact: any change is
+    /// meaningful).
+    #[serde(default)]
+    pub gpu_peak_bytes_delta: i64,
+    /// Change of bytes copied between host and device through CUDA calls (exact).
+    #[serde(default)]
+    pub gpu_copy_bytes_delta: i64,
     /// Which of the deltas are beyond noise (`"peak_bytes"`, `"alloc_bytes"`, `"copy_bytes"`,
-    /// `"mapped_peak_bytes"`, `"cpu_s"`, `"gpu_memory_bytes"`).
+    /// `"mapped_peak_bytes"`, `"cpu_s"`, `"gpu_memory_bytes"`, `"gpu_peak_bytes"`,
+    /// `"gpu_copy_bytes"`).
     pub meaningful: Vec<String>,
     /// The noise floor each figure's delta was held against (same names, bytes or seconds).
     pub noise: Noise,
@@ -535,6 +553,8 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
             cpu_native_s_delta: n.cpu_native_s - b.cpu_native_s,
             cpu_system_s_delta: n.cpu_system_s - b.cpu_system_s,
             gpu_memory_bytes_delta: delta(b.gpu_memory_bytes, n.gpu_memory_bytes),
+            gpu_peak_bytes_delta: delta(b.gpu_peak_bytes, n.gpu_peak_bytes),
+            gpu_copy_bytes_delta: delta(b.gpu_copy_bytes, n.gpu_copy_bytes),
             file: p.file,
             line: p.line,
             base_line: p.base_line,
@@ -566,6 +586,13 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
         if over(d.gpu_memory_bytes_delta, gpu_noise) {
             meaningful.push("gpu_memory_bytes");
         }
+        // Exact figures (every CUDA call is recorded): any change is one.
+        if d.gpu_peak_bytes_delta != 0 {
+            meaningful.push("gpu_peak_bytes");
+        }
+        if d.gpu_copy_bytes_delta != 0 {
+            meaningful.push("gpu_copy_bytes");
+        }
         if meaningful.is_empty() {
             unchanged += 1;
             continue;
@@ -585,7 +612,7 @@ impl LineDiff {
     }
 
     /// The sort key: each meaningful delta's size, peak bytes first.
-    fn weight(&self) -> [f64; 4] {
+    fn weight(&self) -> [f64; 6] {
         let w = |figure: &str, v: f64| {
             if self.is_meaningful(figure) {
                 v.abs()
@@ -595,8 +622,10 @@ impl LineDiff {
         };
         [
             w("peak_bytes", self.peak_bytes_delta as f64),
+            w("gpu_peak_bytes", self.gpu_peak_bytes_delta as f64),
             w("alloc_bytes", self.alloc_bytes_delta as f64),
             w("copy_bytes", self.copy_bytes_delta as f64),
+            w("gpu_copy_bytes", self.gpu_copy_bytes_delta as f64),
             w("cpu_s", self.cpu_s_delta),
         ]
     }

@@ -45,6 +45,8 @@ fn cell(l: &LineDiff, figure: &str) -> String {
         "copy_bytes" => signed_bytes(l.copy_bytes_delta),
         "mapped_peak_bytes" => signed_bytes(l.mapped_peak_bytes_delta),
         "gpu_memory_bytes" => signed_bytes(l.gpu_memory_bytes_delta),
+        "gpu_peak_bytes" => signed_bytes(l.gpu_peak_bytes_delta),
+        "gpu_copy_bytes" => signed_bytes(l.gpu_copy_bytes_delta),
         _ => signed_seconds(l.cpu_s_delta),
     }
 }
@@ -155,19 +157,40 @@ fn section(
     if rows.is_empty() {
         return;
     }
+    // GPU columns only where a row's CUDA-call figures changed.
+    let gpu = rows
+        .iter()
+        .any(|l| l.is_meaningful("gpu_peak_bytes") || l.is_meaningful("gpu_copy_bytes"));
     let _ = writeln!(
         out,
-        "  {:>12} {:>12} {:>12} {:>10}  where",
-        "held", "allocated", "copied", "time"
+        "  {:>12} {:>12} {:>12} {:>10}{}  where",
+        "held",
+        "allocated",
+        "copied",
+        "time",
+        if gpu {
+            format!(" {:>12} {:>12}", "GPU held", "GPU copied")
+        } else {
+            String::new()
+        }
     );
     for l in rows.iter().take(SHOWN) {
         let _ = writeln!(
             out,
-            "  {:>12} {:>12} {:>12} {:>10}  {}",
+            "  {:>12} {:>12} {:>12} {:>10}{}  {}",
             cell(l, "peak_bytes"),
             cell(l, "alloc_bytes"),
             cell(l, "copy_bytes"),
             cell(l, "cpu_s"),
+            if gpu {
+                format!(
+                    " {:>12} {:>12}",
+                    cell(l, "gpu_peak_bytes"),
+                    cell(l, "gpu_copy_bytes")
+                )
+            } else {
+                String::new()
+            },
             name(l)
         );
     }

@@ -292,3 +292,54 @@ fn a_gpu_reserved_budget_fails_the_run_naming_the_line_that_held_most_at_the_pea
     assert_eq!(within.output.status.code(), Some(0));
     assert!(within.profile.violations.is_empty());
 }
+
+#[test]
+fn diff_shows_the_exact_change_of_gpu_memory_held_and_nothing_for_unchanged_copies() {
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let script = fixture::script(SCRIPT);
+    let dir = fixture::tempdir();
+    let (base, new) = (dir.join("base.json"), dir.join("new.json"));
+    let program = [os(&py.exe), os(&script), os(&lib)];
+    fixture::run_to(&base, &program, &[]);
+    fixture::run_to(&new, &program, &[("KEEP_MIB", "128")]);
+    let out = fixture::mlprof()
+        .args(["diff", "--json"])
+        .arg(&base)
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines = d["lines"].as_array().unwrap();
+    let keep = markers(SCRIPT)["keep"];
+    let row = lines
+        .iter()
+        .find(|l| l["line"] == keep)
+        .unwrap_or_else(|| panic!("@keep is not among the changed lines: {lines:?}"));
+    assert_eq!(row["gpu_peak_bytes_delta"], 3 * 32 * MIB, "{row}");
+    assert!(row["meaningful"]
+        .as_array()
+        .unwrap()
+        .contains(&"gpu_peak_bytes".into()));
+    // The copies did not change: no line has a GPU copy change.
+    assert!(
+        lines.iter().all(|l| l["gpu_copy_bytes_delta"] == 0),
+        "{lines:?}"
+    );
+    let text = fixture::mlprof()
+        .arg("diff")
+        .arg(&base)
+        .arg(&new)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("GPU held") && text.contains("+96.0 MiB"),
+        "{text}"
+    );
+}

@@ -25,9 +25,13 @@ error is pending (7): the profiler must not ask the runtime about the pointers t
 change the error the program reads next), so the copy's direction is not known; the program
 then prints the pending error.
 
+With KEEP_MIB in the environment, @keep's three blocks are that many MiB each instead of 96
+(for a diff of two runs).
+
 argv: FRAMEWORK_LIBRARY
 """
 import ctypes
+import os
 import sys
 
 fw = ctypes.CDLL(sys.argv[1])
@@ -48,6 +52,7 @@ fw.fw_copy_peer.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t]
 rt.fake_cuda_set_launch_ns.argtypes = [ctypes.c_uint64]
 
 MiB = 1 << 20
+KEEP = int(os.environ.get("KEEP_MIB", "96"))
 H2H, H2D, D2H, D2D, DEFAULT = 0, 1, 2, 3, 4
 
 
@@ -57,7 +62,7 @@ def check(result):
 
 
 def reserve():
-    keep = [fw.fw_alloc(96 * MiB) for _ in range(3)]  # @keep
+    keep = [fw.fw_alloc(KEEP * MiB) for _ in range(3)]  # @keep
     tmp = fw.fw_alloc(40 * MiB)  # @tmp
     check(fw.fw_free(tmp))
     kept_async = fw.fw_alloc_async(24 * MiB)  # @async
