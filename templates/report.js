@@ -105,6 +105,9 @@ const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.
 const rankLines = P.lines.some((l) => l.ranks);
 // Anonymous mappings outside malloc held at their own peak: a column only when some line has them.
 const mappedLines = P.lines.some((l) => (l.mapped_peak_bytes || 0) > 0);
+// What CUDA calls did per line (absent fields are 0): columns only when some line made calls.
+const gpuCopied = (l) => (l.gpu_h2d_bytes || 0) + (l.gpu_d2h_bytes || 0) + (l.gpu_d2d_bytes || 0);
+const callLines = P.lines.some((l) => (l.gpu_reserved_bytes || 0) > 0 || gpuCopied(l) > 0 || (l.gpu_wait_s || 0) > 0 || (l.gpu_launches || 0) > 0);
 
 function lines() {
   const box = $("lines");
@@ -112,7 +115,8 @@ function lines() {
   const heldMax = Math.max(1, ...P.lines.map((l) => l.peak_bytes));
   const byFile = new Map();
   for (const l of P.lines) {
-    if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0 && !(l.mapped_peak_bytes > 0)) continue;
+    const calls = (l.gpu_reserved_bytes || 0) + gpuCopied(l) + (l.gpu_launches || 0) + (l.gpu_pinned_bytes || 0) > 0;
+    if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0 && !(l.mapped_peak_bytes > 0) && !calls) continue;
     if (!byFile.has(l.file)) byFile.set(l.file, []);
     byFile.get(l.file).push(l);
   }
@@ -122,11 +126,13 @@ function lines() {
     (l) => l.alloc_python_bytes / Math.max(1, l.alloc_bytes), (l) => l.peak_bytes,
     ...(mappedLines ? [(l) => l.mapped_peak_bytes || 0] : []), (l) => l.copy_bytes,
     ...(rankLines ? [(l) => (l.ranks ? l.ranks.max_s - l.ranks.median_s : 0)] : []),
-    (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []), null];
+    (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []),
+    ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
   const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
     ...(mappedLines ? ["mapped at its peak"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
-    ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []), "source"];
+    ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
+    ...(callLines ? ["GPU held at its peak", "GPU reserved", "GPU copied", "GPU wait", "kernel launches"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
     const t = el("table"), body = el("tbody");
@@ -163,11 +169,14 @@ function lineRows(l, whole, heldMax, scale) {
     ...(rankLines ? [el("td", {}, l.ranks ? `${secs(l.ranks.median_s)} / ${secs(l.ranks.max_s)} (rank ${l.ranks.max_rank})` : "")] : []),
     el("td", {}, leak),
     ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
+    ...(callLines ? [el("td", {}, bytes(l.gpu_peak_bytes || 0)), el("td", {}, bytes(l.gpu_reserved_bytes || 0)),
+      el("td", { title: `host→device ${bytes(l.gpu_h2d_bytes || 0)}, device→host ${bytes(l.gpu_d2h_bytes || 0)}, device→device ${bytes(l.gpu_d2d_bytes || 0)}` }, bytes(gpuCopied(l))),
+      el("td", {}, secs(l.gpu_wait_s || 0)), el("td", {}, String(l.gpu_launches || 0))] : []),
     el("td", { class: "src" }, l.source || l.function))];
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (callLines ? 5 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }

@@ -343,3 +343,43 @@ fn diff_shows_the_exact_change_of_gpu_memory_held_and_nothing_for_unchanged_copi
         "{text}"
     );
 }
+
+#[test]
+fn the_html_page_carries_the_cuda_call_figures_and_shows_their_columns() {
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let out = fixture::mlprof()
+        .args(["run", "--html", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(SCRIPT))
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8(out.stdout).unwrap();
+    let doc = scraper::Html::parse_document(&page);
+    let json = scraper::Selector::parse("script[type='application/json']").unwrap();
+    let embedded = doc.select(&json).next().expect("the embedded profile");
+    let p: serde_json::Value = serde_json::from_str(&embedded.inner_html()).unwrap();
+    let keep = markers(SCRIPT)["keep"];
+    let line = p["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line"] == keep)
+        .expect("@keep in the page's profile");
+    assert_eq!(line["gpu_peak_bytes"], 288 * MIB);
+    // The page's code draws the columns from those fields.
+    for column in [
+        "GPU held at its peak",
+        "GPU copied",
+        "GPU wait",
+        "kernel launches",
+    ] {
+        assert!(page.contains(column), "{column}");
+    }
+}
