@@ -59,6 +59,10 @@ pub enum HintKind {
     Threads,
     /// Fork workers inheriting a large heap (`"fork_inherits"`).
     ForkInherits,
+    /// A line standing waiting for the GPU a large share of the run (`"gpu_wait"`).
+    GpuWait,
+    /// A line copying a large volume from host to device (`"gpu_copies"`).
+    GpuCopies,
 }
 
 impl HintKind {
@@ -72,6 +76,8 @@ impl HintKind {
             HintKind::OnnxArena => "onnx_arena",
             HintKind::Threads => "threads",
             HintKind::ForkInherits => "fork_inherits",
+            HintKind::GpuWait => "gpu_wait",
+            HintKind::GpuCopies => "gpu_copies",
         }
     }
 }

@@ -28,7 +28,9 @@ fn at(kind: HintKind, l: &LineStats) -> Hint {
 pub fn of(p: &Profile) -> Vec<Hint> {
     let mut out = Vec::new();
     let real: Vec<&LineStats> = p.lines.iter().filter(|l| l.line > 0).collect();
+    let whole_s = super::gpu_hints::whole_s(p);
     for l in &real {
+        out.extend(super::gpu_hints::of(l, whole_s));
         out.extend(copies(l));
         out.extend(float64(p, l));
         out.extend(growing(l));

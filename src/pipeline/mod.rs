@@ -5,6 +5,7 @@
 //! finished figures). What the recording says of itself (sampling means, CPUs, attached) is
 //! already in the profile attribution returns.
 
+mod gpu_hints;
 pub mod hints;
 
 use crate::gate::Gate;

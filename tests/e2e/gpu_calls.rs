@@ -383,3 +383,32 @@ fn the_html_page_carries_the_cuda_call_figures_and_shows_their_columns() {
         assert!(page.contains(column), "{column}");
     }
 }
+
+#[test]
+fn hints_name_the_line_waiting_for_the_gpu_and_large_host_to_device_copies_only() {
+    let py = fixture::pythons().last().unwrap();
+    let lib = framework().to_str().unwrap().to_string();
+    let marks = markers(SCRIPT);
+    let hints_of = |env: &[(&str, &str)]| {
+        let run = fixture::profile_script(py, SCRIPT, &[&lib], env);
+        run.profile
+            .hints
+            .iter()
+            .map(|h| (h.kind.as_str().to_string(), h.line.unwrap_or(0)))
+            .collect::<Vec<_>>()
+    };
+    // The spin (0.3 s) and the sync (0.2 s) each wait a fifth of the run or more; @h2d copies
+    // 20 MiB, below the copy hint's 64 MiB.
+    let hints = hints_of(&[]);
+    assert!(
+        hints.contains(&("gpu_wait".into(), marks["spin"])),
+        "{hints:?}"
+    );
+    assert!(!hints.iter().any(|h| h.0 == "gpu_copies"), "{hints:?}");
+    // 20 copies of 4 MiB: 80 MiB host to device.
+    let hints = hints_of(&[("H2D_STEPS", "20")]);
+    assert!(
+        hints.contains(&("gpu_copies".into(), marks["h2d"])),
+        "{hints:?}"
+    );
+}

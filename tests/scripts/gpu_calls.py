@@ -25,6 +25,7 @@ error is pending (7): the profiler must not ask the runtime about the pointers t
 change the error the program reads next), so the copy's direction is not known; the program
 then prints the pending error.
 
+With H2D_STEPS in the environment, @h2d copies that many times (default 5).
 With KEEP_MIB in the environment, @keep's three blocks are that many MiB each instead of 96
 (for a diff of two runs).
 
@@ -79,7 +80,7 @@ def reserve():
 def copy(keep, pinned):
     host = ctypes.create_string_buffer(4 * MiB)
     src = ctypes.addressof(host)
-    for _ in range(5):
+    for _ in range(int(os.environ.get("H2D_STEPS", "5"))):
         check(fw.fw_copy(keep[0], src, 4 * MiB, H2D))  # @h2d
     for _ in range(3):
         check(fw.fw_copy_async(pinned, keep[1], 1 * MiB, D2H))  # @d2h

@@ -1,0 +1,145 @@
+//! Hints drawn from the CUDA-call figures: a line whose thread stands waiting for the GPU
+//! (`.item()`, `.cpu()`, a synchronisation) a large share of the run, and a line copying a
+//! large volume from host to device. Thresholds in `docs/design/hints.md`. Pure.
+
+use crate::model::{Hint, HintKind, LineStats, Profile};
+use crate::units::{bytes, seconds};
+
+const MIB: u64 = 1 << 20;
+/// A GPU wait below this share of the run's sampled time, or this many seconds, is no hint.
+const WAIT_SHARE: f64 = 0.2;
+const WAIT_MIN_S: f64 = 0.1;
+/// Host-to-device copies below this volume are no hint.
+const H2D_MIN: u64 = 64 * MIB;
+
+/// What in a line's code reads a GPU value back on the host (and so waits for the GPU).
+const READS_BACK: [&str; 6] = [
+    ".item()",
+    ".cpu()",
+    ".tolist()",
+    ".numpy()",
+    "float(",
+    "print(",
+];
+
+/// The GPU hints of `l`; `whole_s`: the run's sampled time (Python + native + waiting).
+pub fn of(l: &LineStats, whole_s: f64) -> Vec<Hint> {
+    let mut out = Vec::new();
+    out.extend(waits(l, whole_s));
+    out.extend(host_to_device(l));
+    out
+}
+
+fn at(kind: HintKind, l: &LineStats) -> Hint {
+    Hint {
+        kind,
+        file: Some(l.file.clone()),
+        line: Some(l.line),
+        function: Some(l.function.clone()),
+        source: Some(l.source.trim().to_string()),
+        ..Default::default()
+    }
+}
+
+/// A line standing waiting for the GPU for a fifth of the run or more.
+fn waits(l: &LineStats, whole_s: f64) -> Option<Hint> {
+    let wait = l.measures.gpu_calls.gpu_wait_s;
+    if wait < WAIT_MIN_S || wait < WAIT_SHARE * whole_s {
+        return None;
+    }
+    let code = l.source.split('#').next().unwrap_or("");
+    let reads_back = READS_BACK.iter().any(|r| code.contains(r));
+    let mut h = at(HintKind::GpuWait, l);
+    h.evidence = format!(
+        "waits {} for the GPU ({:.0}% of the run's time)",
+        seconds(wait),
+        100.0 * wait / whole_s.max(1e-9)
+    );
+    h.suggestion = if reads_back {
+        "reading a GPU value back (`.item()`, `.cpu()`) makes the CPU wait for all the work \
+         queued before it: in a training loop, keep running values on the device \
+         (`total += loss.detach()`) and read them every N steps or at the end"
+            .into()
+    } else {
+        "the thread waits here for the work queued before this line to finish: if the \
+         synchronisation is not needed every step, remove it or do it every N steps, so that \
+         the CPU queues the next step's work meanwhile"
+            .into()
+    };
+    h.saving_s = Some(wait);
+    h.saving = format!(
+        "up to {} of waiting the CPU could spend queueing work (the GPU's own time stays)",
+        seconds(wait)
+    );
+    Some(h)
+}
+
+/// A line copying a large volume from host to device.
+fn host_to_device(l: &LineStats) -> Option<Hint> {
+    let h2d = l.measures.gpu_calls.gpu_h2d_bytes;
+    if h2d < H2D_MIN {
+        return None;
+    }
+    let mut h = at(HintKind::GpuCopies, l);
+    h.evidence = format!("copies {} from host to device", bytes(h2d));
+    h.suggestion = "if it is the same data every step, move it to the device once and keep it \
+                    there; otherwise copy from pinned memory (`pin_memory=True` in the \
+                    DataLoader) with `non_blocking=True`, so that the copy overlaps the GPU's work"
+        .into();
+    h.saving_bytes = Some(h2d);
+    h.saving = format!("up to {} of host-to-device copies", bytes(h2d));
+    Some(h)
+}
+
+/// The run's sampled time, as the hints weigh a line's wait against it.
+pub fn whole_s(p: &Profile) -> f64 {
+    p.lines
+        .iter()
+        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::profile::GpuLineCalls;
+
+    fn line(source: &str, wait_s: f64, h2d: u64) -> LineStats {
+        let mut l = LineStats {
+            file: "/job/train.py".into(),
+            line: 9,
+            source: source.into(),
+            ..LineStats::default()
+        };
+        l.measures.gpu_calls = GpuLineCalls {
+            gpu_wait_s: wait_s,
+            gpu_h2d_bytes: h2d,
+            ..GpuLineCalls::default()
+        };
+        l
+    }
+
+    #[test]
+    fn a_read_back_waiting_a_fifth_of_the_run_is_told_to_stay_on_the_device() {
+        let hints = of(
+            &line("    loss_sum += loss.item()  # .cpu() here", 3.0, 0),
+            10.0,
+        );
+        assert_eq!(hints.len(), 1);
+        assert_eq!(hints[0].kind, HintKind::GpuWait);
+        assert!(hints[0].suggestion.contains("loss.detach()"));
+        // A wait that is not a read back gets the general advice; a short one none.
+        let plain = of(&line("torch.cuda.synchronize()", 3.0, 0), 10.0);
+        assert!(plain[0].suggestion.starts_with("the thread waits"));
+        assert!(of(&line("x.item()", 1.9, 0), 10.0).is_empty());
+        assert!(of(&line("x.item()", 0.09, 0), 0.2).is_empty());
+    }
+
+    #[test]
+    fn large_host_to_device_copies_are_told_and_small_ones_are_not() {
+        let hints = of(&line("x = batch.to('cuda')", 0.0, 64 * MIB), 10.0);
+        assert_eq!((hints.len(), hints[0].kind), (1, HintKind::GpuCopies));
+        assert_eq!(hints[0].saving_bytes, Some(64 * MIB));
+        assert!(of(&line("x = batch.to('cuda')", 0.0, 64 * MIB - 1), 10.0).is_empty());
+    }
+}
