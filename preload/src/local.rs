@@ -53,6 +53,8 @@ pub struct Local {
     /// CUDA calls of ours the thread is inside (a runtime calling its own exported functions
     /// is seen once, by the outermost).
     pub cuda_calls: Cell<u64>,
+    /// The thread's CPU clock (ns) when it blocked SIGPROF.
+    pub sigprof_block_cpu_ns: Cell<u64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 256 && core::mem::align_of::<Local>() <= 16);

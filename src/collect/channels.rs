@@ -16,7 +16,7 @@ use std::sync::Arc;
 use mlprof_wire::{python_status, state, WireError, FILE_SUFFIX};
 
 use super::decode::{Decoder, MAX_RECORD_BYTES};
-use super::events::Events;
+use super::events::{Events, SigprofBlock};
 use super::mapping::{Mapping, OpenError};
 use super::procfs;
 use super::waits;
@@ -409,6 +409,23 @@ impl Channels {
 /// A thread blocking SIGPROF for less than this loses nothing worth a warning (its signal waits
 /// a moment and the sample then covers the time).
 const MIN_SIGPROF_BLOCK_NS: u64 = 100_000_000;
+/// A span it ended that used less CPU than this misplaced too little to warn of, however long
+/// it lasted (CPython's `subprocess` blocks every signal while its `vfork` child starts, which
+/// on a loaded machine can take a tenth of a second of waiting).
+const MIN_SIGPROF_CPU_NS: u64 = 50_000_000;
+
+/// The spans worth a warning: those still open at `end_ns` that lasted
+/// [`MIN_SIGPROF_BLOCK_NS`] (what the thread used since is unknown), and those ended that
+/// used [`MIN_SIGPROF_CPU_NS`] of CPU.
+fn unsampled(blocks: &[SigprofBlock], end_ns: u64) -> Vec<&SigprofBlock> {
+    blocks
+        .iter()
+        .filter(|b| match b.until_ns {
+            Some(_) => b.cpu_ns >= MIN_SIGPROF_CPU_NS,
+            None => end_ns.saturating_sub(b.from_ns) >= MIN_SIGPROF_BLOCK_NS,
+        })
+        .collect()
+}
 
 /// The last component of `path`, for messages.
 fn file_name(path: &Path) -> String {
@@ -449,27 +466,24 @@ impl Channel {
     fn sigprof_warning(&self) -> Option<String> {
         let d = &self.decoder.out;
         let end = self.summary.exit_ns.unwrap_or(d.newest_ns);
-        let long: Vec<&(u32, u64, Option<u64>)> = d
-            .sigprof_blocks
-            .iter()
-            .filter(|b| b.2.unwrap_or(end).saturating_sub(b.1) >= MIN_SIGPROF_BLOCK_NS)
-            .collect();
+        let long = unsampled(&d.sigprof_blocks, end);
         if long.is_empty() {
             return None;
         }
-        let span = |b: &&(u32, u64, Option<u64>)| match b.2 {
+        let span = |b: &&SigprofBlock| match b.until_ns {
             Some(to) => format!(
-                "thread {} from {:.2} s to {:.2} s (the CPU time it used then is all on the line \
-                 where it unblocked it)",
-                b.0,
-                b.1 as f64 / 1e9,
-                to as f64 / 1e9
+                "thread {} from {:.2} s to {:.2} s ({:.2} s of CPU, all on the line where it \
+                 unblocked it)",
+                b.tid,
+                b.from_ns as f64 / 1e9,
+                to as f64 / 1e9,
+                b.cpu_ns as f64 / 1e9
             ),
             None => format!(
                 "thread {} from {:.2} s to its end (the CPU time it used since is missing from \
                  its lines)",
-                b.0,
-                b.1 as f64 / 1e9
+                b.tid,
+                b.from_ns as f64 / 1e9
             ),
         };
         let shown: Vec<String> = long.iter().take(3).map(span).collect();
@@ -680,6 +694,29 @@ pub(crate) mod tests {
     use super::*;
     use mlprof_wire::{Header, Record, Ring};
     use std::time::Instant;
+
+    #[test]
+    fn only_spans_that_used_cpu_or_never_ended_are_worth_a_warning() {
+        let ms = 1_000_000;
+        let span = |tid, from_ns, until_ns, cpu_ns| SigprofBlock {
+            tid,
+            from_ns,
+            until_ns,
+            cpu_ns,
+        };
+        let blocks = [
+            span(1, 0, Some(400 * ms), 390 * ms), // a loop with it blocked: 0.39 s misplaced
+            span(1, 500 * ms, Some(700 * ms), ms), // subprocess's vfork on a busy machine
+            span(2, 800 * ms, None, 0),           // never unblocked, 0.2 s before the end
+            span(3, 950 * ms, None, 0),           // never unblocked, but for 50 ms only
+        ];
+        let told: Vec<u32> = unsampled(&blocks, 1000 * ms)
+            .iter()
+            .map(|b| b.tid)
+            .collect();
+        assert_eq!(told, vec![1, 2]);
+        assert_eq!(unsampled(&blocks, 1000 * ms)[0].from_ns, 0);
+    }
 
     /// A fresh empty directory for one test.
     pub fn dir(name: &str) -> PathBuf {

@@ -124,7 +124,9 @@ impl Decoder {
                     },
                     Some(Kind::Region) => self.region(r, t_ns),
                     Some(Kind::SigprofMask) => match r.as_sigprof_mask() {
-                        Some(blocked) => self.out.sigprof_mask(r.tid, blocked, t_ns),
+                        Some((blocked, cpu_ns)) => {
+                            self.out.sigprof_mask(r.tid, blocked, t_ns, cpu_ns)
+                        }
                         None => self.out.malformed += 1,
                     },
                     Some(Kind::GpuAlloc | Kind::GpuCopy | Kind::GpuLaunch) => self.gpu(r, t_ns),

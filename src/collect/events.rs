@@ -70,9 +70,8 @@ pub struct Decoded {
     pub mappings: Vec<AllocSample>,
     /// Marks of the highest bytes mapped: (ns from launch, bytes), rising.
     pub mapped_marks: Vec<(u64, u64)>,
-    /// Times a thread blocked SIGPROF (`sigprocmask`, `pthread_sigmask`, or started with it
-    /// blocked): (tid, from, until it unblocked it), ns from launch, in arrival order.
-    pub sigprof_blocks: Vec<(u32, u64, Option<u64>)>,
+    /// Times a thread blocked SIGPROF, in arrival order.
+    pub sigprof_blocks: Vec<SigprofBlock>,
     /// Index in `mappings` of each sampled mapping still mapped, by address.
     live_mapped: HashMap<u64, usize>,
     /// Regions that ended with a report asked for and not yet handed out
@@ -135,6 +134,20 @@ fn scale_waiting(samples: &mut [CpuSample], clocks: &HashMap<u32, super::waits::
 
 /// Sampled mappings held before the unmapped ones are pruned.
 const MAPPINGS_KEPT: usize = 10_000;
+
+/// A thread blocked SIGPROF (`sigprocmask`, `pthread_sigmask`, or started with it blocked).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SigprofBlock {
+    /// The thread.
+    pub tid: u32,
+    /// From when (ns from launch).
+    pub from_ns: u64,
+    /// Until it unblocked it (`None`: it never did).
+    pub until_ns: Option<u64>,
+    /// The CPU it used meanwhile, as it said when it unblocked it (its own clock: a thread
+    /// that blocked it around a wait, CPython's `subprocess` around its `vfork`, used none).
+    pub cpu_ns: u64,
+}
 
 /// Most SIGPROF-blocking spans kept per channel ([`Decoded::sigprof_mask`]).
 const MAX_SIGPROF_BLOCKS: usize = 4096;
@@ -357,12 +370,23 @@ impl Decoded {
     /// A thread blocked or unblocked SIGPROF. At most [`MAX_SIGPROF_BLOCKS`] are kept (a
     /// program that blocks it around every call sends one pair each time; the first ones say
     /// what the report needs).
-    pub(super) fn sigprof_mask(&mut self, tid: u32, blocked: bool, t_ns: u64) {
+    pub(super) fn sigprof_mask(&mut self, tid: u32, blocked: bool, t_ns: u64, cpu_ns: u64) {
         let blocks = &mut self.sigprof_blocks;
-        let open = blocks.iter().rposition(|b| b.0 == tid && b.2.is_none());
+        let open = blocks
+            .iter()
+            .rposition(|b| b.tid == tid && b.until_ns.is_none());
         match (blocked, open) {
-            (true, None) if blocks.len() < MAX_SIGPROF_BLOCKS => blocks.push((tid, t_ns, None)),
-            (false, Some(i)) => blocks[i].2 = Some(t_ns.max(blocks[i].1)),
+            (true, None) if blocks.len() < MAX_SIGPROF_BLOCKS => blocks.push(SigprofBlock {
+                tid,
+                from_ns: t_ns,
+                until_ns: None,
+                cpu_ns: 0,
+            }),
+            (false, Some(i)) => {
+                let b = &mut blocks[i];
+                b.until_ns = Some(t_ns.max(b.from_ns));
+                b.cpu_ns = cpu_ns.min(b.until_ns.unwrap_or(t_ns) - b.from_ns);
+            }
             _ => {}
         }
     }

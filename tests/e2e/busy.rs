@@ -78,10 +78,13 @@ fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
             crate::cpu::markers("loop_faults.py")["loop"],
         );
         let m = &l.measures;
+        // Its 0.5 s of CPU by construction, less up to a sample gap at each end that a
+        // neighbouring line may take (gaps grow on a machine busier than its cores).
+        let gap = fixture::mean_gap(&run.profile);
         assert!(
             m.cpu_python_s >= 0.9 * (m.cpu_python_s + m.cpu_native_s + m.cpu_system_s)
-                && m.cpu_python_s >= 0.4,
-            "{v}: the loop's line {m:?}"
+                && m.cpu_python_s >= 0.45 - 2.0 * gap,
+            "{v}: the loop's line {m:?}, samples {gap:.3} s apart on average"
         );
     }
 }

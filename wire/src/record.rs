@@ -52,7 +52,8 @@ pub enum Kind {
     /// The process's anonymous mappings (`mmap` outside the malloc family) reached a new high
     /// (at least 1% and 1 MiB above the previous mark). `a` = mapped bytes.
     MappedMark = 13,
-    /// The writing thread blocked (`a` = 1) or unblocked (`a` = 0) SIGPROF with
+    /// The writing thread blocked (`a` = 1) or unblocked (`a` = 0, `b` = the CPU nanoseconds it
+    /// used while it was blocked) SIGPROF with
     /// `sigprocmask`/`pthread_sigmask` (or started with it blocked): its timer signals wait
     /// until it unblocks, and all of its CPU time meanwhile then goes to the one sample taken
     /// there, or to none if it never does.
@@ -556,14 +557,22 @@ impl Record {
         Record::with(Kind::MappedMark, tid, ts_ns, [mapped_bytes, 0, 0, 0, 0])
     }
 
-    /// A [`Kind::SigprofMask`] record: the writing thread now blocks SIGPROF (or not).
-    pub fn sigprof_mask(tid: u32, ts_ns: u64, blocked: bool) -> Record {
-        Record::with(Kind::SigprofMask, tid, ts_ns, [blocked as u64, 0, 0, 0, 0])
+    /// A [`Kind::SigprofMask`] record: the writing thread now blocks SIGPROF (or not); when it
+    /// unblocks it, `cpu_ns` is the CPU it used while it was blocked (0 when it blocks it).
+    pub fn sigprof_mask(tid: u32, ts_ns: u64, blocked: bool, cpu_ns: u64) -> Record {
+        Record::with(
+            Kind::SigprofMask,
+            tid,
+            ts_ns,
+            [blocked as u64, cpu_ns, 0, 0, 0],
+        )
     }
 
-    /// Whether a [`Kind::SigprofMask`] record says SIGPROF is blocked now.
-    pub fn as_sigprof_mask(&self) -> Option<bool> {
-        Some(self.words_of(Kind::SigprofMask)?[0] != 0)
+    /// Whether a [`Kind::SigprofMask`] record says SIGPROF is blocked now, and the CPU the
+    /// thread used while it was blocked (an unblocking record's).
+    pub fn as_sigprof_mask(&self) -> Option<(bool, u64)> {
+        let [a, b, ..] = self.words_of(Kind::SigprofMask)?;
+        Some((a != 0, b))
     }
 
     /// The mapped bytes of a [`Kind::MappedMark`] record.

@@ -74,16 +74,22 @@ extern "C" fn sigprof_masked(blocked: libc::c_int) {
         return;
     }
     let blocked = blocked != 0;
+    let now_cpu = crate::sampler::timer::thread_cpu_ns();
+    // Changed, and the CPU used while it was blocked (when it unblocks it).
     let changed = crate::local::with(|l| {
         let was = l.sigprof_blocked.replace(blocked as u64) != 0;
-        was != blocked
+        let since = l
+            .sigprof_block_cpu_ns
+            .replace(if blocked { now_cpu } else { 0 });
+        (was != blocked).then(|| now_cpu.saturating_sub(since) * u64::from(!blocked))
     });
-    if changed {
+    if let Some(cpu_ns) = changed {
         let tid = clock::tid();
         channel::send(&mlprof_wire::Record::sigprof_mask(
             tid,
             clock::monotonic_ns(),
             blocked,
+            cpu_ns,
         ));
     }
 }

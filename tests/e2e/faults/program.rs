@@ -417,6 +417,16 @@ fn a_program_that_blocks_sigprof_runs_as_without_mlprof_and_the_report_says_so()
             py.minor
         );
         assert_eq!(w.matches("thread ").count(), 2, "{}: {w}", py.minor);
+        // The CPU the main thread used while it blocked it: its 0.4 s loop (by the kernel's
+        // clock of the thread, whatever the machine's load); CPython's subprocess blocks every
+        // signal around its vfork too, using no CPU: never told.
+        let cpu: f64 = w
+            .split(" s of CPU")
+            .next()
+            .and_then(|head| head.rsplit('(').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{}: no CPU in {w}", py.minor));
+        assert!((0.39..0.6).contains(&cpu), "{}: {cpu} s in {w}", py.minor);
     });
 }
 
