@@ -70,8 +70,9 @@ fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
             faults <= plain + 32,
             "{v}: the loop took {faults} page faults under mlprof, {plain} without"
         );
-        // So the loop's line is Python time, whatever the kernel's split (at most 32 faults of
-        // 2 ms of system time each, under the 10 % here).
+        // So the loop's line is Python time, whatever the kernel's split: its system time at
+        // most the faults the loop took under mlprof, each up to 2 ms of the kernel's split
+        // (a tick's worth on a loaded machine), and 5 % besides.
         let l = crate::cpu::line(
             &run.profile,
             "loop_faults.py",
@@ -81,8 +82,9 @@ fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
         // Its 0.5 s of CPU by construction, less up to a sample gap at each end that a
         // neighbouring line may take (gaps grow on a machine busier than its cores).
         let gap = fixture::mean_gap(&run.profile);
+        let total = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
         assert!(
-            m.cpu_python_s >= 0.9 * (m.cpu_python_s + m.cpu_native_s + m.cpu_system_s)
+            m.cpu_system_s + m.cpu_native_s <= 0.05 * total + faults as f64 * 0.002
                 && m.cpu_python_s >= 0.45 - 2.0 * gap,
             "{v}: the loop's line {m:?}, samples {gap:.3} s apart on average"
         );
