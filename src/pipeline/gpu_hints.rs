@@ -2,6 +2,7 @@
 //! (`.item()`, `.cpu()`, a synchronisation) a large share of the run, and a line copying a
 //! large volume from host to device. Thresholds in `docs/design/hints.md`. Pure.
 
+use super::hints::at;
 use crate::model::{Hint, HintKind, LineStats, Profile};
 use crate::units::{bytes, seconds};
 
@@ -28,17 +29,6 @@ pub fn of(l: &LineStats, whole_s: f64) -> Vec<Hint> {
     out.extend(waits(l, whole_s));
     out.extend(host_to_device(l));
     out
-}
-
-fn at(kind: HintKind, l: &LineStats) -> Hint {
-    Hint {
-        kind,
-        file: Some(l.file.clone()),
-        line: Some(l.line),
-        function: Some(l.function.clone()),
-        source: Some(l.source.trim().to_string()),
-        ..Default::default()
-    }
 }
 
 /// A line standing waiting for the GPU for a fifth of the run or more.

@@ -13,7 +13,7 @@ const MIB: u64 = 1 << 20;
 const MAX_HINTS: usize = 10;
 
 /// A hint about line `l`, its place filled in.
-fn at(kind: HintKind, l: &LineStats) -> Hint {
+pub(super) fn at(kind: HintKind, l: &LineStats) -> Hint {
     Hint {
         kind,
         file: Some(l.file.clone()),

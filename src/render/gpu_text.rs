@@ -41,14 +41,20 @@ pub fn line_row(g: &GpuLineCalls) -> Option<String> {
     if g.gpu_pinned_bytes > 0 {
         parts.push(format!("pinned {}", bytes(g.gpu_pinned_bytes)));
     }
-    parts.extend(copies(g));
+    parts.extend(traffic(g));
+    (!parts.is_empty()).then(|| format!("GPU: {}", parts.join("; ")))
+}
+
+/// The copies, the wait and the launches, in words (those there are).
+fn traffic(g: &GpuLineCalls) -> Vec<String> {
+    let mut parts: Vec<String> = copies(g).into_iter().collect();
     if g.gpu_wait_s > 0.0 {
         parts.push(format!("waited {} for the GPU", seconds(g.gpu_wait_s)));
     }
     if g.gpu_launches > 0 {
         parts.push(format!("{} kernel launches", g.gpu_launches));
     }
-    (!parts.is_empty()).then(|| format!("GPU: {}", parts.join("; ")))
+    parts
 }
 
 /// One summary line per process with CUDA calls.
@@ -86,13 +92,7 @@ fn process_words(calls: &ProcessGpuCalls) -> String {
     if calls.pinned_peak_bytes > 0 {
         parts.push(format!("pinned peak {}", bytes(calls.pinned_peak_bytes)));
     }
-    parts.extend(copies(t));
-    if t.gpu_wait_s > 0.0 {
-        parts.push(format!("waited {} for the GPU", seconds(t.gpu_wait_s)));
-    }
-    if t.gpu_launches > 0 {
-        parts.push(format!("{} kernel launches", t.gpu_launches));
-    }
+    parts.extend(traffic(t));
     if let Some(n) = &calls.nvml {
         parts.push(format!(
             "NVML peak {} at {}: {} held through these calls, {} not seen (CUDA context, \

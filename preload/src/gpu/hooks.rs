@@ -58,6 +58,33 @@ unsafe fn written(out: *mut *mut c_void) -> usize {
     }
 }
 
+/// What an allocation call of the runtime returned: told (the pointer it wrote) when it
+/// succeeded and is the outermost CUDA call on the thread; returned unchanged.
+///
+/// # Safety
+/// `out` is null or the caller's out-pointer, which the runtime wrote if `r` is success.
+unsafe fn allocated(
+    r: c_int,
+    call: &send::Call,
+    out: *mut *mut c_void,
+    size: size_t,
+    space: u8,
+) -> c_int {
+    if r == SUCCESS && call.outermost() {
+        // SAFETY: the caller's contract.
+        send::alloc(unsafe { written(out) }, size, space);
+    }
+    r
+}
+
+/// What a free of the runtime returned: told when it succeeded and is the outermost call.
+fn freed(r: c_int, call: &send::Call, ptr: *mut c_void, space: u8) -> c_int {
+    if r == SUCCESS && call.outermost() {
+        send::free(ptr as usize, space);
+    }
+    r
+}
+
 /// `cudaMalloc`.
 ///
 /// # Safety
@@ -69,13 +96,8 @@ pub unsafe extern "C" fn cudaMalloc(ptr: *mut *mut c_void, size: size_t) -> c_in
         unsafe extern "C" fn(*mut *mut c_void, size_t) -> c_int
     );
     let call = send::Call::begin();
-    // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, size) };
-    if r == SUCCESS && call.outermost() {
-        // SAFETY: the runtime wrote `*ptr`.
-        send::alloc(unsafe { written(ptr) }, size, gpu_space::DEVICE);
-    }
-    r
+    // SAFETY: forwarded as given; the runtime writes `*ptr` when it succeeds.
+    unsafe { allocated(f(ptr, size), &call, ptr, size, gpu_space::DEVICE) }
 }
 
 /// `cudaMallocAsync`.
@@ -87,13 +109,8 @@ pub unsafe extern "C" fn cudaMallocAsync(ptr: *mut *mut c_void, size: size_t, s:
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, Stream) -> c_int;
     let f = runtime!(Func::MallocAsync, F);
     let call = send::Call::begin();
-    // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, size, s) };
-    if r == SUCCESS && call.outermost() {
-        // SAFETY: the runtime wrote `*ptr`.
-        send::alloc(unsafe { written(ptr) }, size, gpu_space::DEVICE);
-    }
-    r
+    // SAFETY: forwarded as given; the runtime writes `*ptr` when it succeeds.
+    unsafe { allocated(f(ptr, size, s), &call, ptr, size, gpu_space::DEVICE) }
 }
 
 /// `cudaMallocManaged`.
@@ -109,13 +126,8 @@ pub unsafe extern "C" fn cudaMallocManaged(
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, c_uint) -> c_int;
     let f = runtime!(Func::MallocManaged, F);
     let call = send::Call::begin();
-    // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, size, flags) };
-    if r == SUCCESS && call.outermost() {
-        // SAFETY: the runtime wrote `*ptr`.
-        send::alloc(unsafe { written(ptr) }, size, gpu_space::MANAGED);
-    }
-    r
+    // SAFETY: forwarded as given; the runtime writes `*ptr` when it succeeds.
+    unsafe { allocated(f(ptr, size, flags), &call, ptr, size, gpu_space::MANAGED) }
 }
 
 /// `cudaMallocHost`.
@@ -129,13 +141,8 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: size_t) -> 
         unsafe extern "C" fn(*mut *mut c_void, size_t) -> c_int
     );
     let call = send::Call::begin();
-    // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, size) };
-    if r == SUCCESS && call.outermost() {
-        // SAFETY: the runtime wrote `*ptr`.
-        send::alloc(unsafe { written(ptr) }, size, gpu_space::PINNED);
-    }
-    r
+    // SAFETY: forwarded as given; the runtime writes `*ptr` when it succeeds.
+    unsafe { allocated(f(ptr, size), &call, ptr, size, gpu_space::PINNED) }
 }
 
 /// `cudaHostAlloc`.
@@ -151,13 +158,8 @@ pub unsafe extern "C" fn cudaHostAlloc(
     type F = unsafe extern "C" fn(*mut *mut c_void, size_t, c_uint) -> c_int;
     let f = runtime!(Func::HostAlloc, F);
     let call = send::Call::begin();
-    // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, size, flags) };
-    if r == SUCCESS && call.outermost() {
-        // SAFETY: the runtime wrote `*ptr`.
-        send::alloc(unsafe { written(ptr) }, size, gpu_space::PINNED);
-    }
-    r
+    // SAFETY: forwarded as given; the runtime writes `*ptr` when it succeeds.
+    unsafe { allocated(f(ptr, size, flags), &call, ptr, size, gpu_space::PINNED) }
 }
 
 /// `cudaFree`.
@@ -169,11 +171,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     let f = runtime!(Func::Free, unsafe extern "C" fn(*mut c_void) -> c_int);
     let call = send::Call::begin();
     // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr) };
-    if r == SUCCESS && call.outermost() {
-        send::free(ptr as usize, gpu_space::DEVICE);
-    }
-    r
+    freed(unsafe { f(ptr) }, &call, ptr, gpu_space::DEVICE)
 }
 
 /// `cudaFreeAsync`.
@@ -188,11 +186,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, s: Stream) -> c_int {
     );
     let call = send::Call::begin();
     // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr, s) };
-    if r == SUCCESS && call.outermost() {
-        send::free(ptr as usize, gpu_space::DEVICE);
-    }
-    r
+    freed(unsafe { f(ptr, s) }, &call, ptr, gpu_space::DEVICE)
 }
 
 /// `cudaFreeHost`.
@@ -204,11 +198,7 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     let f = runtime!(Func::FreeHost, unsafe extern "C" fn(*mut c_void) -> c_int);
     let call = send::Call::begin();
     // SAFETY: forwarded as given.
-    let r = unsafe { f(ptr) };
-    if r == SUCCESS && call.outermost() {
-        send::free(ptr as usize, gpu_space::PINNED);
-    }
-    r
+    freed(unsafe { f(ptr) }, &call, ptr, gpu_space::PINNED)
 }
 
 /// Whether `p` is device (or managed) memory, as the runtime describes it; `None` when it

@@ -192,15 +192,7 @@ fn gap(l: &local::Local, mean: u64) -> i64 {
     if mean <= 1 {
         return 1;
     }
-    let mut x = l.rng.get();
-    if x == 0 {
-        x = 0x9E37_79B9_7F4A_7C15 ^ (clock::tid() as u64) << 20 ^ clock::monotonic_ns();
-    }
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    l.rng.set(x);
-    let uniform = ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
+    let uniform = sampler::uniform(l);
     let p = 1.0 / mean as f64;
     let gap = 1.0 + (uniform.ln() / (1.0 - p).ln()).floor();
     if gap.is_finite() && gap >= 1.0 {

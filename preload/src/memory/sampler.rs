@@ -111,8 +111,9 @@ fn due_slow(local: &Local, left: &Cell<i64>, mean: u64, size: usize) -> Option<u
     Some(if p > 0.0 { (s / p) as u64 } else { mean })
 }
 
-/// Exponential gap with the given mean.
-fn next_gap(local: &Local, mean: u64) -> i64 {
+/// The thread's next uniform draw in (0, 1) (its xorshift generator, seeded on first use from
+/// the thread id and the clock). Shared by the allocation, copy and launch samplers.
+pub fn uniform(local: &Local) -> f64 {
     let mut x = local.rng.get();
     if x == 0 {
         x = 0x2545_F491_4F6C_DD1D ^ (clock::tid() as u64) << 20 ^ clock::monotonic_ns();
@@ -121,8 +122,12 @@ fn next_gap(local: &Local, mean: u64) -> i64 {
     x ^= x >> 7;
     x ^= x << 17;
     local.rng.set(x);
-    let u = x;
-    let uniform = ((u >> 11) as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
+    ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// Exponential gap with the given mean.
+fn next_gap(local: &Local, mean: u64) -> i64 {
+    let uniform = uniform(local);
     (-(uniform.ln()) * mean as f64).max(1.0) as i64
 }
 
