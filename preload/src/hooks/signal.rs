@@ -74,14 +74,23 @@ extern "C" fn sigprof_masked(blocked: libc::c_int) {
         return;
     }
     let blocked = blocked != 0;
-    let now_cpu = crate::sampler::timer::thread_cpu_ns();
-    // Changed, and the CPU used while it was blocked (when it unblocks it).
+    // Changed, and the CPU used while it was blocked (when it unblocks it). The thread's clock
+    // is read, and the block's start kept, only on a change: setting the same mask again costs
+    // nothing and does not restart the span.
     let changed = crate::local::with(|l| {
         let was = l.sigprof_blocked.replace(blocked as u64) != 0;
+        if was == blocked {
+            return None;
+        }
+        let now_cpu = crate::sampler::timer::thread_cpu_ns();
         let since = l
             .sigprof_block_cpu_ns
             .replace(if blocked { now_cpu } else { 0 });
-        (was != blocked).then(|| now_cpu.saturating_sub(since) * u64::from(!blocked))
+        Some(if blocked {
+            0
+        } else {
+            now_cpu.saturating_sub(since)
+        })
     });
     if let Some(cpu_ns) = changed {
         let tid = clock::tid();
