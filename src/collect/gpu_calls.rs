@@ -39,7 +39,7 @@ pub enum Call {
 pub struct GpuStore {
     calls: GpuCalls,
     /// Index in `calls.allocs` of each allocation not given back, by (pinned, address).
-    live: HashMap<(bool, u64), usize>,
+    live: HashMap<(u8, u64), usize>,
     copy_rows: HashMap<(u32, u8, Frames), usize>,
     launch_rows: HashMap<(u32, Frames), usize>,
     /// Calls dropped by the bounds (told as a warning).
@@ -80,14 +80,14 @@ impl GpuStore {
             self.dropped += 1;
             return;
         }
-        let key = (event.space == gpu_space::PINNED, event.addr);
+        let key = (gpu_space::key_class(event.space), event.addr);
         self.live.insert(key, self.calls.allocs.len());
         self.calls.allocs.push(event);
     }
 
     /// The allocation at `addr` was given back at `t_ns`.
     pub fn free(&mut self, addr: u64, space: u8, t_ns: u64) {
-        let key = (space == gpu_space::PINNED, addr);
+        let key = (gpu_space::key_class(space), addr);
         match self
             .live
             .remove(&key)
@@ -191,7 +191,7 @@ impl GpuStore {
             .iter()
             .enumerate()
             .filter(|(_, a)| a.freed_ns.is_none())
-            .map(|(i, a)| ((a.space == gpu_space::PINNED, a.addr), i))
+            .map(|(i, a)| ((gpu_space::key_class(a.space), a.addr), i))
             .collect();
         true
     }

@@ -16,7 +16,7 @@ const MIB: u64 = 1 << 20;
 const SCRIPT: &str = "gpu_calls.py";
 
 /// The fake runtime and framework, built once per test process: the framework's path.
-fn framework() -> &'static PathBuf {
+pub(crate) fn framework() -> &'static PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let dir = fixture::tempdir();

@@ -16,6 +16,7 @@ mod foundation;
 mod frameworks;
 mod gpu;
 mod gpu_calls;
+mod gpu_driver;
 mod hints;
 mod hostile;
 mod html;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dlfcn.h>
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
@@ -55,8 +56,30 @@ static int on_device(const void *p) {
     return (uint64_t)(uintptr_t)p >= DEVICE_LO && (uint64_t)(uintptr_t)p < DEVICE_HI;
 }
 
+/* The driver, as the real runtime reaches it: a handle to `libcuda.so.1` (here only if the
+ * program loaded one) and `cuGetProcAddress_v2` looked up through it. */
+typedef int (*get_proc_t)(const char *, void **, int, unsigned long long, int *);
+static get_proc_t driver_entry(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h ? (get_proc_t)dlsym(h, "cuGetProcAddress_v2") : 0;
+}
+
 static cudaError_t device_alloc(void **p, size_t n) {
     if (!p) return last_error = 1; /* cudaErrorInvalidValue */
+    /* With a driver loaded, device memory comes from it, as in the real runtime. */
+    static int (*driver_alloc)(uint64_t *, size_t);
+    static int asked;
+    if (!asked) {
+        asked = 1;
+        get_proc_t entry = driver_entry();
+        if (entry) entry("cuMemAlloc", (void **)&driver_alloc, 13000, 0, 0);
+    }
+    if (driver_alloc) {
+        uint64_t d = 0;
+        if (driver_alloc(&d, n) != 0) return last_error = 2;
+        *p = (void *)(uintptr_t)d;
+        return 0;
+    }
     *p = (void *)(uintptr_t)next_device;
     next_device += (n + 511) & ~(uint64_t)511;
     return 0;
@@ -140,3 +163,15 @@ cudaError_t cudaGraphLaunch(void *graph, cudaStream_t s) { (void)graph; (void)s;
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return wait_pending(); }
 cudaError_t cudaDeviceSynchronize(void) { return wait_pending(); }
 cudaError_t cudaEventSynchronize(void *e) { (void)e; return wait_pending(); }
+
+cudaError_t cudaRuntimeGetVersion(int *v) { if (!v) return 1; *v = 13000; return 0; }
+/* A driver function for the runtime's version or a given one, from the driver. */
+cudaError_t cudaGetDriverEntryPointByVersion(const char *name, void **pfn, unsigned version,
+                                             unsigned long long flags, int *status) {
+    get_proc_t entry = driver_entry();
+    if (!entry) return last_error = 3; /* cudaErrorInitializationError */
+    return entry(name, pfn, (int)version, flags, status) == 0 ? 0 : (last_error = 500);
+}
+cudaError_t cudaGetDriverEntryPoint(const char *name, void **pfn, unsigned long long flags, int *status) {
+    return cudaGetDriverEntryPointByVersion(name, pfn, 13000, flags, status);
+}

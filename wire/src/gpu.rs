@@ -13,6 +13,22 @@ pub mod gpu_space {
     pub const PINNED: u8 = 1;
     /// Managed (unified) memory (`cudaMallocManaged`).
     pub const MANAGED: u8 = 2;
+    /// Physical device memory made for virtual mappings (`cuMemCreate`), known by its handle
+    /// rather than an address.
+    pub const PHYSICAL: u8 = 3;
+    /// The last valid value.
+    pub const LAST: u8 = PHYSICAL;
+
+    /// Which allocations a free of `space` can give back: device and managed memory share
+    /// addresses (one `cudaFree` frees both); pinned host memory and physical handles are
+    /// numbered apart.
+    pub fn key_class(space: u8) -> u8 {
+        match space {
+            PINNED => 1,
+            PHYSICAL => 2,
+            _ => 0,
+        }
+    }
 }
 
 /// The direction of a [`GpuCopy`] (CUDA's `cudaMemcpyKind`, with `cudaMemcpyDefault` told

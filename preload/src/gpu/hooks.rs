@@ -5,12 +5,13 @@
 //! (`cudaMalloc@libcudart.so.13`): the dynamic loader lets an unversioned definition stand for
 //! any version.
 //!
-//! Not seen: a runtime linked statically and not exported, the per-thread-default-stream
-//! variants (`_ptds`/`_ptsz`), and the driver API (`cu*`) called directly.
+//! Not seen: a runtime linked statically and not exported, and the per-thread-default-stream
+//! variants (`_ptds`/`_ptsz`). The driver API is [`super::driver`].
 
 #![allow(non_snake_case)] // the runtime's names
 
 use libc::{c_int, c_uint, c_void, size_t};
+use mlprof_wire::gpu::UNKNOWN_DEVICE;
 use mlprof_wire::{gpu_copy, gpu_space};
 
 use super::real::{self, Func};
@@ -71,8 +72,13 @@ unsafe fn allocated(
     space: u8,
 ) -> c_int {
     if r == SUCCESS && call.outermost() {
+        let device = if space == gpu_space::PINNED {
+            UNKNOWN_DEVICE
+        } else {
+            send::runtime_device()
+        };
         // SAFETY: the caller's contract.
-        send::alloc(unsafe { written(out) }, size, space);
+        send::alloc(unsafe { written(out) }, size, space, device);
     }
     r
 }

@@ -6,7 +6,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use mlprof_wire::gpu::UNKNOWN_DEVICE;
-use mlprof_wire::{gpu_space, GpuAlloc, GpuCopy, GpuFree, GpuLaunch, Record};
+use mlprof_wire::{GpuAlloc, GpuCopy, GpuFree, GpuLaunch, Record};
 
 use super::real::{self, Func};
 use crate::hooks::wait;
@@ -82,7 +82,7 @@ fn with_stack(head: impl FnOnce(u32, u64, usize) -> Record) {
 
 /// The calling thread's current device, as the runtime says ([`UNKNOWN_DEVICE`] if it
 /// cannot).
-fn current_device() -> u32 {
+pub fn runtime_device() -> u32 {
     type GetDevice = unsafe extern "C" fn(*mut libc::c_int) -> libc::c_int;
     let Some(f) = real::address(Func::GetDevice) else {
         return UNKNOWN_DEVICE;
@@ -99,16 +99,12 @@ fn current_device() -> u32 {
     }
 }
 
-/// `size` bytes of `space` memory were given at `addr`.
-pub fn alloc(addr: usize, size: usize, space: u8) {
+/// `size` bytes of `space` memory were given at `addr` (a handle for
+/// `gpu_space::PHYSICAL`) on `device`.
+pub fn alloc(addr: usize, size: usize, space: u8, device: u32) {
     if addr == 0 || !open() {
         return;
     }
-    let device = if space == gpu_space::PINNED {
-        UNKNOWN_DEVICE
-    } else {
-        current_device()
-    };
     with_stack(|tid, ts_ns, depth| {
         let alloc = GpuAlloc {
             addr: addr as u64,

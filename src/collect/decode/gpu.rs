@@ -18,7 +18,7 @@ impl Decoder {
     pub(super) fn gpu(&mut self, r: &Record, t_ns: u64) {
         let read = match Kind::from_u16(r.kind) {
             Some(Kind::GpuAlloc) => r.as_gpu_alloc().and_then(|a| {
-                let valid = a.size <= MAX_RECORD_BYTES && a.space <= gpu_space::MANAGED;
+                let valid = a.size <= MAX_RECORD_BYTES && a.space <= gpu_space::LAST;
                 let call = Call::Alloc(GpuAllocEvent {
                     t_ns,
                     tid: r.tid,
