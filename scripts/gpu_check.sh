@@ -28,6 +28,16 @@ fi
         > "$out/run.log" 2>&1 || echo "mlprof run failed: see $out/run.log"
     "$py" scripts/gpu_check.py "$out/gpu-check.json" "$out/truth.json" tests/scripts/gpu_train.py || true
     echo
+    # The same loop with PyTorch's expandable segments: its reserve grows by the driver's
+    # cuMemCreate, reached through cudaGetDriverEntryPointByVersion (the driver-API path).
+    echo "With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the driver API):"
+    echo
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$mlprof" run -q -o "$out/gpu-check-expandable.json" -- \
+        "$py" tests/scripts/gpu_train.py "$out/truth-expandable.json" 5 \
+        > "$out/run-expandable.log" 2>&1 || echo "mlprof run failed: see $out/run-expandable.log"
+    "$py" scripts/gpu_check.py "$out/gpu-check-expandable.json" "$out/truth-expandable.json" \
+        tests/scripts/gpu_train.py || true
+    echo
     echo "The text report's GPU part:"
     echo '```'
     "$mlprof" report "$out/gpu-check.json" 2>/dev/null | grep -E "GPU|CUDA|gpu_train" | head -40 || true
