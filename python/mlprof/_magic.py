@@ -17,12 +17,12 @@ import time
 import json
 
 from . import _binary
-from ._format import seconds as _secs, size as _size
+from ._format import clean as _clean, seconds as _secs, size as _size
 from ._regions import Region, active
 
 try:
     from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-    from IPython.display import HTML, display
+    from IPython.display import display
 except ImportError:  # pragma: no cover - only imported by IPython
     raise ImportError("the mlprof magics need IPython (pip install ipykernel)")
 
@@ -61,7 +61,15 @@ class MlprofMagics(Magics):
             notice = None
         else:
             answer, notice = self._attached(code, name)
-        display(HTML(render(name, python, answer, notice)))
+        # Both forms: the page for notebooks, the text for consoles, nbconvert to markdown and
+        # CI logs (which show text/plain).
+        display(
+            {
+                "text/html": render(name, python, answer, notice),
+                "text/plain": render_text(name, python, answer, notice),
+            },
+            raw=True,
+        )
 
     def _run(self, code):
         try:
@@ -185,14 +193,9 @@ def _allow_ptrace(pid):
         pass
 
 
-def render(name, source, answer, notice):
-    """The cell's report as HTML (every string escaped)."""
-    e = html.escape
-    cell_lines = source.splitlines()
-    parts = ['<div class="mlprof-cell" style="font:13px sans-serif">']
-    if notice:
-        parts.append('<p style="color:#a15c00">%s</p>' % e(notice))
-    summary = ["<b>mlprof · %s</b>" % e(name)]
+def _summary(answer, notice):
+    """The cell's figures after its name: duration, peak, net, CPU split."""
+    summary = []
     if "duration_s" in answer:
         summary.append(_secs(answer["duration_s"]))
     if answer.get("peak_bytes") is not None:
@@ -204,16 +207,17 @@ def render(name, source, answer, notice):
             "CPU: Python %s, native %s, waiting %s"
             % (_secs(answer["cpu_python_s"]), _secs(answer["cpu_native_s"]), _secs(answer["cpu_system_s"]))
         )
-    parts.append("<p>%s</p>" % " · ".join(summary))
+    return summary
+
+
+def _table(name, source, answer, notice):
+    """The cell's lines (then other files' lines it ran): a header and rows of plain strings."""
+    cell_lines = source.splitlines()
     lines = answer.get("lines") or []
     own = sorted((l for l in lines if l.get("file") == name), key=lambda l: l["line"])
     other = [l for l in lines if l.get("file") != name and not l.get("file", "").startswith("<")]
-    cell = "padding:2px 10px;white-space:nowrap"
-    head = "<tr>%s</tr>" % "".join(
-        "<th style='%s;%s'>%s</th>" % (cell, "text-align:left" if h == "source" else "", h)
-        for h in ("line", "time", "Python", "native", "waiting", "allocated",
-                  "held at end" if notice else "held at peak", "source")
-    )
+    head = ("line", "time", "Python", "native", "waiting", "allocated",
+            "held at end" if notice else "held at peak", "source")
     rows = []
     for l in own + other:
         t = l["cpu_python_s"] + l["cpu_native_s"] + l["cpu_system_s"]
@@ -224,20 +228,56 @@ def render(name, source, answer, notice):
         else:
             where = "%s:%d" % (os.path.basename(l["file"]), l["line"])
             text = l.get("source", "")
-        rows.append(
-            ("<tr>" + "<td style='%s'>%%s</td>" % cell * 7 + "<td style='%s;text-align:left;"
-             "font-family:monospace;white-space:pre'>%%s</td></tr>" % cell)
-            % (
-                e(where),
-                _secs(t),
-                pct(l["cpu_python_s"]),
-                pct(l["cpu_native_s"]),
-                pct(l["cpu_system_s"]),
-                "–" if l.get("alloc_bytes") is None else _size(l["alloc_bytes"]),
-                "–" if l.get("peak_bytes") is None else _size(l["peak_bytes"]),
-                e(text.strip()),
-            )
-        )
+        rows.append((
+            where,
+            _secs(t),
+            pct(l["cpu_python_s"]),
+            pct(l["cpu_native_s"]),
+            pct(l["cpu_system_s"]),
+            "–" if l.get("alloc_bytes") is None else _size(l["alloc_bytes"]),
+            "–" if l.get("peak_bytes") is None else _size(l["peak_bytes"]),
+            text.strip(),
+        ))
+    return head, rows
+
+
+def render_text(name, source, answer, notice):
+    """The cell's report as plain text, as the terminal report writes it (every string from the
+    program cleaned of control characters): for consoles, nbconvert and CI logs."""
+    out = []
+    if notice:
+        out.append(_clean(notice))
+    out.append(" · ".join(["mlprof · %s" % _clean(name)] + _summary(answer, notice)))
+    head, rows = _table(name, source, answer, notice)
+    if rows:
+        cells = [head] + [tuple(_clean(c) for c in r) for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(head) - 1)]
+        for r in cells:
+            figures = "  ".join(c.rjust(w) for c, w in zip(r[:-1], widths))
+            out.append(("%s  %s" % (figures, r[-1])).rstrip())
+    return "\n".join(out)
+
+
+def render(name, source, answer, notice):
+    """The cell's report as HTML (every string escaped)."""
+    e = html.escape
+    parts = ['<div class="mlprof-cell" style="font:13px sans-serif">']
+    if notice:
+        parts.append('<p style="color:#a15c00">%s</p>' % e(notice))
+    summary = ["<b>mlprof · %s</b>" % e(name)] + _summary(answer, notice)
+    parts.append("<p>%s</p>" % " · ".join(summary))
+    head, table = _table(name, source, answer, notice)
+    cell = "padding:2px 10px;white-space:nowrap"
+    head = "<tr>%s</tr>" % "".join(
+        "<th style='%s;%s'>%s</th>" % (cell, "text-align:left" if h == "source" else "", h)
+        for h in head
+    )
+    rows = [
+        ("<tr>" + "<td style='%s'>%%s</td>" % cell * 7 + "<td style='%s;text-align:left;"
+         "font-family:monospace;white-space:pre'>%%s</td></tr>" % cell)
+        % tuple(e(c) for c in r)
+        for r in table
+    ]
     if rows:
         parts.append('<table style="border-collapse:collapse;text-align:right">%s%s</table>' % (head, "".join(rows)))
     page = answer.get("page_html")

@@ -56,6 +56,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
         Command::Jupyter(JupyterArgs {
             action: JupyterAction::Install(args),
         }) => {
+            let name = args.name.clone();
             let dir = jupyter::install(&jupyter::Install {
                 user: args.user,
                 name: args.name,
@@ -66,6 +67,13 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
                 "installed the kernel \"{}\" in {}",
                 Clean(&args.display_name),
                 Clean(&dir.display().to_string())
+            );
+            // What to type where a kernel is chosen by name rather than from a menu.
+            println!(
+                "its name is {0}: `jupyter console --kernel {0}`, `jupyter nbconvert --execute \
+                 --ExecutePreprocessor.kernel_name={0}`, `papermill -k {0}`, nbclient's \
+                 `kernel_name=\"{0}\"`",
+                Clean(&name)
             );
             Ok(0)
         }

@@ -91,6 +91,12 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         .output()
         .unwrap();
     assert!(install.status.success(), "{install:?}");
+    // It says the name to give where a kernel is chosen by name (console, papermill, nbclient).
+    let said = String::from_utf8_lossy(&install.stdout);
+    assert!(
+        said.contains("its name is mlprof") && said.contains("--kernel mlprof"),
+        "{said}"
+    );
     assert_eq!(std::fs::read_to_string(&planted).unwrap(), "untouched");
     let meta = std::fs::symlink_metadata(data.join("kernels/mlprof/kernel.json")).unwrap();
     assert!(meta.file_type().is_file(), "{meta:?}");
@@ -126,6 +132,29 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
         html.contains("<iframe") && html.contains("srcdoc="),
         "the cell's own page"
     );
+    // The same report as text, for consoles, nbconvert to markdown and CI logs: the summary
+    // and the array's row (its size and its source), columns aligned.
+    let text = printed["cell_text"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("mlprof · In [{count}]")),
+        "{text}"
+    );
+    let array = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 ") && l.contains("np.ones(50_000_000)"))
+        .unwrap_or_else(|| panic!("no text row for line 2: {text}"));
+    let sizes: Vec<f64> = array
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| c.ends_with("MiB"))
+        .map(mib)
+        .collect();
+    assert!(
+        sizes.len() == 2 && sizes.iter().all(|m| (343.0..420.0).contains(m)),
+        "{array}"
+    );
+    let header = text.lines().find(|l| l.contains("held at peak")).unwrap();
+    assert_eq!(header.find("source"), array.find("a = np.ones"), "{text}");
     let _ = std::fs::remove_dir_all(&data);
 }
 
@@ -181,6 +210,28 @@ fn the_cells_page_is_framed_in_a_sandbox() {
         "html = render('In [1]', 'x = 1', {'page_html': '<script>parent.x = 1</script>'}, None)",
         "assert '<iframe sandbox=\"allow-scripts\" ' in html, html",
         "assert 'allow-same-origin' not in html and '<script>' not in html, html",
+    ]
+    .join("\n");
+    let out = Command::new(&python)
+        .args(["-c", &check])
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The text form cleans what the program wrote: no escape reaches a terminal or a log.
+#[test]
+fn the_cells_text_form_cleans_what_the_program_wrote() {
+    let Some(python) = notebook_python() else {
+        return;
+    };
+    let check = [
+        "from mlprof._magic import render_text",
+        "answer = {'lines': [{'file': 'In [1]', 'line': 1, 'cpu_python_s': 1.0, \
+         'cpu_native_s': 0.0, 'cpu_system_s': 0.0, 'alloc_bytes': 0, 'peak_bytes': 0}]}",
+        "text = render_text('In [1]', 'x = \"\\x1b]0;owned\\x07\"', answer, None)",
+        "assert '\\x1b' not in text and '\\x07' not in text and 'owned' in text, text",
     ]
     .join("\n");
     let out = Command::new(&python)

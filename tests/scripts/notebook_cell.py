@@ -1,7 +1,7 @@
 """Runs a notebook in the kernel named argv[1] with nbclient: `%load_ext mlprof`, then a
 `%%mlprof` cell that allocates a 50M-element float64 array (381.5 MiB) and runs a Python loop,
 then `%mlprof` on one statement allocating 10M float64 (76.3 MiB). Prints, as JSON, the HTML
-output of both and the cell's execution count."""
+and plain-text outputs of both and the cell's execution count."""
 import json
 import sys
 
@@ -35,8 +35,14 @@ def html_of(cell):
     return html[0]
 
 
+def text_of(cell):
+    text = [o["data"]["text/plain"] for o in cell.outputs if "text/plain" in o.get("data", {})]
+    return text[0] if text else ""
+
+
 print(json.dumps({
     "cell": html_of(nb.cells[1]),
+    "cell_text": text_of(nb.cells[1]),
     "count": nb.cells[1].execution_count,
     "statement": html_of(nb.cells[2]),
 }))
