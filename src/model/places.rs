@@ -206,7 +206,8 @@ fn natives_of(natives: HashMap<(String, String), u64>) -> Vec<NativeFrame> {
 }
 
 /// Where an event with these frames (innermost first), on thread `tid` of process `pid`, goes:
-/// the innermost frame in a profiled file, else a pseudo-file.
+/// the innermost frame in a profiled file that is not [`generated`] code passed on, else a
+/// pseudo-file.
 pub fn place_of(
     frames: &[(u32, i32)],
     tid: u32,
@@ -214,19 +215,24 @@ pub fn place_of(
     lines: &mut Lines<'_>,
     filter: &Filter,
 ) -> Place {
-    for &(code, lasti) in frames {
+    for (i, &(code, lasti)) in frames.iter().enumerate() {
         let Some((info, line)) = lines.line(code, lasti) else {
             continue;
         };
-        let place = Place {
+        if !filter.profiles(&info.filename) {
+            continue;
+        }
+        if is_generated(&info.filename)
+            && passed_on(&info.filename, &frames[i + 1..], lines, filter)
+        {
+            continue;
+        }
+        return Place {
             file: info.filename.clone(),
             line,
             function: info.qualname.clone(),
             first_line: info.firstlineno.max(0) as u32,
         };
-        if filter.profiles(&info.filename) {
-            return place;
-        }
     }
     let pseudo = match (frames.is_empty(), tid == pid) {
         (false, _) => OUTSIDE,
@@ -239,6 +245,36 @@ pub fn place_of(
         function: pseudo.to_string(),
         first_line: 0,
     }
+}
+
+/// Code compiled from a string rather than read from a file: `exec`/`compile`'s `<string>`,
+/// dataclasses' and namedtuple's generated methods, `.pth` lines, torch.fx's
+/// `<eval_with_key>.N`, a notebook's `<ipython-input-…>` (frozen modules are libraries).
+fn is_generated(file: &str) -> bool {
+    file.starts_with('<') && !file.starts_with("<frozen ")
+}
+
+/// Whether generated code (`file`, called by `older`, innermost first) is charged to the line
+/// that caused it rather than listed as a file of its own: when user code in a real file ran
+/// it (a dataclass's `__init__`, an `exec` in a library the user called), or when it is
+/// `<string>` run straight from a library (`site.py`'s `.pth` lines). Code run as the program
+/// itself (`python -c`, a notebook cell under the kernel's library frames) stays where it is.
+fn passed_on(file: &str, older: &[(u32, i32)], lines: &mut Lines<'_>, filter: &Filter) -> bool {
+    let mut caller = true;
+    for &(code, lasti) in older {
+        let Some((info, _)) = lines.line(code, lasti) else {
+            continue;
+        };
+        let profiled = filter.profiles(&info.filename);
+        if profiled && !is_generated(&info.filename) {
+            return true;
+        }
+        if caller && file == "<string>" && !profiled {
+            return true;
+        }
+        caller = false;
+    }
+    false
 }
 
 /// Line lookup for the code ids of one channel (falling back to the channel's fork parents,

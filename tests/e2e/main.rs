@@ -14,6 +14,7 @@ mod faults;
 mod fixture;
 mod foundation;
 mod frameworks;
+mod generated;
 mod gpu;
 mod gpu_calls;
 mod gpu_driver;
