@@ -5,6 +5,7 @@
 //! [`MAX_ALLOCS`] allocations, those given back longest ago are dropped first.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use mlprof_wire::gpu_space;
 
@@ -108,59 +109,37 @@ impl GpuStore {
         sync: bool,
         t: u64,
     ) {
-        let rows = self.copy_rows.len();
         let key = (tid, direction, frames);
-        let i = match self.copy_rows.get(&key) {
-            Some(&i) => i,
-            None if rows < MAX_ROWS => {
-                let (tid, direction, frames) = key.clone();
-                self.calls.copies.push(GpuCopyTotal {
-                    tid,
-                    direction,
-                    frames,
-                    ..GpuCopyTotal::default()
-                });
-                self.copy_rows.insert(key, rows);
-                rows
-            }
-            None => {
-                self.dropped += 1;
-                return;
-            }
+        let made = |(tid, direction, frames)| GpuCopyTotal {
+            tid,
+            direction,
+            frames,
+            ..GpuCopyTotal::default()
         };
-        if let Some(row) = self.calls.copies.get_mut(i) {
-            row.bytes = row.bytes.saturating_add(bytes);
-            row.calls += 1;
-            row.synchronous_calls += u64::from(sync);
-            row.last_ns = row.last_ns.max(t);
-        }
+        let Some(row) = row(&mut self.copy_rows, &mut self.calls.copies, key, made) else {
+            self.dropped += 1;
+            return;
+        };
+        row.bytes = row.bytes.saturating_add(bytes);
+        row.calls += 1;
+        row.synchronous_calls += u64::from(sync);
+        row.last_ns = row.last_ns.max(t);
     }
 
     /// A launch sample standing for `launches` arrived.
     pub fn launch(&mut self, tid: u32, frames: Frames, launches: u64, t_ns: u64) {
-        let rows = self.launch_rows.len();
-        let key = (tid, frames);
-        let i = match self.launch_rows.get(&key) {
-            Some(&i) => i,
-            None if rows < MAX_ROWS => {
-                let (tid, frames) = key.clone();
-                self.calls.launches.push(GpuLaunchTotal {
-                    tid,
-                    frames,
-                    ..GpuLaunchTotal::default()
-                });
-                self.launch_rows.insert(key, rows);
-                rows
-            }
-            None => {
-                self.dropped += 1;
-                return;
-            }
+        let made = |(tid, frames)| GpuLaunchTotal {
+            tid,
+            frames,
+            ..GpuLaunchTotal::default()
         };
-        if let Some(row) = self.calls.launches.get_mut(i) {
-            row.launches = row.launches.saturating_add(launches);
-            row.last_ns = row.last_ns.max(t_ns);
-        }
+        let rows = &mut self.launch_rows;
+        let Some(row) = row(rows, &mut self.calls.launches, (tid, frames), made) else {
+            self.dropped += 1;
+            return;
+        };
+        row.launches = row.launches.saturating_add(launches);
+        row.last_ns = row.last_ns.max(t_ns);
     }
 
     /// What was stored so far.
@@ -195,6 +174,26 @@ impl GpuStore {
             .collect();
         true
     }
+}
+
+/// The row of `key` in `list`, made by `make` when the key is new (`index`: each key's place
+/// in `list`); `None` when it is new and [`MAX_ROWS`] rows are held already.
+fn row<'a, K: Eq + Hash + Clone, R>(
+    index: &mut HashMap<K, usize>,
+    list: &'a mut Vec<R>,
+    key: K,
+    make: impl FnOnce(K) -> R,
+) -> Option<&'a mut R> {
+    let i = match index.get(&key) {
+        Some(&i) => i,
+        None if list.len() < MAX_ROWS => {
+            list.push(make(key.clone()));
+            index.insert(key, list.len() - 1);
+            list.len() - 1
+        }
+        None => return None,
+    };
+    list.get_mut(i)
 }
 
 #[cfg(test)]
@@ -245,6 +244,24 @@ mod tests {
         assert_eq!((c.copies[1].bytes, c.copies[1].last_ns), (7000, 999));
         assert_eq!(c.launches.len(), 1);
         assert_eq!(c.launches[0].launches, 16_000);
+    }
+
+    #[test]
+    fn past_the_bound_new_rows_are_dropped_and_counted_and_old_ones_still_fold() {
+        let mut s = GpuStore::default();
+        for i in 0..MAX_ROWS as i32 {
+            s.copy(1, 1, vec![(1, i)], 1, false, 0);
+            s.launch(1, vec![(1, i)], 1, 0);
+        }
+        s.copy(1, 1, vec![(2, 0)], 1, false, 0); // a new stack: no room
+        s.launch(1, vec![(2, 0)], 1, 0);
+        s.copy(1, 1, vec![(1, 7)], 5, true, 9); // a known one: folded
+        s.launch(1, vec![(1, 7)], 3, 9);
+        assert_eq!(s.dropped, 2);
+        let c = s.calls();
+        assert_eq!((c.copies.len(), c.launches.len()), (MAX_ROWS, MAX_ROWS));
+        assert_eq!((c.copies[7].bytes, c.copies[7].calls), (6, 2));
+        assert_eq!((c.launches[7].launches, c.launches[7].last_ns), (4, 9));
     }
 
     #[test]
