@@ -17,6 +17,7 @@ mod frameworks;
 mod gpu;
 mod gpu_calls;
 mod gpu_driver;
+mod gpu_growth;
 mod hints;
 mod hostile;
 mod html;
