@@ -54,6 +54,8 @@ pub fn add(
             let figures = if a.space == gpu_space::PINNED {
                 GpuLineCalls {
                     gpu_pinned_bytes: a.size,
+                    gpu_pinned_calls: 1,
+                    gpu_pinned_end_bytes: if a.freed_ns.is_none() { a.size } else { 0 },
                     ..GpuLineCalls::default()
                 }
             } else {

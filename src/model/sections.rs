@@ -63,6 +63,8 @@ pub enum HintKind {
     GpuWait,
     /// A line copying a large volume from host to device (`"gpu_copies"`).
     GpuCopies,
+    /// A line pinning host memory again and again and keeping it (`"pinned_growth"`).
+    PinnedGrowth,
 }
 
 impl HintKind {
@@ -78,6 +80,7 @@ impl HintKind {
             HintKind::ForkInherits => "fork_inherits",
             HintKind::GpuWait => "gpu_wait",
             HintKind::GpuCopies => "gpu_copies",
+            HintKind::PinnedGrowth => "pinned_growth",
         }
     }
 }
@@ -236,6 +239,9 @@ mod tests {
             HintKind::OnnxArena,
             HintKind::Threads,
             HintKind::ForkInherits,
+            HintKind::GpuWait,
+            HintKind::GpuCopies,
+            HintKind::PinnedGrowth,
         ] {
             assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
         }

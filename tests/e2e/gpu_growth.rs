@@ -76,3 +76,51 @@ fn sweep_fits_gpu_memory_exponents_of_lines_growing_linearly_and_quadratically()
     assert!(page.contains("<th>GPU peak</th>"), "{page}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_line_pinning_host_memory_again_and_again_gets_the_pinned_growth_hint_and_reuse_does_not() {
+    // @pinned_grow pins 4 MiB twenty times and keeps every block: 80 MiB held at the end;
+    // @pinned_reuse pins as much as often, giving each block back.
+    let py = fixture::pythons().last().unwrap();
+    let lib = crate::gpu_calls::framework().to_str().unwrap().to_string();
+    let m = markers("gpu_calls.py");
+    let run = fixture::profile_script(py, "gpu_calls.py", &[&lib], &[("PINNED_STEPS", "20")]);
+    let p = &run.profile;
+    let calls = |name: &str| {
+        let l = p
+            .lines
+            .iter()
+            .find(|l| l.file.ends_with("gpu_calls.py") && l.line == m[name])
+            .unwrap_or_else(|| panic!("@{name}"));
+        let g = &l.measures.gpu_calls;
+        (
+            g.gpu_pinned_bytes,
+            g.gpu_pinned_calls,
+            g.gpu_pinned_end_bytes,
+        )
+    };
+    assert_eq!(calls("pinned_grow"), (80 * MIB, 20, 80 * MIB));
+    assert_eq!(calls("pinned_reuse"), (80 * MIB, 20, 0));
+    let hints: Vec<(&str, u32)> = p
+        .hints
+        .iter()
+        .filter(|h| h.kind.as_str() == "pinned_growth")
+        .map(|h| (h.kind.as_str(), h.line.unwrap_or(0)))
+        .collect();
+    assert_eq!(
+        hints,
+        [("pinned_growth", m["pinned_grow"])],
+        "{:?}",
+        p.hints
+    );
+    let hint = p.hints.iter().find(|h| h.kind.as_str() == "pinned_growth");
+    assert_eq!(hint.and_then(|h| h.saving_bytes), Some(76 * MIB));
+    // The process's pinned peak: the script's own 8 MiB at most, then the 80 MiB kept and one
+    // block being reused.
+    let process = p
+        .processes
+        .iter()
+        .find_map(|q| q.gpu_calls.as_ref())
+        .unwrap();
+    assert_eq!(process.pinned_peak_bytes, (6 + 80 + 4) * MIB);
+}

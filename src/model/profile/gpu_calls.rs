@@ -84,6 +84,12 @@ pub struct GpuLineCalls {
     /// Page-locked host memory reserved (`cudaMallocHost`, `cudaHostAlloc`; bytes).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpu_pinned_bytes: u64,
+    /// How many of those allocations.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_pinned_calls: u64,
+    /// Of `gpu_pinned_bytes`, what was still held when the process ended (never given back).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_pinned_end_bytes: u64,
     /// Bytes copied host to device.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpu_h2d_bytes: u64,
@@ -110,6 +116,8 @@ impl GpuLineCalls {
         self.gpu_peak_bytes += other.gpu_peak_bytes;
         self.gpu_freed_bytes += other.gpu_freed_bytes;
         self.gpu_pinned_bytes += other.gpu_pinned_bytes;
+        self.gpu_pinned_calls += other.gpu_pinned_calls;
+        self.gpu_pinned_end_bytes += other.gpu_pinned_end_bytes;
         self.gpu_h2d_bytes += other.gpu_h2d_bytes;
         self.gpu_d2h_bytes += other.gpu_d2h_bytes;
         self.gpu_d2d_bytes += other.gpu_d2d_bytes;
