@@ -378,7 +378,13 @@ if (P.regions && P.regions.length) {
   table("regions", [["peak", (r) => r.peak_bytes + r.children_peak_bytes, (r) => bytes(r.peak_bytes + r.children_peak_bytes)],
     ["net", (r) => r.end_bytes, (r) => signed(r.end_bytes)], ["time", (r) => r.duration_s, (r) => secs(r.duration_s)],
     ["Python", (r) => r.cpu_python_s, (r) => secs(r.cpu_python_s)], ["native", (r) => r.cpu_native_s, (r) => secs(r.cpu_native_s)],
-    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)], ["pid", (r) => r.pid, (r) => r.pid],
+    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)],
+    // The CUDA calls made inside each region (exact): columns only when some region made some.
+    ...(P.regions.some((r) => (r.gpu_reserved_bytes || 0) > 0 || gpuCopied(r) > 0)
+      ? [["GPU held at its peak", (r) => r.gpu_peak_bytes || 0, (r) => bytes(r.gpu_peak_bytes || 0)],
+        ["GPU reserved", (r) => r.gpu_reserved_bytes || 0, (r) => bytes(r.gpu_reserved_bytes || 0)],
+        ["GPU copied", gpuCopied, (r) => bytes(gpuCopied(r))]] : []),
+    ["pid", (r) => r.pid, (r) => r.pid],
     ["region", (r) => r.name, (r) => r.name, true], ["held most at the peak", top, top, true]], P.regions, 0);
 }
 table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_python_s, (f) => secs(f.cpu_python_s)],

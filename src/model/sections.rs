@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::profile::GpuLineCalls;
+
 /// One suggestion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hint {
@@ -208,6 +210,12 @@ pub struct Region {
     pub held_at_peak: Vec<RegionLine>,
     /// Lines whose allocations made inside the region were still live at its end.
     pub held_at_end: Vec<RegionLine>,
+    /// What the CUDA calls made inside it did (its process's and those it started), exact:
+    /// the sums of its lines' `gpu_*` figures, `gpu_peak_bytes` the highest device memory
+    /// held through calls made inside it (each device's, summed), pinned memory held at its
+    /// end; zeros left out of the JSON.
+    #[serde(flatten)]
+    pub gpu_calls: GpuLineCalls,
 }
 
 /// A line and the bytes it held.
