@@ -100,6 +100,44 @@ function gpuTimeline() {
   add("text", { x: W - 100, y: H - 4 }, secs(tMax));
 }
 
+// Device memory held through CUDA calls (exact, from the calls): one step line per process and
+// device, its peak marked; dashed after the last call (held from then on, while the process
+// lived).
+function gpuHeld() {
+  const series = [];
+  for (const p of P.processes) {
+    for (const d of (p.gpu_calls && p.gpu_calls.devices) || []) {
+      if (d.timeline && d.timeline.length) series.push({ pid: p.pid, d });
+    }
+  }
+  if (!series.length) return;
+  $("gpu-calls-part").hidden = false;
+  const svg = $("gpu-calls-timeline");
+  const W = svg.clientWidth || 1000, H = 180, L = 64, B = 20;
+  const tMax = Math.max(P.wall_s, ...series.map((s) => s.d.timeline[s.d.timeline.length - 1].t_s)) || 1;
+  const yMax = Math.max(1, ...series.map((s) => s.d.peak_bytes));
+  const x = (t) => L + (W - L - 8) * t / tMax, y = (v) => H - B - (H - B - 8) * v / yMax;
+  const add = svgAdder(svg);
+  const colors = ["var(--nat)", "var(--py)", "var(--mem)", "var(--sys)", "var(--leak)"];
+  series.forEach((s, i) => {
+    const color = colors[i % colors.length], pts = s.d.timeline;
+    let d = `M${x(pts[0].t_s).toFixed(1)},${y(0).toFixed(1)}`;
+    for (const p of pts) d += `H${x(p.t_s).toFixed(1)}V${y(p.bytes).toFixed(1)}`;
+    add("path", { d, fill: "none", stroke: color, "stroke-width": 2 });
+    const end = pts[pts.length - 1];
+    add("path", { d: `M${x(end.t_s).toFixed(1)},${y(end.bytes).toFixed(1)}H${x(tMax).toFixed(1)}`,
+      fill: "none", stroke: color, "stroke-width": 1, "stroke-dasharray": "4 3" });
+    const mark = add("text", { x: x(s.d.at_s) - 4, y: y(s.d.peak_bytes) - 4, fill: color }, "▲");
+    svgAdder(mark)("title", {}, `peak ${bytes(s.d.peak_bytes)} at ${secs(s.d.at_s)}`);
+    const device = s.d.device === null || s.d.device === undefined ? "device ?" : `device ${s.d.device}`;
+    $("gpu-calls-legend").append(el("span", {}, el("i", { class: "sw", style: `background:${color}` }),
+      `pid ${s.pid} ${device}: peak ${bytes(s.d.peak_bytes)} at ${secs(s.d.at_s)}, ${bytes(s.d.end_bytes)} at the end`));
+  });
+  add("text", { x: 4, y: 14 }, bytes(yMax));
+  add("text", { x: 4, y: H - B }, "0");
+  add("text", { x: W - 60, y: H - 4 }, secs(tMax));
+}
+
 const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.gpu_memory_bytes > 0);
 // How each line's time spreads across ranks: a column only for a job of several ranks.
 const rankLines = P.lines.some((l) => l.ranks);
@@ -322,6 +360,7 @@ function ranks() {
 
 timeline();
 gpuTimeline();
+gpuHeld();
 ranks();
 processChooser();
 showProcess("");
@@ -339,7 +378,13 @@ if (P.regions && P.regions.length) {
   table("regions", [["peak", (r) => r.peak_bytes + r.children_peak_bytes, (r) => bytes(r.peak_bytes + r.children_peak_bytes)],
     ["net", (r) => r.end_bytes, (r) => signed(r.end_bytes)], ["time", (r) => r.duration_s, (r) => secs(r.duration_s)],
     ["Python", (r) => r.cpu_python_s, (r) => secs(r.cpu_python_s)], ["native", (r) => r.cpu_native_s, (r) => secs(r.cpu_native_s)],
-    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)], ["pid", (r) => r.pid, (r) => r.pid],
+    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)],
+    // The CUDA calls made inside each region (exact): columns only when some region made some.
+    ...(P.regions.some((r) => (r.gpu_reserved_bytes || 0) > 0 || gpuCopied(r) > 0)
+      ? [["GPU held at its peak", (r) => r.gpu_peak_bytes || 0, (r) => bytes(r.gpu_peak_bytes || 0)],
+        ["GPU reserved", (r) => r.gpu_reserved_bytes || 0, (r) => bytes(r.gpu_reserved_bytes || 0)],
+        ["GPU copied", gpuCopied, (r) => bytes(gpuCopied(r))]] : []),
+    ["pid", (r) => r.pid, (r) => r.pid],
     ["region", (r) => r.name, (r) => r.name, true], ["held most at the peak", top, top, true]], P.regions, 0);
 }
 table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_python_s, (f) => secs(f.cpu_python_s)],

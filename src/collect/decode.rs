@@ -375,6 +375,10 @@ impl Decoder {
             self.out.malformed += 1;
             return;
         }
+        if matches!(region.phase, region_phase::BEGIN | region_phase::END) {
+            // CUDA calls from here on are folded apart from those before (`GpuStore`).
+            self.out.gpu.boundary();
+        }
         let regions = &mut self.out.regions;
         let losses = &mut self.out.region_losses;
         match region.phase {

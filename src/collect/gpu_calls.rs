@@ -1,10 +1,15 @@
 //! The store of one channel's CUDA calls (`recording::GpuCalls`), filled by the decoder:
 //! allocations matched to their frees by address, copies and launches folded per thread,
 //! stack and kind as they arrive (a training loop copies and launches from the same lines every
-//! step: the store grows with the program's lines, not its steps). Bounded: past
-//! [`MAX_ALLOCS`] allocations, those given back longest ago are dropped first.
+//! step: the store grows with the program's lines, not its steps), and per stretch between
+//! region boundaries (a region's begin or end starts a new stretch, so a region's cut takes
+//! its own rows whole: the store grows with regions that copy, too). Bounded: past
+//! [`MAX_ALLOCS`] allocations, those given back longest ago are dropped first; past
+//! [`MAX_ROWS`] rows, the rows of earlier stretches are folded together (what regions no
+//! longer see apart), then new rows are dropped.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use mlprof_wire::gpu_space;
 
@@ -12,8 +17,11 @@ use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuLaunchTotal};
 
 /// Most allocations held (each is a few dozen bytes and its frames).
 pub const MAX_ALLOCS: usize = 200_000;
-/// Most distinct (thread, stack, kind) rows of copies and of launches.
+/// Most distinct (thread, stack, kind, stretch) rows of copies and of launches.
 pub const MAX_ROWS: usize = 100_000;
+
+/// The stretch of the rows of earlier stretches folded together to make room.
+const FOLDED: u64 = u64::MAX;
 
 type Frames = Vec<(u32, i32)>;
 
@@ -40,8 +48,12 @@ pub struct GpuStore {
     calls: GpuCalls,
     /// Index in `calls.allocs` of each allocation not given back, by (pinned, address).
     live: HashMap<(u8, u64), usize>,
-    copy_rows: HashMap<(u32, u8, Frames), usize>,
-    launch_rows: HashMap<(u32, Frames), usize>,
+    /// The rows of `calls.copies`, by thread, direction and stack.
+    copy_rows: Rows<(u32, u8, Frames)>,
+    /// The rows of `calls.launches`, by thread and stack.
+    launch_rows: Rows<(u32, Frames)>,
+    /// The stretch of the run between region boundaries that calls arrive in now.
+    stretch: u64,
     /// Calls dropped by the bounds (told as a warning).
     pub dropped: u64,
 }
@@ -69,8 +81,8 @@ impl GpuStore {
     /// Everything stored, leaving nothing.
     pub fn take(&mut self) -> GpuCalls {
         self.live.clear();
-        self.copy_rows.clear();
-        self.launch_rows.clear();
+        self.copy_rows = Rows::default();
+        self.launch_rows = Rows::default();
         std::mem::take(&mut self.calls)
     }
 
@@ -98,6 +110,12 @@ impl GpuStore {
         }
     }
 
+    /// A region began or ended: the copies and launches from now on fold into rows of their
+    /// own.
+    pub fn boundary(&mut self) {
+        self.stretch += 1;
+    }
+
     /// A copy arrived.
     pub fn copy(
         &mut self,
@@ -108,59 +126,39 @@ impl GpuStore {
         sync: bool,
         t: u64,
     ) {
-        let rows = self.copy_rows.len();
-        let key = (tid, direction, frames);
-        let i = match self.copy_rows.get(&key) {
-            Some(&i) => i,
-            None if rows < MAX_ROWS => {
-                let (tid, direction, frames) = key.clone();
-                self.calls.copies.push(GpuCopyTotal {
-                    tid,
-                    direction,
-                    frames,
-                    ..GpuCopyTotal::default()
-                });
-                self.copy_rows.insert(key, rows);
-                rows
-            }
-            None => {
-                self.dropped += 1;
-                return;
-            }
+        let key = ((tid, direction, frames), self.stretch);
+        let made = |(tid, direction, frames)| GpuCopyTotal {
+            tid,
+            direction,
+            frames,
+            first_ns: t,
+            ..GpuCopyTotal::default()
         };
-        if let Some(row) = self.calls.copies.get_mut(i) {
-            row.bytes = row.bytes.saturating_add(bytes);
-            row.calls += 1;
-            row.synchronous_calls += u64::from(sync);
-            row.last_ns = row.last_ns.max(t);
-        }
+        let Some(row) = row(&mut self.copy_rows, &mut self.calls.copies, key, made) else {
+            self.dropped += 1;
+            return;
+        };
+        row.bytes = row.bytes.saturating_add(bytes);
+        row.calls += 1;
+        row.synchronous_calls += u64::from(sync);
+        row.last_ns = row.last_ns.max(t);
     }
 
     /// A launch sample standing for `launches` arrived.
     pub fn launch(&mut self, tid: u32, frames: Frames, launches: u64, t_ns: u64) {
-        let rows = self.launch_rows.len();
-        let key = (tid, frames);
-        let i = match self.launch_rows.get(&key) {
-            Some(&i) => i,
-            None if rows < MAX_ROWS => {
-                let (tid, frames) = key.clone();
-                self.calls.launches.push(GpuLaunchTotal {
-                    tid,
-                    frames,
-                    ..GpuLaunchTotal::default()
-                });
-                self.launch_rows.insert(key, rows);
-                rows
-            }
-            None => {
-                self.dropped += 1;
-                return;
-            }
+        let made = |(tid, frames)| GpuLaunchTotal {
+            tid,
+            frames,
+            first_ns: t_ns,
+            ..GpuLaunchTotal::default()
         };
-        if let Some(row) = self.calls.launches.get_mut(i) {
-            row.launches = row.launches.saturating_add(launches);
-            row.last_ns = row.last_ns.max(t_ns);
-        }
+        let key = ((tid, frames), self.stretch);
+        let Some(row) = row(&mut self.launch_rows, &mut self.calls.launches, key, made) else {
+            self.dropped += 1;
+            return;
+        };
+        row.launches = row.launches.saturating_add(launches);
+        row.last_ns = row.last_ns.max(t_ns);
     }
 
     /// What was stored so far.
@@ -194,6 +192,103 @@ impl GpuStore {
             .map(|(i, a)| ((gpu_space::key_class(a.space), a.addr), i))
             .collect();
         true
+    }
+}
+
+/// Rows of calls folded together: the sums of both, from the first's time to the last's.
+trait Fold {
+    fn fold(&mut self, other: &Self);
+}
+
+impl Fold for GpuCopyTotal {
+    fn fold(&mut self, o: &Self) {
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.calls += o.calls;
+        self.synchronous_calls += o.synchronous_calls;
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+    }
+}
+
+impl Fold for GpuLaunchTotal {
+    fn fold(&mut self, o: &Self) {
+        self.launches = self.launches.saturating_add(o.launches);
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+    }
+}
+
+/// Where the rows of a list of folded calls are.
+#[derive(Clone, Debug)]
+struct Rows<K> {
+    /// Each row's place in its list, by its calls' identity and stretch.
+    index: HashMap<(K, u64), usize>,
+    /// The stretch in which earlier stretches were last folded (none since: nothing to fold).
+    folded_in: Option<u64>,
+}
+
+impl<K> Default for Rows<K> {
+    fn default() -> Self {
+        Rows {
+            index: HashMap::new(),
+            folded_in: None,
+        }
+    }
+}
+
+/// The row of `key` (its calls' identity and stretch) in `list`, made by `make` when the key
+/// is new. With [`MAX_ROWS`] rows held, the rows of earlier stretches are folded first (once
+/// per stretch: after that, every row is of this stretch or folded); `None` when that left no
+/// room.
+fn row<'a, K: Eq + Hash + Clone, R: Fold>(
+    rows: &mut Rows<K>,
+    list: &'a mut Vec<R>,
+    key: (K, u64),
+    make: impl FnOnce(K) -> R,
+) -> Option<&'a mut R> {
+    let index = &mut rows.index;
+    if list.len() >= MAX_ROWS && !index.contains_key(&key) && rows.folded_in != Some(key.1) {
+        fold_earlier(index, list, key.1);
+        rows.folded_in = Some(key.1);
+    }
+    let i = match index.get(&key) {
+        Some(&i) => i,
+        None if list.len() < MAX_ROWS => {
+            list.push(make(key.0.clone()));
+            index.insert(key, list.len() - 1);
+            list.len() - 1
+        }
+        None => return None,
+    };
+    list.get_mut(i)
+}
+
+/// Fold the rows of every stretch but `current` into one per identity (stretch [`FOLDED`]):
+/// their calls stay counted, but a region's cut no longer takes them apart (a folded row
+/// spans several stretches, and a region takes only rows wholly inside it).
+fn fold_earlier<K: Eq + Hash + Clone, R: Fold>(
+    index: &mut HashMap<(K, u64), usize>,
+    list: &mut Vec<R>,
+    current: u64,
+) {
+    let mut keys: Vec<Option<(K, u64)>> = vec![None; list.len()];
+    for (key, i) in index.drain() {
+        if let Some(slot) = keys.get_mut(i) {
+            *slot = Some(key);
+        }
+    }
+    for (row, key) in std::mem::take(list).into_iter().zip(keys) {
+        let Some((identity, stretch)) = key else {
+            continue;
+        };
+        let stretch = if stretch == current { current } else { FOLDED };
+        match index.get(&(identity.clone(), stretch)) {
+            Some(&i) => list[i].fold(&row),
+            None => {
+                index.insert((identity, stretch), list.len());
+                list.push(row);
+            }
+        }
     }
 }
 
@@ -245,6 +340,75 @@ mod tests {
         assert_eq!((c.copies[1].bytes, c.copies[1].last_ns), (7000, 999));
         assert_eq!(c.launches.len(), 1);
         assert_eq!(c.launches[0].launches, 16_000);
+    }
+
+    #[test]
+    fn past_the_bound_new_rows_are_dropped_and_counted_and_old_ones_still_fold() {
+        let mut s = GpuStore::default();
+        for i in 0..MAX_ROWS as i32 {
+            s.copy(1, 1, vec![(1, i)], 1, false, 0);
+            s.launch(1, vec![(1, i)], 1, 0);
+        }
+        s.copy(1, 1, vec![(2, 0)], 1, false, 0); // a new stack: no room
+        s.launch(1, vec![(2, 0)], 1, 0);
+        s.copy(1, 1, vec![(1, 7)], 5, true, 9); // a known one: folded
+        s.launch(1, vec![(1, 7)], 3, 9);
+        assert_eq!(s.dropped, 2);
+        let c = s.calls();
+        assert_eq!((c.copies.len(), c.launches.len()), (MAX_ROWS, MAX_ROWS));
+        assert_eq!((c.copies[7].bytes, c.copies[7].calls), (6, 2));
+        assert_eq!((c.launches[7].launches, c.launches[7].last_ns), (4, 9));
+    }
+
+    #[test]
+    fn a_region_boundary_starts_rows_of_their_own_with_their_first_and_last_times() {
+        let mut s = GpuStore::default();
+        for t in 1..=3 {
+            s.copy(1, 1, vec![(3, 4)], 10, false, t);
+            s.launch(1, vec![(3, 6)], 1, t);
+        }
+        s.boundary();
+        for t in 10..=12 {
+            s.copy(1, 1, vec![(3, 4)], 100, false, t);
+            s.launch(1, vec![(3, 6)], 2, t);
+        }
+        let c = s.calls();
+        let copies: Vec<_> = c
+            .copies
+            .iter()
+            .map(|r| (r.bytes, r.first_ns, r.last_ns))
+            .collect();
+        assert_eq!(copies, [(30, 1, 3), (300, 10, 12)]);
+        let launches: Vec<_> = c
+            .launches
+            .iter()
+            .map(|r| (r.launches, r.first_ns, r.last_ns))
+            .collect();
+        assert_eq!(launches, [(3, 1, 3), (6, 10, 12)]);
+    }
+
+    #[test]
+    fn past_the_bound_earlier_stretches_are_folded_to_make_room() {
+        let mut s = GpuStore::default();
+        let half = MAX_ROWS as i32 / 2;
+        // The same stacks copy in two stretches: the store is full.
+        for t in 0..2 {
+            for i in 0..half {
+                s.copy(1, 1, vec![(1, i)], 1, false, t);
+            }
+            s.boundary();
+        }
+        assert_eq!(s.calls().copies.len(), MAX_ROWS);
+        // A new row in a third stretch: the first two folded into one row per stack.
+        s.copy(1, 1, vec![(2, 0)], 5, false, 9);
+        let c = s.calls();
+        assert_eq!((c.copies.len(), s.dropped), (half as usize + 1, 0));
+        assert_eq!(
+            c.copies.iter().map(|r| r.bytes).sum::<u64>(),
+            MAX_ROWS as u64 + 5
+        );
+        let folded = &c.copies[7];
+        assert_eq!((folded.calls, folded.first_ns, folded.last_ns), (2, 0, 1));
     }
 
     #[test]

@@ -56,6 +56,21 @@ pub fn violations(p: &Profile) -> Vec<String> {
             proc.peak_heap_bytes <= m.peak_heap_bytes,
             format!("process {} peak heap exceeds the tree's", proc.pid),
         );
+        let devices = proc.gpu_calls.iter().flat_map(|c| &c.devices);
+        for d in devices.filter(|d| !d.timeline.is_empty()) {
+            let top = d.timeline.iter().map(|s| s.bytes).max().unwrap_or(0);
+            let end = d.timeline.last().map_or(0, |s| s.bytes);
+            check(
+                top == d.peak_bytes
+                    && end == d.end_bytes
+                    && d.timeline.windows(2).all(|w| w[0].t_s <= w[1].t_s),
+                format!(
+                    "process {} device {:?}: GPU timeline (highest {top}, last {end}) against \
+                     peak {} and end {}, or out of time order",
+                    proc.pid, d.device, d.peak_bytes, d.end_bytes
+                ),
+            );
+        }
     }
     let frames = p.stack_frames.len() as u32;
     check(
@@ -118,7 +133,9 @@ pub fn violations(p: &Profile) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{MemorySample, Process, SCHEMA};
+    use crate::model::{
+        GpuCallPeak, GpuHeldSample, MemorySample, Process, ProcessGpuCalls, SCHEMA,
+    };
 
     fn consistent() -> Profile {
         let mut p = Profile {
@@ -163,7 +180,19 @@ mod tests {
         p.processes[0].peak_heap_bytes = 500;
         p.exit.code = Some(0);
         p.exit.signal = Some(9);
+        // A GPU timeline whose highest point is not the device's peak.
+        let point = |t_s, bytes| GpuHeldSample { t_s, bytes };
+        p.processes[0].gpu_calls = Some(ProcessGpuCalls {
+            devices: vec![GpuCallPeak {
+                peak_bytes: 30,
+                end_bytes: 10,
+                timeline: vec![point(0.1, 20), point(0.2, 10)],
+                ..GpuCallPeak::default()
+            }],
+            ..ProcessGpuCalls::default()
+        });
         let v = violations(&p);
-        assert_eq!(v.len(), 4, "{v:?}");
+        assert_eq!(v.len(), 5, "{v:?}");
+        assert!(v[4].contains("GPU timeline (highest 20, last 10)"), "{v:?}");
     }
 }

@@ -6,6 +6,7 @@ pub mod diff;
 pub mod filter;
 pub mod gpu;
 pub mod gpu_calls;
+pub mod gpu_held;
 pub mod idle;
 pub mod invariants;
 pub mod leaks;

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod gpu_calls;
+pub use gpu_calls::{GpuCallPeak, GpuHeldSample, GpuLineCalls, NvmlSplit, ProcessGpuCalls};
+
 /// Schema identifier written into every profile; bumped when a field is renamed or removed.
 pub const SCHEMA: &str = "mlprof/1";
 
@@ -626,118 +629,6 @@ pub struct Measures {
     pub gpu_calls: GpuLineCalls,
     /// Native functions that ran under this line.
     pub native: Vec<NativeFrame>,
-}
-
-/// What a process's CUDA runtime calls did, in total.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProcessGpuCalls {
-    /// The totals of its lines (`gpu_peak_bytes`: the sum of its devices' peaks).
-    #[serde(flatten)]
-    pub totals: GpuLineCalls,
-    /// Each device's highest memory held through the calls, and when.
-    pub devices: Vec<GpuCallPeak>,
-    /// Highest page-locked host memory held at once (bytes).
-    pub pinned_peak_bytes: u64,
-    /// Frees of memory no recorded allocation held (reserved before mlprof saw it).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub unmatched_frees: u64,
-    /// NVML's memory of the process at its highest, split into what the calls held then and
-    /// the rest (absent without NVML readings of the process).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nvml: Option<NvmlSplit>,
-}
-
-/// Every byte NVML reported for a process at its highest, accounted for.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NvmlSplit {
-    /// NVML's highest memory of the process, all devices (bytes).
-    pub peak_bytes: u64,
-    /// Seconds from launch of that reading (the last, when it held that much more than once).
-    pub at_s: f64,
-    /// Of it, what the CUDA calls held then (the lines' allocations).
-    pub through_calls_bytes: u64,
-    /// The rest: the CUDA context, libraries' workspaces (cuBLAS, cuDNN, NCCL), and memory
-    /// reserved other than through the runtime's calls (the driver API).
-    pub not_seen_bytes: u64,
-}
-
-/// One device's peak of memory held through CUDA calls.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuCallPeak {
-    /// The device (absent when the runtime did not say).
-    pub device: Option<u32>,
-    /// Highest bytes held at once (device and managed allocations, exact).
-    pub peak_bytes: u64,
-    /// Seconds from launch when it was first reached.
-    pub at_s: f64,
-    /// Held at the process's end (not given back).
-    pub end_bytes: u64,
-}
-
-/// What the CUDA runtime calls made under a line did (`docs/design/gpu.md`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuLineCalls {
-    /// Device (and managed) memory the line's allocations reserved (bytes; exact).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_reserved_bytes: u64,
-    /// How many allocations.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_reserved_calls: u64,
-    /// Of `gpu_reserved_bytes`, what was still held when its process's device memory was at
-    /// its highest (each device at its own peak; exact).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_peak_bytes: u64,
-    /// Of `gpu_reserved_bytes`, what was given back before the process ended.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_freed_bytes: u64,
-    /// Page-locked host memory reserved (`cudaMallocHost`, `cudaHostAlloc`; bytes).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_pinned_bytes: u64,
-    /// Bytes copied host to device.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_h2d_bytes: u64,
-    /// Bytes copied device to host.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_d2h_bytes: u64,
-    /// Bytes copied device to device (peer copies included).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_d2d_bytes: u64,
-    /// Kernel (and graph) launches (estimated from a sample of them).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gpu_launches: u64,
-    /// Seconds threads waited for the GPU here (stream, event and device synchronisations,
-    /// synchronous copies): part of `cpu_system_s`.
-    #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub gpu_wait_s: f64,
-}
-
-impl GpuLineCalls {
-    /// Add `other`'s figures.
-    pub fn add(&mut self, other: &GpuLineCalls) {
-        self.gpu_reserved_bytes += other.gpu_reserved_bytes;
-        self.gpu_reserved_calls += other.gpu_reserved_calls;
-        self.gpu_peak_bytes += other.gpu_peak_bytes;
-        self.gpu_freed_bytes += other.gpu_freed_bytes;
-        self.gpu_pinned_bytes += other.gpu_pinned_bytes;
-        self.gpu_h2d_bytes += other.gpu_h2d_bytes;
-        self.gpu_d2h_bytes += other.gpu_d2h_bytes;
-        self.gpu_d2d_bytes += other.gpu_d2d_bytes;
-        self.gpu_launches += other.gpu_launches;
-        self.gpu_wait_s += other.gpu_wait_s;
-    }
-
-    /// Whether there is anything.
-    pub fn is_empty(&self) -> bool {
-        *self == GpuLineCalls::default()
-    }
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-fn is_zero_s(v: &f64) -> bool {
-    *v == 0.0
 }
 
 /// Leak evidence for a line.

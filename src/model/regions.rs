@@ -5,11 +5,14 @@
 //! preload library's counters; lines come from the samples inside the region. Pure.
 
 use super::filter::Filter;
-use super::profile::Profile;
+use super::profile::{GpuLineCalls, Profile};
 pub use super::sections::{Region, RegionLine};
 use crate::recording::gpu::{GpuPoll, GpuRecording};
-use crate::recording::{ChannelSummary, Recording, RegionSpan, Tick, Timed};
+use crate::recording::{ChannelSummary, GpuCalls, Recording, RegionSpan, Tick};
 use crate::symbolize::NativeNames;
+
+mod index;
+pub use index::Index;
 
 /// Lines named per list of a region summary.
 pub const TOP_LINES: usize = 5;
@@ -79,6 +82,7 @@ fn summary_in(
         cpu_system_s: cpu(|b| b.system_s),
         held_at_peak: top_lines(&at_peak),
         held_at_end,
+        gpu_calls: gpu_totals(&at_peak),
     }
 }
 
@@ -112,6 +116,15 @@ fn profile_at(
     super::attribute(&cut, natives, filter)
 }
 
+/// What the CUDA calls of the profile's processes did, summed.
+fn gpu_totals(p: &Profile) -> GpuLineCalls {
+    let mut sum = GpuLineCalls::default();
+    for calls in p.processes.iter().filter_map(|q| q.gpu_calls.as_ref()) {
+        sum.add(&calls.totals);
+    }
+    sum
+}
+
 /// The lines holding the most at the profile's peak moment.
 fn top_lines(p: &Profile) -> Vec<RegionLine> {
     let mut lines: Vec<RegionLine> = p
@@ -141,100 +154,6 @@ fn region_end(rec: &Recording, ci: usize, span: &RegionSpan) -> u64 {
 /// What a process allocated itself at its highest (a fork child's inherited heap apart).
 fn own_peak(c: &ChannelSummary) -> u64 {
     (c.heap_peak - c.inherited_heap as i64).max(0) as u64
-}
-
-/// What the cuts of a recording's regions share, made once ([`Index::new`]): each list of
-/// events in time order, so that a region's events are found by binary search instead of by
-/// scanning the whole run's once per region.
-pub struct Index<'a> {
-    rec: &'a Recording,
-    /// Channels in start order.
-    by_start: Vec<usize>,
-    /// Per channel.
-    channels: Vec<ChannelIndex>,
-    ticks: Order,
-    gpu: Order,
-}
-
-/// One channel's lists in time order.
-struct ChannelIndex {
-    samples: Order,
-    allocs: Order,
-    copies: Order,
-    peak_marks: Order,
-    /// Its regions by begin.
-    regions: Order,
-}
-
-impl<'a> Index<'a> {
-    /// Index `rec` (n log n in its events).
-    pub fn new(rec: &'a Recording) -> Index<'a> {
-        let mut by_start: Vec<usize> = (0..rec.channels.len()).collect();
-        by_start.sort_by_key(|&i| rec.channels[i].start_ns);
-        let channels = rec
-            .channels
-            .iter()
-            .map(|c| ChannelIndex {
-                samples: Order::new(c.samples.iter().map(|e| e.t_ns)),
-                allocs: Order::new(c.allocs.iter().map(|e| e.t_ns)),
-                copies: Order::new(c.copies.iter().map(|e| e.t_ns)),
-                peak_marks: Order::new(c.peak_marks.iter().map(|m| m.0)),
-                regions: Order::new(c.regions.iter().map(|r| r.begin_ns)),
-            })
-            .collect();
-        Index {
-            rec,
-            by_start,
-            channels,
-            ticks: Order::new(rec.ticks.iter().map(|t| t.t_ns)),
-            gpu: Order::new(rec.gpu.polls.iter().map(|p| p.t_ns)),
-        }
-    }
-}
-
-/// The times of a list's items, sorted, and where each sorted time is in the list (none when
-/// the list is in time order already, as it usually is).
-struct Order {
-    times: Vec<u64>,
-    at: Option<Vec<usize>>,
-}
-
-impl Order {
-    fn new(times: impl Iterator<Item = u64>) -> Order {
-        let times: Vec<u64> = times.collect();
-        if times.is_sorted() {
-            return Order { times, at: None };
-        }
-        let mut at: Vec<usize> = (0..times.len()).collect();
-        at.sort_by_key(|&i| times[i]);
-        Order {
-            times: at.iter().map(|&i| times[i]).collect(),
-            at: Some(at),
-        }
-    }
-
-    /// Where in the list the items timed from `from` to `to` (inclusive) are, in list order.
-    fn between(&self, from: u64, to: u64) -> Vec<usize> {
-        let lo = self.times.partition_point(|&t| t < from);
-        let hi = self.times.partition_point(|&t| t <= to).max(lo);
-        match &self.at {
-            None => (lo..hi).collect(),
-            Some(at) => {
-                let mut found = at[lo..hi].to_vec();
-                found.sort_unstable();
-                found
-            }
-        }
-    }
-
-    /// The events of `events` (the list this was made from) from `from` to `to`, as
-    /// [`crate::recording::between`] cuts them.
-    fn cut<T: Timed>(&self, events: &[T], from: u64, to: u64) -> Vec<T> {
-        self.between(from, to)
-            .into_iter()
-            .map(|i| events[i].cut(from, to))
-            .collect()
-    }
 }
 
 /// Channels of processes started by channel `ci`'s process (or their descendants) inside
@@ -392,7 +311,10 @@ fn peak_moment(index: &Index, ci: usize, from: u64, to: u64) -> u64 {
 }
 
 /// A channel's events between `from` and `to` (ns from launch), shifted to start at `from`:
-/// allocations made inside (freed after `to` counts as not freed), samples and copies inside.
+/// allocations made inside (freed after `to` counts as not freed), samples and copies inside;
+/// CUDA allocations made inside (given back after `to`: held at its end), and the rows of CUDA
+/// copies and launches made inside (the collector starts new rows at every region's begin and
+/// end, so a region's own are whole rows).
 /// Folded allocation groups are left out (only runs long enough to fold have them, and their
 /// times are windows, not moments).
 fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
@@ -417,6 +339,12 @@ fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
             .collect(),
         last_wait_ns: c.last_wait_ns.saturating_sub(from),
         heap_peak_seen_ns: c.heap_peak_seen_ns.saturating_sub(from),
+        gpu_calls: GpuCalls {
+            allocs: at.gpu_allocs.cut(&c.gpu_calls.allocs, from, to),
+            copies: at.gpu_copies.whole(&c.gpu_calls.copies, from, to),
+            launches: at.gpu_launches.whole(&c.gpu_calls.launches, from, to),
+            unmatched_frees: 0,
+        },
         ..c.without_events_or_codes()
     }
 }
@@ -433,7 +361,10 @@ fn keep_used_codes(rec: &Recording, sources: &[usize], channels: &mut [ChannelSu
             .iter()
             .flat_map(|s| &s.frames)
             .chain(c.allocs.iter().flat_map(|a| &a.frames))
-            .chain(c.copies.iter().flat_map(|s| &s.frames));
+            .chain(c.copies.iter().flat_map(|s| &s.frames))
+            .chain(c.gpu_calls.allocs.iter().flat_map(|a| &a.frames))
+            .chain(c.gpu_calls.copies.iter().flat_map(|r| &r.frames))
+            .chain(c.gpu_calls.launches.iter().flat_map(|r| &r.frames));
         used.extend(frames.map(|&(code, _)| code));
     }
     used.sort_unstable();
@@ -563,6 +494,87 @@ mod tests {
         assert_eq!(times, (5..=105).step_by(10).collect::<Vec<u64>>());
         assert_eq!(cut.gpu.polls[0].processes, rec.gpu.polls[11].processes);
         assert_eq!(cut.gpu.devices, rec.gpu.devices);
+    }
+
+    /// A region's cut and summary hold its own CUDA calls: allocations made inside it (one given
+    /// back after its end is held at its end), and the copy and launch rows wholly inside it.
+    #[test]
+    fn a_regions_cut_holds_its_own_cuda_calls() {
+        use crate::recording::{GpuAllocEvent, GpuCopyTotal, GpuLaunchTotal};
+        use mlprof_wire::gpu_copy;
+        let mut rec = RecordingBuilder::new(1_000)
+            .code(1, "/w/train.py", "step", 10, &[10, 11])
+            .build();
+        let alloc = |t: u64, mb: u64, freed: Option<u64>| GpuAllocEvent {
+            t_ns: t * MS,
+            addr: t,
+            size: mb * MB,
+            device: Some(0),
+            frames: vec![(1, 1)],
+            freed_ns: freed.map(|f| f * MS),
+            ..GpuAllocEvent::default()
+        };
+        let copy = |first: u64, last: u64, mb: u64| GpuCopyTotal {
+            direction: gpu_copy::HOST_TO_DEVICE,
+            frames: vec![(1, 1)],
+            bytes: mb * MB,
+            calls: 1,
+            first_ns: first * MS,
+            last_ns: last * MS,
+            ..GpuCopyTotal::default()
+        };
+        rec.channels[0].gpu_calls = crate::recording::GpuCalls {
+            allocs: vec![
+                alloc(50, 7, None),        // before the region
+                alloc(150, 10, Some(160)), // inside, given back inside
+                alloc(170, 20, Some(500)), // inside, given back after: held at its end
+            ],
+            copies: vec![copy(50, 60, 1), copy(120, 180, 3), copy(190, 250, 100)],
+            launches: vec![GpuLaunchTotal {
+                frames: vec![(1, 1)],
+                launches: 64,
+                first_ns: 130 * MS,
+                last_ns: 140 * MS,
+                ..GpuLaunchTotal::default()
+            }],
+            unmatched_frees: 2,
+        };
+        let span = RegionSpan {
+            id: 1,
+            name: "step".into(),
+            tid: PID,
+            begin_ns: 100 * MS,
+            end_ns: Some(200 * MS),
+            ..RegionSpan::default()
+        };
+        rec.channels[0].regions.push(span.clone());
+        let calls = cut(&Index::new(&rec), 0, &span, Moment::Peak).channels[0]
+            .gpu_calls
+            .clone();
+        let allocs: Vec<_> = calls
+            .allocs
+            .iter()
+            .map(|a| (a.t_ns / MS, a.freed_ns))
+            .collect();
+        assert_eq!(allocs, [(50, Some(60 * MS)), (70, None)]);
+        let copies: Vec<_> = calls
+            .copies
+            .iter()
+            .map(|c| (c.first_ns / MS, c.bytes / MB))
+            .collect();
+        assert_eq!(
+            copies,
+            [(20, 3)],
+            "the rows wholly inside, on the region's clock"
+        );
+        assert_eq!((calls.launches.len(), calls.unmatched_frees), (1, 0));
+        let r = summary(&rec, 0, &span, &NativeNames::default(), &Filter::default());
+        let g = &r.gpu_calls;
+        assert_eq!(
+            (g.gpu_reserved_bytes, g.gpu_peak_bytes, g.gpu_freed_bytes),
+            (30 * MB, 20 * MB, 10 * MB)
+        );
+        assert_eq!((g.gpu_h2d_bytes, g.gpu_launches), (3 * MB, 64));
     }
 
     /// A test (region) whose fork child allocated 100 MiB, while another process outside the

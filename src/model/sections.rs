@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::profile::GpuLineCalls;
+
 /// One suggestion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hint {
@@ -63,6 +65,8 @@ pub enum HintKind {
     GpuWait,
     /// A line copying a large volume from host to device (`"gpu_copies"`).
     GpuCopies,
+    /// A line pinning host memory again and again and keeping it (`"pinned_growth"`).
+    PinnedGrowth,
 }
 
 impl HintKind {
@@ -78,6 +82,7 @@ impl HintKind {
             HintKind::ForkInherits => "fork_inherits",
             HintKind::GpuWait => "gpu_wait",
             HintKind::GpuCopies => "gpu_copies",
+            HintKind::PinnedGrowth => "pinned_growth",
         }
     }
 }
@@ -205,6 +210,12 @@ pub struct Region {
     pub held_at_peak: Vec<RegionLine>,
     /// Lines whose allocations made inside the region were still live at its end.
     pub held_at_end: Vec<RegionLine>,
+    /// What the CUDA calls made inside it did (its process's and those it started), exact:
+    /// the sums of its lines' `gpu_*` figures, `gpu_peak_bytes` the highest device memory
+    /// held through calls made inside it (each device's, summed), pinned memory held at its
+    /// end; zeros left out of the JSON.
+    #[serde(flatten)]
+    pub gpu_calls: GpuLineCalls,
 }
 
 /// A line and the bytes it held.
@@ -236,6 +247,9 @@ mod tests {
             HintKind::OnnxArena,
             HintKind::Threads,
             HintKind::ForkInherits,
+            HintKind::GpuWait,
+            HintKind::GpuCopies,
+            HintKind::PinnedGrowth,
         ] {
             assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
         }

@@ -1,7 +1,8 @@
 //! `mlprof sweep`: profiles of one command at several values of a parameter, and per line a
 //! growth law fitted on log-log axes (`y = c * x^k`: the exponent `k`, the constant `c` and the
-//! fit's R²) for bytes held at the heap peak, bytes allocated and time; projections of each
-//! line and of the whole peak to a value not run. Pure: the runs are made by the CLI.
+//! fit's R²) for bytes held at the heap peak, bytes allocated and time, and for the device
+//! memory its CUDA calls held at the GPU peak and reserved (`lines`); projections of each line
+//! and of the whole peak to a value not run. Pure: the runs are made by the CLI.
 //!
 //! A figure too small to be measured well (under four sampling means of bytes, two CPU samples)
 //! is left out of its line's fit; a fit needs two such points. The whole peak at a projected
@@ -13,6 +14,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{LineStats, Profile};
+
+mod lines;
+pub use lines::LineGrowth;
 
 /// Schema identifier of a sweep document.
 pub const SCHEMA: &str = "mlprof-sweep/1";
@@ -51,11 +55,15 @@ pub struct Sweep {
     pub runs: Vec<RunSummary>,
     /// The tree's peak heap against the parameter.
     pub peak: Growth,
+    /// The tree's GPU memory held through CUDA calls at its peak (each process's devices'
+    /// peaks summed) against the parameter; absent without CUDA calls.
+    #[serde(default, skip_serializing_if = "Growth::is_none")]
+    pub gpu_peak: Growth,
     /// The value projected to (`--project`), if any.
     pub project_value: Option<f64>,
     /// The whole peak projected to `project_value`.
     pub projected_peak_bytes: Option<u64>,
-    /// Lines, largest (projected, else largest measured) peak first.
+    /// Lines, largest (projected, else largest measured) peak first, on the host or a GPU.
     pub lines: Vec<LineGrowth>,
     /// Sweeps of the other parameters (`--param` given more than once), each around the first
     /// values of the rest.
@@ -101,6 +109,10 @@ pub struct RunSummary {
     pub peak_heap_bytes: u64,
     /// Peak RSS of the tree.
     pub peak_rss_bytes: u64,
+    /// GPU memory the tree's CUDA calls held at its peak (each process's devices' peaks
+    /// summed); absent (0) without CUDA calls.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_peak_bytes: u64,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The run's profile, when kept (`--runs-dir`).
@@ -119,45 +131,15 @@ pub struct Growth {
 }
 
 impl Growth {
+    /// Whether nothing was fitted.
+    pub fn is_none(&self) -> bool {
+        self.exponent.is_none()
+    }
+
     /// The fitted figure at `x`.
     pub fn at(&self, x: f64) -> Option<f64> {
         Some(self.constant? * x.powf(self.exponent?))
     }
-}
-
-/// A line's figures across the runs and their growth.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LineGrowth {
-    /// Source file.
-    pub file: String,
-    /// Line number.
-    pub line: u32,
-    /// Enclosing function.
-    pub function: String,
-    /// Source text.
-    pub source: String,
-    /// Exponent of bytes held at the peak.
-    pub memory_exponent: Option<f64>,
-    /// R² of that fit.
-    pub memory_r2: Option<f64>,
-    /// Its constant.
-    pub memory_constant: Option<f64>,
-    /// Exponent of bytes allocated.
-    pub alloc_exponent: Option<f64>,
-    /// R² of that fit.
-    pub alloc_r2: Option<f64>,
-    /// Exponent of time (Python + native + waiting).
-    pub cpu_exponent: Option<f64>,
-    /// R² of that fit.
-    pub cpu_r2: Option<f64>,
-    /// Bytes held at the peak, per value (null for a failed run).
-    pub peak_bytes: Vec<Option<u64>>,
-    /// Bytes allocated, per value.
-    pub alloc_bytes: Vec<Option<u64>>,
-    /// Seconds, per value.
-    pub cpu_s: Vec<Option<f64>>,
-    /// Bytes held at the peak projected to the `--project` value.
-    pub projected_peak_bytes: Option<u64>,
 }
 
 /// Least squares on log-log axes over the points with `y > 0`.
@@ -213,6 +195,10 @@ pub fn analyze(
         .iter()
         .map(|(x, p)| (*x, p.memory.peak_heap_bytes as f64))
         .collect::<Vec<_>>());
+    let gpu_peak = fit(&good
+        .iter()
+        .map(|(x, p)| (*x, gpu_peak_bytes(p) as f64))
+        .collect::<Vec<_>>());
     // Every line seen in a good run, by place.
     let mut places: BTreeMap<(String, u32), &LineStats> = BTreeMap::new();
     for (_, p) in &good {
@@ -222,14 +208,10 @@ pub fn analyze(
     }
     let mut lines: Vec<LineGrowth> = places
         .values()
-        .map(|l| line(l, outcomes, &ok, project))
+        .map(|l| lines::line(l, outcomes, &ok, project))
         .collect();
-    let size = |l: &LineGrowth| {
-        l.projected_peak_bytes
-            .unwrap_or_else(|| l.peak_bytes.iter().flatten().copied().max().unwrap_or(0))
-    };
     lines.sort_by(|a, b| {
-        size(b).cmp(&size(a)).then_with(|| {
+        b.size().cmp(&a.size()).then_with(|| {
             let cpu = |l: &LineGrowth| l.cpu_s.iter().flatten().copied().fold(0.0, f64::max);
             cpu(b).total_cmp(&cpu(a))
         })
@@ -243,6 +225,7 @@ pub fn analyze(
         fixed,
         runs,
         peak,
+        gpu_peak,
         project_value: project,
         projected_peak_bytes,
         lines,
@@ -272,9 +255,16 @@ fn summary(o: &Outcome, ok: bool) -> RunSummary {
         reason,
         peak_heap_bytes: p.map_or(0, |p| p.memory.peak_heap_bytes),
         peak_rss_bytes: p.map_or(0, |p| p.memory.peak_rss_bytes),
+        gpu_peak_bytes: p.map_or(0, gpu_peak_bytes),
         wall_s: p.map_or(0.0, |p| p.wall_s),
         profile: o.path.clone(),
     }
+}
+
+/// The tree's GPU memory held through CUDA calls at its peak: each process's devices' peaks.
+fn gpu_peak_bytes(p: &Profile) -> u64 {
+    let processes = p.processes.iter().filter_map(|q| q.gpu_calls.as_ref());
+    processes.map(|c| c.totals.gpu_peak_bytes).sum()
 }
 
 fn signal_name(s: i32) -> &'static str {
@@ -284,83 +274,6 @@ fn signal_name(s: i32) -> &'static str {
         11 => " (SIGSEGV)",
         15 => " (SIGTERM)",
         _ => "",
-    }
-}
-
-/// Figures below these are too small to fit (too few samples).
-fn floors(p: &Profile) -> (f64, f64) {
-    let m = if p.memory_sample_bytes > 0 {
-        p.memory_sample_bytes
-    } else {
-        crate::launch::DEFAULT_MEMORY_SAMPLE_BYTES
-    } as f64;
-    let t = if p.sample_interval_s > 0.0 {
-        p.sample_interval_s
-    } else {
-        1.0 / f64::from(crate::launch::DEFAULT_RATE_HZ)
-    };
-    (4.0 * m, 2.0 * t)
-}
-
-fn line(
-    first: &LineStats,
-    outcomes: &[Outcome],
-    ok: &dyn Fn(&Outcome) -> bool,
-    project: Option<f64>,
-) -> LineGrowth {
-    let mut peak = Vec::new();
-    let mut alloc = Vec::new();
-    let mut cpu = Vec::new();
-    let (mut peak_pts, mut alloc_pts, mut cpu_pts) = (Vec::new(), Vec::new(), Vec::new());
-    for o in outcomes {
-        let p = match (&o.profile, ok(o)) {
-            (Some(p), true) => p,
-            _ => {
-                peak.push(None);
-                alloc.push(None);
-                cpu.push(None);
-                continue;
-            }
-        };
-        let (byte_floor, time_floor) = floors(p);
-        let m = p
-            .lines
-            .iter()
-            .find(|l| l.line == first.line && l.file == first.file)
-            .map(|l| l.measures.clone())
-            .unwrap_or_default();
-        let t = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
-        peak.push(Some(m.peak_bytes));
-        alloc.push(Some(m.alloc_bytes));
-        cpu.push(Some(t));
-        if m.peak_bytes as f64 >= byte_floor {
-            peak_pts.push((o.value, m.peak_bytes as f64));
-        }
-        if m.alloc_bytes as f64 >= byte_floor {
-            alloc_pts.push((o.value, m.alloc_bytes as f64));
-        }
-        if t >= time_floor {
-            cpu_pts.push((o.value, t));
-        }
-    }
-    let (mem, al, c) = (fit(&peak_pts), fit(&alloc_pts), fit(&cpu_pts));
-    let projected_peak_bytes = project.and_then(|x| mem.at(x)).map(|v| v as u64);
-    LineGrowth {
-        file: first.file.clone(),
-        line: first.line,
-        function: first.function.clone(),
-        source: first.source.clone(),
-        memory_exponent: mem.exponent,
-        memory_r2: mem.r2,
-        memory_constant: mem.constant,
-        alloc_exponent: al.exponent,
-        alloc_r2: al.r2,
-        cpu_exponent: c.exponent,
-        cpu_r2: c.r2,
-        peak_bytes: peak,
-        alloc_bytes: alloc,
-        cpu_s: cpu,
-        projected_peak_bytes,
     }
 }
 
@@ -381,6 +294,10 @@ fn projected_peak(good: &[(f64, &Profile)], lines: &[LineGrowth]) -> Option<u64>
         growth += projected as f64 - held as f64;
     }
     Some((last.memory.peak_heap_bytes as f64 + growth).max(0.0) as u64)
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[cfg(test)]

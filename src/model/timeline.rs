@@ -1,5 +1,6 @@
 //! The footprint timeline: collector ticks reduced to at most a few thousand points, merging
-//! neighbours and keeping the maximum of each, so peaks are never smoothed away.
+//! neighbours and keeping the maximum of each, so peaks are never smoothed away; the same for
+//! the GPU memory held through CUDA calls (`gpu_held`); and the CPU timeline.
 
 use mlprof_wire::sample_flags;
 
@@ -80,6 +81,35 @@ pub fn build(ticks: &[Tick], max_points: usize) -> Vec<MemorySample> {
         .collect()
 }
 
+/// Most points of a device's timeline of memory held through CUDA calls.
+pub const GPU_POINTS: usize = 500;
+
+/// Reduce `points` (time, bytes from then on; in time order) to at most `max_points`: the last
+/// point as it is (what was held at the end), the others merged into runs of neighbours, each
+/// run kept as its highest at the first time it was reached. So the highest point and its time
+/// survive any reduction, and so does the end.
+pub fn highs(points: &[(u64, u64)], max_points: usize) -> Vec<(u64, u64)> {
+    let max_points = max_points.max(2);
+    let Some((last, rest)) = points.split_last() else {
+        return Vec::new();
+    };
+    let per_bucket = rest.len().div_ceil(max_points - 1).max(1);
+    let mut out: Vec<(u64, u64)> = rest
+        .chunks(per_bucket)
+        .map(|bucket| {
+            let mut best = bucket[0];
+            for &p in &bucket[1..] {
+                if p.1 > best.1 {
+                    best = p;
+                }
+            }
+            best
+        })
+        .collect();
+    out.push(*last);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +131,27 @@ mod tests {
         assert_eq!(out.len(), 5);
         assert_eq!(out[3].heap_bytes, 30);
         assert!((out[3].t_s - 0.03).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gpu_highs_keep_every_point_of_a_short_series() {
+        let pts = [(1, 10), (2, 30), (5, 20)];
+        assert_eq!(highs(&pts, GPU_POINTS), pts.to_vec());
+        assert_eq!(highs(&[], GPU_POINTS), Vec::new());
+    }
+
+    #[test]
+    fn gpu_highs_are_bounded_and_keep_the_peak_its_time_and_the_end() {
+        // A sawtooth with one spike; the end below everything before it.
+        let mut pts: Vec<(u64, u64)> = (0..100_000).map(|i| (i * 7, 100 + i % 13)).collect();
+        pts[54_321].1 = 1_000_000;
+        pts.push((800_000, 3));
+        let out = highs(&pts, GPU_POINTS);
+        assert!(out.len() <= GPU_POINTS, "{}", out.len());
+        let top = out.iter().max_by_key(|p| p.1).unwrap();
+        assert_eq!(*top, (54_321 * 7, 1_000_000));
+        assert_eq!(out.last(), Some(&(800_000, 3)));
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Hints drawn from the CUDA-call figures: a line whose thread stands waiting for the GPU
-//! (`.item()`, `.cpu()`, a synchronisation) a large share of the run, and a line copying a
-//! large volume from host to device. Thresholds in `docs/design/hints.md`. Pure.
+//! (`.item()`, `.cpu()`, a synchronisation) a large share of the run, a line copying a large
+//! volume from host to device, and a line pinning host memory again and again without giving
+//! it back. Thresholds in `docs/design/hints.md`. Pure.
 
 use super::hints::at;
 use crate::model::{Hint, HintKind, LineStats, Profile};
@@ -12,6 +13,10 @@ const WAIT_SHARE: f64 = 0.2;
 const WAIT_MIN_S: f64 = 0.1;
 /// Host-to-device copies below this volume are no hint.
 const H2D_MIN: u64 = 64 * MIB;
+/// Pinned memory a line still holds at the end below this is no hint...
+const PINNED_END_MIN: u64 = 64 * MIB;
+/// ...nor is pinned memory taken in fewer calls than this (pinned once is the advice).
+const PINNED_CALLS_MIN: u64 = 8;
 
 /// What in a line's code reads a GPU value back on the host (and so waits for the GPU).
 const READS_BACK: [&str; 6] = [
@@ -28,6 +33,7 @@ pub fn of(l: &LineStats, whole_s: f64) -> Vec<Hint> {
     let mut out = Vec::new();
     out.extend(waits(l, whole_s));
     out.extend(host_to_device(l));
+    out.extend(pinned_growth(l));
     out
 }
 
@@ -81,6 +87,37 @@ fn host_to_device(l: &LineStats) -> Option<Hint> {
     Some(h)
 }
 
+/// A line that pins host memory in many calls and keeps most of it to the end: its pinned
+/// memory grew over the run.
+fn pinned_growth(l: &LineStats) -> Option<Hint> {
+    let g = &l.measures.gpu_calls;
+    let kept = g.gpu_pinned_end_bytes;
+    if kept < PINNED_END_MIN
+        || g.gpu_pinned_calls < PINNED_CALLS_MIN
+        || 2 * kept < g.gpu_pinned_bytes
+    {
+        return None;
+    }
+    let mut h = at(HintKind::PinnedGrowth, l);
+    h.evidence = format!(
+        "pins {} of host memory in {} calls, {} of it still held at the end",
+        bytes(g.gpu_pinned_bytes),
+        g.gpu_pinned_calls,
+        bytes(kept)
+    );
+    h.suggestion = "page-locked memory is taken here again and again and not given back, so \
+                    it grows with the run (and cannot be swapped out): allocate one pinned \
+                    buffer and copy each batch into it, or pin once (`pin_memory()` on a tensor \
+                    made once); if the pinned tensors are kept alive (a list of batches), let \
+                    them go, so that PyTorch's pinned-memory cache can reuse their blocks"
+        .into();
+    // Keeping one buffer of the line's mean size.
+    let saving = kept.saturating_sub(g.gpu_pinned_bytes / g.gpu_pinned_calls);
+    h.saving_bytes = Some(saving);
+    h.saving = format!("up to {} of pinned host memory", bytes(saving));
+    Some(h)
+}
+
 /// The run's sampled time, as the hints weigh a line's wait against it.
 pub fn whole_s(p: &Profile) -> f64 {
     p.lines
@@ -123,6 +160,44 @@ mod tests {
         assert!(plain[0].suggestion.starts_with("the thread waits"));
         assert!(of(&line("x.item()", 1.9, 0), 10.0).is_empty());
         assert!(of(&line("x.item()", 0.09, 0), 0.2).is_empty());
+    }
+
+    /// A line that pinned `calls` blocks of `size`, of which `freed` were given back.
+    fn pinning(calls: u64, size: u64, freed: u64) -> LineStats {
+        let mut l = line("buf = torch.empty(n).pin_memory()", 0.0, 0);
+        l.measures.gpu_calls = GpuLineCalls {
+            gpu_pinned_bytes: calls * size,
+            gpu_pinned_calls: calls,
+            gpu_pinned_end_bytes: (calls - freed) * size,
+            ..GpuLineCalls::default()
+        };
+        l
+    }
+
+    #[test]
+    fn pinned_memory_taken_again_and_again_and_kept_is_told_and_reuse_is_not() {
+        let hints = of(&pinning(20, 4 * MIB, 0), 10.0);
+        assert_eq!((hints.len(), hints[0].kind), (1, HintKind::PinnedGrowth));
+        assert_eq!(hints[0].saving_bytes, Some(76 * MIB), "all but one buffer");
+        assert!(hints[0]
+            .evidence
+            .contains("in 20 calls, 80.0 MiB of it still held"));
+        // Given back each time (reused), pinned once, too little, or mostly given back: none.
+        for quiet in [
+            pinning(20, 4 * MIB, 20),
+            pinning(1, 256 * MIB, 0),
+            pinning(15, 4 * MIB, 0),
+            pinning(7, 16 * MIB, 0),
+            pinning(40, 4 * MIB, 21),
+        ] {
+            assert!(
+                of(&quiet, 10.0).is_empty(),
+                "{:?}",
+                quiet.measures.gpu_calls
+            );
+        }
+        // Half kept, 64 MiB in 8 calls: at the thresholds.
+        assert_eq!(of(&pinning(16, 8 * MIB, 8), 10.0).len(), 1);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod mapped;
 pub mod maps;
 
 pub use exit::{ChildExit, Usage};
-pub use gpu_calls::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuLaunchTotal};
+pub use gpu_calls::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuFolded, GpuLaunchTotal};
 use maps::MappedFile;
 
 /// Everything observed during one run.

@@ -39,7 +39,18 @@ pub fn line_row(g: &GpuLineCalls) -> Option<String> {
         parts.push(held);
     }
     if g.gpu_pinned_bytes > 0 {
-        parts.push(format!("pinned {}", bytes(g.gpu_pinned_bytes)));
+        let mut pinned = format!("pinned {}", bytes(g.gpu_pinned_bytes));
+        if g.gpu_pinned_calls > 1 {
+            let _ = write!(pinned, " in {} calls", g.gpu_pinned_calls);
+        }
+        if g.gpu_pinned_end_bytes > 0 {
+            let _ = write!(
+                pinned,
+                ", {} held at the end",
+                bytes(g.gpu_pinned_end_bytes)
+            );
+        }
+        parts.push(pinned);
     }
     parts.extend(traffic(g));
     (!parts.is_empty()).then(|| format!("GPU: {}", parts.join("; ")))
@@ -131,5 +142,15 @@ mod tests {
             "{row}"
         );
         assert!(row.contains("waited") && !row.contains("launches"), "{row}");
+        let pinned = GpuLineCalls {
+            gpu_pinned_bytes: 80 << 20,
+            gpu_pinned_calls: 20,
+            gpu_pinned_end_bytes: 40 << 20,
+            ..GpuLineCalls::default()
+        };
+        assert_eq!(
+            line_row(&pinned).unwrap(),
+            "GPU: pinned 80.0 MiB in 20 calls, 40.0 MiB held at the end"
+        );
     }
 }

@@ -10,6 +10,8 @@ use crate::model::sweep::{LineGrowth, RunStatus, Sweep};
 use crate::sanitize::clean;
 use crate::units::{bytes, seconds};
 
+mod gpu;
+
 const BASE: &str = include_str!("../../templates/base.html");
 const PAGE: &str = include_str!("../../templates/sweep.html");
 
@@ -79,6 +81,7 @@ pub fn sentences(s: &Sweep) -> Vec<String> {
         }
         out.push(line);
     }
+    out.extend(gpu::sentences(s));
     out
 }
 
@@ -110,10 +113,22 @@ fn one(out: &mut String, s: &Sweep) {
             format!(" (with {})", fixed.join(", "))
         }
     );
+    let gpu_column = |value: String| {
+        if gpu::any(s) {
+            format!(" {value:>12}")
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         out,
-        "  {:>10}  {:<8} {:>12} {:>12} {:>10}",
-        s.param, "status", "peak heap", "peak RSS", "wall"
+        "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
+        s.param,
+        "status",
+        "peak heap",
+        "peak RSS",
+        "wall",
+        gpu_column("GPU peak".into())
     );
     for r in &s.runs {
         let status = match &r.reason {
@@ -122,12 +137,13 @@ fn one(out: &mut String, s: &Sweep) {
         };
         let _ = writeln!(
             out,
-            "  {:>10}  {:<8} {:>12} {:>12} {:>10}",
+            "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
             value(r.value),
             r.status.as_str(),
             bytes(r.peak_heap_bytes),
             bytes(r.peak_rss_bytes),
-            seconds(r.wall_s)
+            seconds(r.wall_s),
+            gpu_column(bytes(r.gpu_peak_bytes))
         );
         if r.status != RunStatus::Ok {
             let _ = writeln!(out, "              {status} (left out of the fits)");
@@ -149,6 +165,9 @@ fn one(out: &mut String, s: &Sweep) {
         );
     }
     let _ = writeln!(out, "{peak}");
+    if let Some(gpu_peak) = gpu::peak(s) {
+        let _ = writeln!(out, "  {gpu_peak}");
+    }
     for sentence in sentences(s) {
         let _ = writeln!(out, "  {sentence}");
     }
@@ -190,6 +209,7 @@ fn one(out: &mut String, s: &Sweep) {
             clean(l.source.trim())
         );
     }
+    gpu::table(out, s);
 }
 
 /// The JSON document.
@@ -207,10 +227,11 @@ pub fn json(s: &Sweep) -> Result<String> {
 struct Plot {
     place: String,
     source: String,
-    memory: String,
+    /// "held ∝ N^2.00", or "GPU held ∝ N^2.00".
+    law: String,
     r2: String,
-    alloc: String,
-    cpu: String,
+    /// The line's other growth laws, in words.
+    details: String,
     projected: String,
     /// SVG polyline points of the measured bytes and of the fit, on log-log axes.
     measured: Vec<(f64, f64)>,
@@ -226,11 +247,40 @@ const PAD: f64 = 14.0;
 /// The steepest growth (exponent) a plot's height holds.
 const SLOPES: f64 = 2.5;
 
-fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
+/// What a plot draws: a line's bytes per value and their fit.
+pub(super) struct Figure<'a> {
+    /// "held", "GPU held".
+    pub what: &'static str,
+    pub per_value: &'a [Option<u64>],
+    pub constant: Option<f64>,
+    pub exponent: Option<f64>,
+    pub r2: Option<f64>,
+    pub details: String,
+    pub projected: Option<u64>,
+}
+
+/// The host memory a line held at the heap peak, as a plot draws it.
+fn held<'a>(s: &Sweep, l: &'a LineGrowth) -> Figure<'a> {
+    Figure {
+        what: "held",
+        per_value: &l.peak_bytes,
+        constant: l.memory_constant,
+        exponent: l.memory_exponent,
+        r2: l.memory_r2,
+        details: format!(
+            "allocated {} · time {}",
+            law(&s.param, l.alloc_exponent),
+            law(&s.param, l.cpu_exponent)
+        ),
+        projected: l.projected_peak_bytes,
+    }
+}
+
+fn plot(s: &Sweep, l: &LineGrowth, f: &Figure) -> Plot {
     let pts: Vec<(f64, f64)> = s
         .values
         .iter()
-        .zip(&l.peak_bytes)
+        .zip(f.per_value)
         .filter_map(|(x, y)| Some((*x, (*y)? as f64)))
         .filter(|(_, y)| *y > 0.0)
         .collect();
@@ -238,7 +288,7 @@ fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
     if let Some(x) = s.project_value {
         xs.push(x);
     }
-    let fit = |x: f64| Some(l.memory_constant? * x.powf(l.memory_exponent?));
+    let fit = |x: f64| Some(f.constant? * x.powf(f.exponent?));
     let mut ys: Vec<f64> = pts.iter().map(|p| p.1).collect();
     ys.extend(xs.iter().filter_map(|&x| fit(x)));
     let (x0, x1) = range(xs.iter().copied());
@@ -261,11 +311,10 @@ fn plot(s: &Sweep, l: &LineGrowth) -> Plot {
     Plot {
         place: place(l),
         source: l.source.trim().to_string(),
-        memory: law(&s.param, l.memory_exponent),
-        r2: r2(l.memory_r2),
-        alloc: law(&s.param, l.alloc_exponent),
-        cpu: law(&s.param, l.cpu_exponent),
-        projected: l.projected_peak_bytes.map(bytes).unwrap_or_default(),
+        law: format!("{} ∝ {}", f.what, law(&s.param, f.exponent)),
+        r2: r2(f.r2),
+        details: f.details.clone(),
+        projected: f.projected.map(bytes).unwrap_or_default(),
         measured,
         fitted,
         labels: pts.iter().map(|p| bytes(p.1 as u64)).collect(),
@@ -291,8 +340,13 @@ struct Section {
     param: String,
     values: String,
     fixed: String,
-    runs: Vec<[String; 5]>,
+    /// Per run: value, status, peak heap, peak RSS, wall, and GPU peak when there is one.
+    runs: Vec<Vec<String>>,
+    /// Whether the runs made CUDA calls (a GPU peak column).
+    gpu: bool,
     peak: String,
+    /// The GPU peak's growth in words (empty without CUDA calls).
+    gpu_peak: String,
     sentences: Vec<String>,
     plots: Vec<Plot>,
 }
@@ -316,15 +370,20 @@ fn section(s: &Sweep) -> Section {
             .runs
             .iter()
             .map(|r| {
-                [
+                let mut row = vec![
                     value(r.value),
                     r.reason.clone().unwrap_or_else(|| "ok".into()),
                     bytes(r.peak_heap_bytes),
                     bytes(r.peak_rss_bytes),
                     seconds(r.wall_s),
-                ]
+                ];
+                if gpu::any(s) {
+                    row.push(bytes(r.gpu_peak_bytes));
+                }
+                row
             })
             .collect(),
+        gpu: gpu::any(s),
         peak: match (s.project_value, s.projected_peak_bytes) {
             (Some(x), Some(p)) => format!(
                 "peak heap grows as {} (R² {}); at {}={} it would be {}",
@@ -340,10 +399,16 @@ fn section(s: &Sweep) -> Section {
                 r2(s.peak.r2)
             ),
         },
+        gpu_peak: gpu::peak(s).unwrap_or_default(),
         sentences: sentences(s),
         plots: shown(s)
             .filter(|l| l.memory_exponent.is_some())
-            .map(|l| plot(s, l))
+            .map(|l| plot(s, l, &held(s, l)))
+            .chain(
+                gpu::shown(s)
+                    .filter(|l| l.gpu_peak_exponent.is_some())
+                    .map(|l| plot(s, l, &gpu::held(s, l))),
+            )
             .collect(),
     }
 }

@@ -524,6 +524,9 @@ fn regions(out: &mut String, p: &Profile) {
             children,
             if r.ended { "" } else { " (did not end)" }
         );
+        if let Some(row) = super::gpu_text::line_row(&r.gpu_calls) {
+            let _ = writeln!(out, "  {:<40} {row}", "");
+        }
     }
     if more > 0 {
         let _ = writeln!(out, "  ... {more} more in the JSON profile (`regions`)");

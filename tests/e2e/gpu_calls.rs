@@ -172,6 +172,13 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
         (device.peak_bytes, device.end_bytes),
         (480 * MIB, 320 * MIB)
     );
+    // Its timeline: every allocation and free of the script in order, the peak where it was
+    // first reached, the last point what was held at the end.
+    let held: Vec<u64> = device.timeline.iter().map(|s| s.bytes / MIB).collect();
+    assert_eq!(held, [96, 192, 288, 328, 288, 312, 320, 480, 320]);
+    let top = device.timeline.iter().max_by_key(|s| s.bytes).unwrap();
+    assert_eq!((top.bytes, top.t_s), (device.peak_bytes, device.at_s));
+    assert_eq!(device.timeline.last().unwrap().bytes, device.end_bytes);
     assert_eq!(calls.pinned_peak_bytes, 8 * MIB);
     assert_eq!(
         calls.totals.gpu_reserved_bytes,
@@ -373,6 +380,17 @@ fn the_html_page_carries_the_cuda_call_figures_and_shows_their_columns() {
         .find(|l| l["line"] == keep)
         .expect("@keep in the page's profile");
     assert_eq!(line["gpu_peak_bytes"], 288 * MIB);
+    // The device's timeline, drawn beside the other timelines with its peak marked.
+    let device = p["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|q| q["gpu_calls"]["devices"].get(0))
+        .expect("a device with CUDA calls");
+    let points = device["timeline"].as_array().unwrap();
+    let top = points.iter().filter_map(|s| s["bytes"].as_u64()).max();
+    assert_eq!(top, Some(480 * MIB));
+    assert!(page.contains("GPU memory held through CUDA calls"));
     // The page's code draws the columns from those fields.
     for column in [
         "GPU held at its peak",

@@ -18,6 +18,8 @@ mod generated;
 mod gpu;
 mod gpu_calls;
 mod gpu_driver;
+mod gpu_growth;
+mod gpu_regions;
 mod hints;
 mod hostile;
 mod html;

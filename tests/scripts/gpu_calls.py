@@ -25,6 +25,10 @@ error is pending (7): the profiler must not ask the runtime about the pointers t
 change the error the program reads next), so the copy's direction is not known; the program
 then prints the pending error.
 
+With PINNED_STEPS in the environment (default 0), @pinned_grow pins 4 MiB of host memory that
+many times and keeps every block to the end, and @pinned_reuse pins 4 MiB as often and gives
+each block back before the next.
+
 With H2D_STEPS in the environment, @h2d copies that many times (default 5).
 With KEEP_MIB in the environment, @keep's three blocks are that many MiB each instead of 96
 (for a diff of two runs).
@@ -106,6 +110,16 @@ def launch_and_wait():
     check(fw.fw_event_sync())  # @event
 
 
+def pin_again_and_again():
+    kept = []
+    for _ in range(int(os.environ.get("PINNED_STEPS", "0"))):
+        kept.append(fw.fw_host_alloc(4 * MiB))  # @pinned_grow
+        block = fw.fw_host_alloc(4 * MiB)  # @pinned_reuse
+        check(fw.fw_free_host(block))
+    assert all(kept)
+    return kept
+
+
 def count_launches():
     rt.fake_cuda_set_launch_ns(0)
     check(fw.fw_launch(64000))  # @many
@@ -118,6 +132,7 @@ def pending_error(keep):
 
 
 keep, pinned = reserve()
+pinned_blocks = pin_again_and_again()
 copy(keep, pinned)
 launch_and_wait()
 count_launches()

@@ -73,7 +73,7 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
-    use mlprof_wire::{Frame, GpuAlloc, GpuCopy, GpuFree, GpuLaunch};
+    use mlprof_wire::{region_phase, Frame, GpuAlloc, GpuCopy, GpuFree, GpuLaunch};
 
     use super::*;
 
@@ -162,5 +162,40 @@ mod tests {
             (4096, 1)
         );
         assert_eq!(calls.launches[0].launches, 16);
+    }
+
+    #[test]
+    fn a_regions_begin_and_end_part_the_copies_of_one_stack() {
+        let mut d = Decoder::default();
+        let copy = GpuCopy {
+            bytes: 10,
+            direction: gpu_copy::HOST_TO_DEVICE,
+            synchronous: false,
+            depth: 0,
+        };
+        let region = |phase| mlprof_wire::Region {
+            id: 1,
+            phase,
+            report: 0,
+            name_len: 0,
+            heap: 0,
+            peak: 0,
+        };
+        d.feed(&Record::gpu_copy(7, 100, copy), 0);
+        d.feed(&Record::region(7, 150, region(region_phase::BEGIN)), 0);
+        d.feed(&Record::gpu_copy(7, 200, copy), 0);
+        d.feed(&Record::gpu_copy(7, 210, copy), 0);
+        d.feed(&Record::region(7, 250, region(region_phase::END)), 0);
+        d.feed(&Record::gpu_copy(7, 300, copy), 0);
+        d.finish_pending();
+        let rows: Vec<_> = d
+            .out
+            .gpu
+            .take()
+            .copies
+            .iter()
+            .map(|c| (c.bytes, c.first_ns, c.last_ns))
+            .collect();
+        assert_eq!(rows, [(10, 100, 100), (20, 200, 210), (10, 300, 300)]);
     }
 }
