@@ -373,7 +373,10 @@ fn diff(args: DiffArgs) -> Result<i32> {
     );
     let (format, destination) = document_output(args.output, args.format.chosen());
     let text = match format {
-        Format::Text => render::diff::text(&d),
+        Format::Text => render::diff::text(
+            &d,
+            terminal::style_for(&destination, args.format.width).width,
+        ),
         Format::Json => render::diff::json(&d)?,
         Format::Html => render::diff::html(&d, &base, &new)?,
     };
