@@ -38,3 +38,4 @@ mod sweep;
 mod symbolize;
 mod torch;
 mod torch_stack;
+mod width;
