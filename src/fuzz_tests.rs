@@ -496,6 +496,18 @@ fn parse_any(text: &str, seed: u64) {
                 "seed {seed}"
             );
             let _ = render::text::render(&profile);
+            for width in [40, 80] {
+                let style = render::text::Style {
+                    color: false,
+                    width: Some(width),
+                };
+                let text = render::text::render_styled(&profile, style);
+                assert!(
+                    text.lines()
+                        .all(|l| unicode_width::UnicodeWidthStr::width(l) <= width),
+                    "seed {seed}: wider than {width}:\n{text}"
+                );
+            }
         }
         Err(e) => assert!(!e.to_string().contains('\n'), "seed {seed}: {e}"),
     }

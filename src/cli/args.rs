@@ -238,6 +238,10 @@ pub(super) struct FormatArgs {
     /// Self-contained HTML page.
     #[arg(long)]
     pub(super) html: bool,
+    /// Lay text out in COLUMNS cells (40 or more; 0: no limit). Default: $COLUMNS, else the
+    /// terminal's width, else 100 (a pipe or a file).
+    #[arg(long, value_name = "COLUMNS", value_parser = super::terminal::width_arg)]
+    pub(super) width: Option<usize>,
 }
 
 impl FormatArgs {

@@ -22,6 +22,7 @@ mod output;
 mod regions;
 mod snapshot;
 mod sweep;
+mod terminal;
 
 use args::*;
 use output::{
@@ -150,7 +151,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
         }
     }
     let report_on_stdout = matches!(destination, Destination::Stdout);
-    emit(&profile, format, destination)?;
+    emit(&profile, format, destination, args.format.width)?;
     for v in &profile.violations {
         say(format_args!("{}", Clean(&v.message)));
     }
@@ -239,6 +240,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
             gate: gate.clone(),
             gpu: gpu.view(),
             hints: !args.no_hints,
+            style: terminal::style(None, args.format.width),
         })),
         _ => None,
     };
@@ -300,7 +302,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         // for, and none is written after it.
         snapshotter.claim();
     }
-    if let Err(e) = emit(&profile, format, destination) {
+    if let Err(e) = emit(&profile, format, destination, args.format.width) {
         say(format_args!("report not written: {e}"));
     }
     if let Some(dir) = &args.regions_html {
@@ -343,7 +345,7 @@ fn report(args: ReportArgs) -> Result<i32> {
     pipeline::redraw_hints(&mut profile, !args.no_hints);
     let format = args.format.chosen().unwrap_or(Format::Text);
     let destination = args.output.map_or(Destination::Stdout, Destination::File);
-    emit(&profile, format, destination)?;
+    emit(&profile, format, destination, args.format.width)?;
     Ok(0)
 }
 
@@ -364,7 +366,7 @@ fn merge(args: MergeArgs) -> Result<i32> {
     let mut merged = model::merge::merge(inputs);
     pipeline::redraw_hints(&mut merged, true);
     let (format, destination) = document_output(args.output, args.format.chosen());
-    emit(&merged, format, destination)?;
+    emit(&merged, format, destination, args.format.width)?;
     Ok(0)
 }
 
@@ -379,7 +381,10 @@ fn diff(args: DiffArgs) -> Result<i32> {
     );
     let (format, destination) = document_output(args.output, args.format.chosen());
     let text = match format {
-        Format::Text => render::diff::text(&d),
+        Format::Text => render::diff::text(
+            &d,
+            terminal::style_for(&destination, args.format.width).width,
+        ),
         Format::Json => render::diff::json(&d)?,
         Format::Html => render::diff::html(&d, &base, &new)?,
     };

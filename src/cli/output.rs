@@ -152,35 +152,14 @@ pub(super) fn emit(
     profile: &model::Profile,
     format: Format,
     destination: Destination,
+    width: Option<usize>,
 ) -> Result<()> {
     if matches!(destination, Destination::Nowhere) {
         return Ok(());
     }
-    let style = match destination {
-        Destination::Stdout => terminal_style(libc::STDOUT_FILENO),
-        Destination::Stderr => terminal_style(libc::STDERR_FILENO),
-        _ => render::text::Style::default(),
-    };
+    let style = super::terminal::style_for(&destination, width);
     let text = render::render_for(profile, format, style)?;
     write_text(&text, destination)
-}
-
-/// Colour and width for a report written to `fd`: only on a terminal, and colour only without
-/// `NO_COLOR` (https://no-color.org).
-pub(super) fn terminal_style(fd: libc::c_int) -> render::text::Style {
-    // SAFETY: isatty only inspects the descriptor.
-    if unsafe { libc::isatty(fd) } != 1 {
-        return render::text::Style::default();
-    }
-    // SAFETY: winsize is plain data, filled by the kernel.
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ on a terminal descriptor with a valid winsize pointer.
-    let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut size) } == 0 && size.ws_col >= 40;
-    let width = if ok { Some(size.ws_col as usize) } else { None };
-    render::text::Style {
-        color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        width,
-    }
 }
 
 pub(super) fn write_text(text: &str, destination: Destination) -> Result<()> {

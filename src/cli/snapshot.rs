@@ -25,6 +25,8 @@ pub(super) struct SnapshotJob {
     pub(super) gate: Arc<Gate>,
     pub(super) gpu: collect::gpu::GpuView,
     pub(super) hints: bool,
+    /// The text report's layout (a file's: `--width`, `COLUMNS` or the piped width).
+    pub(super) style: render::text::Style,
 }
 
 /// Snapshots of the profile while the command runs (`--snapshot-every`,
@@ -114,7 +116,7 @@ impl SnapshotJob {
                 gate: Some(&self.gate),
             },
         );
-        let text = render::render_for(&profile, self.format, render::text::Style::default())?;
+        let text = render::render_for(&profile, self.format, self.style)?;
         let claimed = claimed.lock().unwrap_or_else(|p| p.into_inner());
         if *claimed {
             return Ok(());

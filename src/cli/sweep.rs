@@ -346,7 +346,10 @@ pub(super) fn sweep(args: SweepArgs) -> Result<i32> {
     let mut doc = docs.remove(0);
     doc.more = docs;
     let text = match format {
-        Format::Text => render::sweep::text(&doc),
+        Format::Text => render::sweep::text(
+            &doc,
+            super::terminal::style_for(&destination, args.format.width).width,
+        ),
         Format::Json => render::sweep::json(&doc)?,
         Format::Html => render::sweep::html(&doc)?,
     };

@@ -1,8 +1,10 @@
-//! `mlprof diff` documents: the terminal table, the JSON document (`mlprof-diff/1`) and the
-//! HTML page (both runs side by side, changed lines highlighted).
+//! `mlprof diff` documents: the terminal table (laid out at a width: `render::layout`), the
+//! JSON document (`mlprof-diff/1`) and the HTML page (both runs side by side, changed lines
+//! highlighted).
 
 use tera::{Context, Tera};
 
+use super::layout::{cells, cut, name_and_place, Column, Doc, Keep, Table, Tone};
 use crate::error::{Error, Result};
 use crate::model::diff::{Change, Diff, LineDiff, LineStatus};
 use crate::model::Profile;
@@ -64,33 +66,28 @@ fn place(l: &LineDiff) -> String {
     }
 }
 
-/// The terminal table.
-pub fn text(d: &Diff) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let _ = writeln!(out, "mlprof diff");
+/// The terminal table at `width` cells (`None`: no limit): the changes first, base and new as
+/// the width allows; each row's place whole, its source or name cut.
+pub fn text(d: &Diff, width: Option<usize>) -> String {
+    let mut doc = Doc::new(width);
+    doc.line(Tone::Plain, "mlprof diff");
     for (name, run) in [("base", &d.base), ("new", &d.new)] {
         let exit = match (run.exit_code, run.exit_signal) {
             (Some(c), _) => format!("exit {c}"),
             (None, Some(s)) => format!("signal {s}"),
             _ => "exit unknown".into(),
         };
-        let _ = writeln!(
-            out,
-            "  {name:<5} {}  ({}, {exit}, {})",
+        let text = format!(
+            "{name:<5} {}  ({}, {exit}, {})",
             clean(&run.command.join(" ")),
             clean(&run.path),
             seconds(run.wall_s)
         );
+        doc.wrap(Tone::Plain, 2, &text, 8);
     }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "  {:<18} {:>12} {:>12} {:>20}",
-        "", "base", "new", "change"
-    );
+    doc.blank();
     let m = &d.memory;
-    let rows: [(&str, &Change, bool); 6] = [
+    let figures: [(&str, &Change, bool); 6] = [
         ("peak heap", &m.peak_heap_bytes, true),
         ("peak RSS", &m.peak_rss_bytes, true),
         ("peak mapped", &m.peak_mapped_bytes, true),
@@ -98,61 +95,94 @@ pub fn text(d: &Diff) -> String {
         ("peak GPU memory", &m.peak_gpu_memory_bytes, true),
         ("wall time", &m.wall_s, false),
     ];
-    for (name, c, is_bytes) in rows {
-        let show = |v: f64| {
-            if is_bytes {
-                bytes(v as u64)
+    let rows: Vec<Vec<String>> = figures
+        .iter()
+        .map(|&(name, c, is_bytes)| {
+            let show = |v: f64| {
+                if is_bytes {
+                    bytes(v as u64)
+                } else {
+                    seconds(v)
+                }
+            };
+            let change = if !c.meaningful {
+                "within noise".to_string()
+            } else if is_bytes {
+                format!("{}{}", signed_bytes(c.delta as i64), percent(c))
             } else {
-                seconds(v)
-            }
-        };
-        let change = if !c.meaningful {
-            "within noise".to_string()
-        } else if is_bytes {
-            format!("{}{}", signed_bytes(c.delta as i64), percent(c))
-        } else {
-            format!("{}{}", signed_seconds(c.delta), percent(c))
-        };
-        let _ = writeln!(
-            out,
-            "  {name:<18} {:>12} {:>12} {change:>20}",
-            show(c.base),
-            show(c.new)
-        );
+                format!("{}{}", signed_seconds(c.delta), percent(c))
+            };
+            vec![name.to_string(), show(c.base), show(c.new), change]
+        })
+        .collect();
+    let layout = Table {
+        indent: 2,
+        columns: vec![
+            Column::left("", 18, Keep::Always),
+            Column::right("base", 12, Keep::Extra(0)),
+            Column::right("new", 12, Keep::Lead(0)),
+            Column::right("change", 20, Keep::Always),
+        ],
+        text: None,
+        gap: 0,
     }
-    section(&mut out, "Lines", &d.lines, d.unchanged_lines, |l| {
-        format!("{}  {}", place(l), clean(l.source.trim()))
+    .layout(&rows, 0, doc.width());
+    doc.line(Tone::Plain, &layout.header());
+    for row in &rows {
+        doc.line(Tone::Plain, &layout.row(row));
+    }
+    section(&mut doc, "Lines", &d.lines, d.unchanged_lines, |l, room| {
+        let source = clean(l.source.trim());
+        let place = place(l);
+        match room {
+            Some(room) if cells(&place) + 2 < room => {
+                format!("{place}  {}", cut(&source, room - cells(&place) - 2))
+            }
+            _ => format!("{place}  {source}"),
+        }
     });
     section(
-        &mut out,
+        &mut doc,
         "Functions",
         &d.functions,
         d.unchanged_functions,
-        |l| {
+        |l, room| {
             let name = clean(l.file.rsplit('/').next().unwrap_or(&l.file));
             let status = match l.status {
                 LineStatus::New | LineStatus::Gone => format!(" ({})", l.status.as_str()),
                 _ => String::new(),
             };
-            format!("{} ({name}:{}){status}", clean(&l.function), l.line)
+            let place = format!("{name}:{}", l.line);
+            let function = clean(&l.function);
+            match room {
+                Some(room) => format!(
+                    "{}{status}",
+                    name_and_place(&function, &place, room.saturating_sub(cells(&status)))
+                ),
+                None => format!("{function} ({place}){status}"),
+            }
         },
     );
-    out
+    doc.finish(false)
 }
 
+/// A table of changed lines or functions; `name` gives a row's text in the room it has.
 fn section(
-    out: &mut String,
+    doc: &mut Doc,
     title: &str,
     rows: &[LineDiff],
     unchanged: usize,
-    name: impl Fn(&LineDiff) -> String,
+    name: impl Fn(&LineDiff, Option<usize>) -> String,
 ) {
-    use std::fmt::Write;
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{title} changed beyond noise: {} ({unchanged} within noise; · = within noise)",
-        rows.len()
+    doc.blank();
+    doc.wrap(
+        Tone::Plain,
+        0,
+        &format!(
+            "{title} changed beyond noise: {} ({unchanged} within noise; · = within noise)",
+            rows.len()
+        ),
+        2,
     );
     if rows.is_empty() {
         return;
@@ -161,41 +191,48 @@ fn section(
     let gpu = rows
         .iter()
         .any(|l| l.is_meaningful("gpu_peak_bytes") || l.is_meaningful("gpu_copy_bytes"));
-    let _ = writeln!(
-        out,
-        "  {:>12} {:>12} {:>12} {:>10}{}  where",
-        "held",
-        "allocated",
-        "copied",
-        "time",
-        if gpu {
-            format!(" {:>12} {:>12}", "GPU held", "GPU copied")
-        } else {
-            String::new()
-        }
-    );
-    for l in rows.iter().take(SHOWN) {
-        let _ = writeln!(
-            out,
-            "  {:>12} {:>12} {:>12} {:>10}{}  {}",
-            cell(l, "peak_bytes"),
-            cell(l, "alloc_bytes"),
-            cell(l, "copy_bytes"),
-            cell(l, "cpu_s"),
-            if gpu {
-                format!(
-                    " {:>12} {:>12}",
-                    cell(l, "gpu_peak_bytes"),
-                    cell(l, "gpu_copy_bytes")
-                )
-            } else {
-                String::new()
-            },
-            name(l)
-        );
+    let mut figures = vec!["peak_bytes", "alloc_bytes", "copy_bytes", "cpu_s"];
+    let mut columns = vec![
+        Column::right("held", 12, Keep::Lead(0)),
+        Column::right("allocated", 12, Keep::Lead(1)),
+        Column::right("copied", 12, Keep::Extra(0)),
+        Column::right("time", 10, Keep::Lead(2)),
+    ];
+    if gpu {
+        figures.extend(["gpu_peak_bytes", "gpu_copy_bytes"]);
+        columns.extend([
+            Column::right("GPU held", 12, Keep::Extra(1)),
+            Column::right("GPU copied", 12, Keep::Extra(2)),
+        ]);
+    }
+    let shown = &rows[..rows.len().min(SHOWN)];
+    let cells_of: Vec<Vec<String>> = shown
+        .iter()
+        .map(|l| figures.iter().map(|f| cell(l, f)).collect())
+        .collect();
+    let widest = shown
+        .iter()
+        .map(|l| cells(&name(l, None)))
+        .max()
+        .unwrap_or(0);
+    let layout = Table {
+        indent: 2,
+        columns,
+        text: Some("where"),
+        gap: 2,
+    }
+    .layout(&cells_of, widest, doc.width());
+    doc.line(Tone::Plain, &layout.header());
+    for (l, row) in shown.iter().zip(&cells_of) {
+        let prefix = layout.prefix(row);
+        let room = doc.width().map(|w| w.saturating_sub(cells(&prefix)));
+        doc.row(Tone::Plain, &prefix, &name(l, room));
     }
     if rows.len() > SHOWN {
-        let _ = writeln!(out, "  … {} more in the JSON document", rows.len() - SHOWN);
+        doc.line(
+            Tone::Plain,
+            &format!("  … {} more in the JSON document", rows.len() - SHOWN),
+        );
     }
 }
 
@@ -342,4 +379,52 @@ pub fn html(d: &Diff, base: &Profile, new: &Profile) -> Result<String> {
     );
     tera.render("diff.html", &ctx)
         .map_err(|e| Error::new(format!("HTML diff: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LineStats;
+    use crate::render::layout::cells;
+
+    fn profile(held: u64) -> Profile {
+        let mut p = Profile {
+            wall_s: 1.0,
+            ..Default::default()
+        };
+        p.command = vec![
+            "python3".into(),
+            format!("/data/{}/train.py", "x".repeat(80)),
+        ];
+        let mut line = LineStats {
+            file: "/work/train.py".into(),
+            line: 12,
+            function: "main".into(),
+            source: format!("y = np.array(x)  # {}", "配列".repeat(40)),
+            ..Default::default()
+        };
+        line.measures.peak_bytes = held;
+        line.measures.alloc_bytes = held;
+        p.lines = vec![line];
+        p.memory.peak_heap_bytes = held;
+        p
+    }
+
+    #[test]
+    fn the_table_fits_each_width_and_names_each_line_whole() {
+        let d = crate::model::diff::compare(
+            &profile(10 << 20),
+            "a.json",
+            &profile(900 << 20),
+            "b.json",
+        );
+        assert!(!d.lines.is_empty(), "{d:?}");
+        assert!(text(&d, None).lines().any(|l| cells(l) > 240));
+        for width in [40, 60, 80, 100, 160, 240] {
+            let out = text(&d, Some(width));
+            assert!(out.lines().all(|l| cells(l) <= width), "{width}:\n{out}");
+            assert!(out.contains("train.py:12"), "{width}:\n{out}");
+            assert!(out.contains("+890.0 MiB"), "{width}: the change:\n{out}");
+        }
+    }
 }

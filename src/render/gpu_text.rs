@@ -1,6 +1,6 @@
-//! The text report's account of the CUDA calls: a summary line per process that made any, and
-//! under each line that made some, one row of what they did (kept out of the table's columns,
-//! which stay as wide as without CUDA).
+//! The text report's account of the CUDA calls: a summary per process that made any, and under
+//! each line that made some, one row of what they did (kept out of the table's columns, which
+//! stay as wide as without CUDA); words only: the report lays them out (wraps them).
 
 use std::fmt::Write;
 
@@ -68,19 +68,15 @@ fn traffic(g: &GpuLineCalls) -> Vec<String> {
     parts
 }
 
-/// One summary line per process with CUDA calls.
-pub fn summary(out: &mut String, p: &Profile) {
-    for process in &p.processes {
-        let Some(calls) = &process.gpu_calls else {
-            continue;
-        };
-        let _ = writeln!(
-            out,
-            "  CUDA calls      pid {}: {}",
-            process.pid,
-            process_words(calls)
-        );
-    }
+/// One summary per process with CUDA calls (`pid 12: device 0 peak ...`), for the header.
+pub fn summary(p: &Profile) -> Vec<String> {
+    p.processes
+        .iter()
+        .filter_map(|process| {
+            let calls = process.gpu_calls.as_ref()?;
+            Some(format!("pid {}: {}", process.pid, process_words(calls)))
+        })
+        .collect()
 }
 
 fn process_words(calls: &ProcessGpuCalls) -> String {

@@ -7,13 +7,17 @@ pub mod folded;
 mod gpu_text;
 pub mod html;
 pub mod json;
+mod layout;
 pub mod pprof;
 pub mod speedscope;
 pub mod sweep;
 pub mod text;
 
 use crate::error::Result;
+
 use crate::model::Profile;
+/// The narrowest width a text document is laid out at.
+pub use layout::MIN_WIDTH;
 
 /// An output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,12 @@
-//! `mlprof sweep` documents: the terminal report (runs, growth laws, projections), the JSON
-//! document (`mlprof-sweep/1`) and the HTML page (a small log-log plot per top line).
+//! `mlprof sweep` documents: the terminal report (runs, growth laws, projections; laid out at a
+//! width: `render::layout`), the JSON document (`mlprof-sweep/1`) and the HTML page (a small
+//! log-log plot per top line).
 
 use std::fmt::Write;
 
 use tera::{Context, Tera};
 
+use super::layout::{cells, Column, Doc, Keep, Table, Tone};
 use crate::error::{Error, Result};
 use crate::model::sweep::{LineGrowth, RunStatus, Sweep};
 use crate::sanitize::clean;
@@ -85,33 +87,31 @@ pub fn sentences(s: &Sweep) -> Vec<String> {
     out
 }
 
-/// The terminal report.
-pub fn text(s: &Sweep) -> String {
-    let mut out = String::new();
-    one(&mut out, s);
+/// The terminal report at `width` cells (`None`: no limit): prose wrapped, the lines' table
+/// laid out by `render::layout` (growth laws first, each line's place whole, its source cut).
+pub fn text(s: &Sweep, width: Option<usize>) -> String {
+    let mut doc = Doc::new(width);
+    one(&mut doc, s);
     for m in &s.more {
-        let _ = writeln!(out);
-        one(&mut out, m);
+        doc.blank();
+        one(&mut doc, m);
     }
-    out
+    doc.finish(false)
 }
 
-fn one(out: &mut String, s: &Sweep) {
+fn one(doc: &mut Doc, s: &Sweep) {
     let fixed: Vec<String> = s.fixed.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let _ = writeln!(
-        out,
-        "mlprof sweep: {} = {}{}",
-        s.param,
-        s.values
-            .iter()
-            .map(|v| value(*v))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if fixed.is_empty() {
-            String::new()
-        } else {
-            format!(" (with {})", fixed.join(", "))
-        }
+    let values: Vec<String> = s.values.iter().map(|v| value(*v)).collect();
+    let with = if fixed.is_empty() {
+        String::new()
+    } else {
+        format!(" (with {})", fixed.join(", "))
+    };
+    doc.wrap(
+        Tone::Plain,
+        0,
+        &format!("mlprof sweep: {} = {}{with}", s.param, values.join(", ")),
+        2,
     );
     let gpu_column = |value: String| {
         if gpu::any(s) {
@@ -120,38 +120,47 @@ fn one(out: &mut String, s: &Sweep) {
             String::new()
         }
     };
-    let _ = writeln!(
-        out,
-        "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
-        s.param,
-        "status",
-        "peak heap",
-        "peak RSS",
-        "wall",
-        gpu_column("GPU peak".into())
+    doc.line(
+        Tone::Plain,
+        &format!(
+            "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
+            s.param,
+            "status",
+            "peak heap",
+            "peak RSS",
+            "wall",
+            gpu_column("GPU peak".into())
+        ),
     );
     for r in &s.runs {
-        let status = match &r.reason {
-            Some(why) => format!("failed: {}", clean(why)),
-            None => "ok".into(),
-        };
-        let _ = writeln!(
-            out,
-            "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
-            value(r.value),
-            r.status.as_str(),
-            bytes(r.peak_heap_bytes),
-            bytes(r.peak_rss_bytes),
-            seconds(r.wall_s),
-            gpu_column(bytes(r.gpu_peak_bytes))
+        doc.line(
+            Tone::Plain,
+            &format!(
+                "  {:>10}  {:<8} {:>12} {:>12} {:>10}{}",
+                value(r.value),
+                r.status.as_str(),
+                bytes(r.peak_heap_bytes),
+                bytes(r.peak_rss_bytes),
+                seconds(r.wall_s),
+                gpu_column(bytes(r.gpu_peak_bytes))
+            ),
         );
         if r.status != RunStatus::Ok {
-            let _ = writeln!(out, "              {status} (left out of the fits)");
+            let status = match &r.reason {
+                Some(why) => format!("failed: {}", clean(why)),
+                None => "ok".into(),
+            };
+            doc.wrap(
+                Tone::Plain,
+                14,
+                &format!("{status} (left out of the fits)"),
+                14,
+            );
         }
     }
-    let _ = writeln!(out);
+    doc.blank();
     let mut peak = format!(
-        "  peak heap grows as {} (R² {})",
+        "peak heap grows as {} (R² {})",
         law(&s.param, s.peak.exponent),
         r2(s.peak.r2)
     );
@@ -164,52 +173,81 @@ fn one(out: &mut String, s: &Sweep) {
             bytes(p)
         );
     }
-    let _ = writeln!(out, "{peak}");
+    doc.wrap(Tone::Plain, 2, &peak, 4);
     if let Some(gpu_peak) = gpu::peak(s) {
-        let _ = writeln!(out, "  {gpu_peak}");
+        doc.wrap(Tone::Plain, 2, &gpu_peak, 4);
     }
     for sentence in sentences(s) {
-        let _ = writeln!(out, "  {sentence}");
+        doc.wrap(Tone::Plain, 2, &sentence, 4);
     }
-    let _ = writeln!(out);
+    doc.blank();
+    lines(doc, s);
+}
+
+/// The table of the top lines: growth laws, bytes held per value, the projection, the place
+/// and source.
+fn lines(doc: &mut Doc, s: &Sweep) {
+    doc.wrap(
+        Tone::Plain,
+        0,
+        &format!(
+            "Lines (held = bytes held at the heap peak, per value; exponents of {} on log-log \
+             axes)",
+            s.param
+        ),
+        2,
+    );
     let projected = s
         .project_value
         .map(|x| format!("at {}={}", s.param, value(x)));
-    let _ = writeln!(
-        out,
-        "Lines (held = bytes held at the heap peak, per value; exponents of {} on log-log axes)",
-        s.param
-    );
-    let _ = writeln!(
-        out,
-        "  {:>10} {:>5} {:>10} {:>10}  {:<40} {:>12}  line",
-        "held",
-        "R²",
-        "allocated",
-        "time",
-        "held per value",
-        projected.as_deref().unwrap_or("")
-    );
-    for l in shown(s) {
-        let per: Vec<String> = l
-            .peak_bytes
-            .iter()
-            .map(|b| b.map_or_else(|| "-".into(), bytes))
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {:>10} {:>5} {:>10} {:>10}  {:<40} {:>12}  {}  {}",
-            law(&s.param, l.memory_exponent),
-            r2(l.memory_r2),
-            law(&s.param, l.alloc_exponent),
-            law(&s.param, l.cpu_exponent),
-            per.join(" / "),
-            l.projected_peak_bytes.map(bytes).unwrap_or_default(),
-            place(l),
-            clean(l.source.trim())
+    let rows: Vec<(Vec<String>, String, String)> = shown(s)
+        .map(|l| {
+            let per: Vec<String> = l
+                .peak_bytes
+                .iter()
+                .map(|b| b.map_or_else(|| "-".into(), bytes))
+                .collect();
+            let cells = vec![
+                law(&s.param, l.memory_exponent),
+                r2(l.memory_r2),
+                law(&s.param, l.alloc_exponent),
+                law(&s.param, l.cpu_exponent),
+                // Two spaces apart from the figures before it.
+                format!(" {}", per.join(" / ")),
+                l.projected_peak_bytes.map(bytes).unwrap_or_default(),
+            ];
+            (cells, place(l), clean(l.source.trim()).into_owned())
+        })
+        .collect();
+    let figures: Vec<Vec<String>> = rows.iter().map(|(c, _, _)| c.clone()).collect();
+    let widest = rows
+        .iter()
+        .map(|(_, place, source)| cells(place) + 2 + cells(source))
+        .max()
+        .unwrap_or(0);
+    let layout = Table {
+        indent: 2,
+        columns: vec![
+            Column::right("held", 10, Keep::Lead(0)),
+            Column::right("R²", 5, Keep::Extra(1)),
+            Column::right("allocated", 10, Keep::Extra(2)),
+            Column::right("time", 10, Keep::Lead(1)),
+            Column::left(" held per value", 41, Keep::Extra(0)),
+            Column::right(projected.unwrap_or_default(), 12, Keep::Extra(3)),
+        ],
+        text: Some("line"),
+        gap: 2,
+    }
+    .layout(&figures, widest, doc.width());
+    doc.line(Tone::Plain, &layout.header());
+    for (cells, place, source) in &rows {
+        doc.row(
+            Tone::Plain,
+            &format!("{}{place}  ", layout.prefix(cells)),
+            source,
         );
     }
-    gpu::table(out, s);
+    gpu::table(doc, s);
 }
 
 /// The JSON document.
@@ -431,4 +469,65 @@ pub fn html(s: &Sweep) -> Result<String> {
     );
     tera.render("sweep.html", &ctx)
         .map_err(|e| Error::new(format!("HTML sweep: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::sweep::RunSummary;
+    use crate::render::layout::cells;
+
+    fn long_sweep() -> Sweep {
+        let line = LineGrowth {
+            file: "/work/grow.py".into(),
+            line: 12,
+            source: format!(
+                "gram = features @ features.T  # {}",
+                "二乗で増える".repeat(12)
+            ),
+            memory_exponent: Some(2.0),
+            memory_r2: Some(0.99),
+            cpu_exponent: Some(1.0),
+            peak_bytes: vec![Some(8 << 20), Some(32 << 20), Some(128 << 20)],
+            projected_peak_bytes: Some(2 << 30),
+            ..Default::default()
+        };
+        Sweep {
+            param: "N".into(),
+            values: vec![1000.0, 2000.0, 4000.0],
+            runs: vec![
+                RunSummary {
+                    value: 1000.0,
+                    ..Default::default()
+                },
+                RunSummary {
+                    value: 20000.0,
+                    status: RunStatus::Failed,
+                    reason: Some(format!("exit 1: {}", "MemoryError ".repeat(12))),
+                    ..Default::default()
+                },
+            ],
+            project_value: Some(16000.0),
+            projected_peak_bytes: Some(2 << 30),
+            lines: vec![line],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_report_fits_each_width_and_keeps_each_lines_place() {
+        let s = long_sweep();
+        assert!(text(&s, None).lines().any(|l| cells(l) > 240));
+        for width in [40, 60, 80, 100, 160, 240] {
+            let out = text(&s, Some(width));
+            assert!(out.lines().all(|l| cells(l) <= width), "{width}:\n{out}");
+            assert!(out.contains("grow.py:12  gram"), "{width}:\n{out}");
+            assert!(
+                out.contains("N^2.00"),
+                "{width}: the held law first:\n{out}"
+            );
+            let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(flat.contains(&"MemoryError ".repeat(12).trim_end().to_string()));
+        }
+    }
 }

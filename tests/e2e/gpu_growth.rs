@@ -62,7 +62,7 @@ fn sweep_fits_gpu_memory_exponents_of_lines_growing_linearly_and_quadratically()
     assert!(s.gpu_peak.exponent.is_some());
 
     // The terminal report of the same sweep.
-    let text = mlprof::render::sweep::text(&s);
+    let text = mlprof::render::sweep::text(&s, None);
     assert!(text.contains("GPU memory by line"), "{text}");
     assert!(
         text.contains("holds GPU memory growing as N^2.00 (R² 1.00); at N=16 it would hold 256.0 MiB on the GPU"),

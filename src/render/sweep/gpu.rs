@@ -2,12 +2,12 @@
 //! for the tree (its GPU peak) and per line (held at the GPU peak, reserved). Nothing is said
 //! of a sweep whose runs made no CUDA call.
 
-use std::fmt::Write;
-
 use super::{law, place, r2, value, Figure, SHOWN};
 use crate::model::sweep::{LineGrowth, Sweep};
+use crate::render::layout::{Doc, Tone};
 use crate::sanitize::clean;
 use crate::units::bytes;
+use std::fmt::Write;
 
 /// Whether any run's CUDA calls held device memory.
 pub(super) fn any(s: &Sweep) -> bool {
@@ -76,27 +76,33 @@ pub(super) fn held<'a>(s: &Sweep, l: &'a LineGrowth) -> Figure<'a> {
     }
 }
 
-/// The text report's table of lines whose GPU memory was fitted (none: nothing).
-pub(super) fn table(out: &mut String, s: &Sweep) {
+/// The text report's table of lines whose GPU memory was fitted (none: nothing): the figures
+/// whole, the place and source cut to the width.
+pub(super) fn table(doc: &mut Doc, s: &Sweep) {
     if shown(s).next().is_none() {
         return;
     }
     let projected = s
         .project_value
         .map(|x| format!("at {}={}", s.param, value(x)));
-    let _ = writeln!(
-        out,
-        "\nGPU memory by line (held = device memory its CUDA allocations held at the GPU peak, \
-         per value; reserved = what they reserved)"
+    doc.blank();
+    doc.wrap(
+        Tone::Plain,
+        0,
+        "GPU memory by line (held = device memory its CUDA allocations held at the GPU peak, \
+         per value; reserved = what they reserved)",
+        2,
     );
-    let _ = writeln!(
-        out,
-        "  {:>10} {:>5} {:>10}  {:<40} {:>12}  line",
-        "GPU held",
-        "R²",
-        "reserved",
-        "held per value",
-        projected.as_deref().unwrap_or("")
+    doc.line(
+        Tone::Plain,
+        &format!(
+            "  {:>10} {:>5} {:>10}  {:<40} {:>12}  line",
+            "GPU held",
+            "R²",
+            "reserved",
+            "held per value",
+            projected.as_deref().unwrap_or("")
+        ),
     );
     for l in shown(s) {
         let per: Vec<String> = l
@@ -104,16 +110,18 @@ pub(super) fn table(out: &mut String, s: &Sweep) {
             .iter()
             .map(|b| b.map_or_else(|| "-".into(), bytes))
             .collect();
-        let _ = writeln!(
-            out,
-            "  {:>10} {:>5} {:>10}  {:<40} {:>12}  {}  {}",
+        let figures = format!(
+            "  {:>10} {:>5} {:>10}  {:<40} {:>12}  ",
             law(&s.param, l.gpu_peak_exponent),
             r2(l.gpu_peak_r2),
             law(&s.param, l.gpu_reserved_exponent),
             per.join(" / "),
             l.projected_gpu_peak_bytes.map(bytes).unwrap_or_default(),
-            place(l),
-            clean(l.source.trim())
+        );
+        doc.row(
+            Tone::Plain,
+            &figures,
+            &format!("{}  {}", place(l), clean(l.source.trim())),
         );
     }
 }
