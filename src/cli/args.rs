@@ -219,9 +219,11 @@ pub(super) struct ExportArgs {
     /// The format to write.
     #[arg(long, value_enum)]
     pub(super) format: ExportFormat,
-    /// What folded stacks are weighed by (speedscope holds all of them).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub(super) measure: render::Measure,
+    /// What the export shows [default: cpu]: folded stacks' weights, the profile speedscope
+    /// opens on and pprof's default sample type (cpu, wall, alloc_space, inuse_space); the
+    /// other measures stay in speedscope and pprof files. Not for chrome-trace.
+    #[arg(long, value_enum)]
+    pub(super) measure: Option<render::Measure>,
     /// Write to FILE instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub(super) output: Option<PathBuf>,

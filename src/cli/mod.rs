@@ -409,11 +409,18 @@ fn check(args: CheckArgs) -> Result<i32> {
 }
 
 fn export(args: ExportArgs) -> Result<i32> {
+    if let (ExportFormat::ChromeTrace, Some(_)) = (args.format, args.measure) {
+        return Err(Error::with_code(
+            "--measure does not apply to --format chrome-trace: a trace holds every counter track",
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let measure = args.measure.unwrap_or(render::Measure::Cpu);
     let profile = read_profile(&args.profile)?;
     let out = match args.format {
-        ExportFormat::Folded => render::folded::render(&profile, args.measure).into_bytes(),
-        ExportFormat::Speedscope => render::speedscope::render(&profile)?.into_bytes(),
-        ExportFormat::Pprof => render::pprof::render(&profile)?,
+        ExportFormat::Folded => render::folded::render(&profile, measure).into_bytes(),
+        ExportFormat::Speedscope => render::speedscope::render(&profile, measure)?.into_bytes(),
+        ExportFormat::Pprof => render::pprof::render(&profile, measure)?,
         ExportFormat::ChromeTrace => render::chrome::render(&profile)?.into_bytes(),
     };
     write_bytes(
