@@ -41,3 +41,4 @@ mod sweep;
 mod symbolize;
 mod torch;
 mod torch_stack;
+mod usage;
