@@ -190,6 +190,15 @@ fn one(out: &mut String, s: &Sweep) {
         "held per value",
         projected.as_deref().unwrap_or("")
     );
+    if shown(s).next().is_none() {
+        let _ = writeln!(
+            out,
+            "  (none: no line held or allocated four sampling means of bytes, or took two CPU \
+             samples, in two runs that succeeded; if the runs did not differ, check that the \
+             command has {{{0}}} or that the program reads ${0})",
+            s.param
+        );
+    }
     for l in shown(s) {
         let per: Vec<String> = l
             .peak_bytes
@@ -431,4 +440,25 @@ pub fn html(s: &Sweep) -> Result<String> {
     );
     tera.render("sweep.html", &ctx)
         .map_err(|e| Error::new(format!("HTML sweep: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep where no line measured enough to fit says why its table is empty.
+    #[test]
+    fn an_empty_table_of_lines_says_why() {
+        let s = Sweep {
+            param: "N".into(),
+            ..Sweep::default()
+        };
+        let out = text(&s);
+        let last = out.lines().last().unwrap();
+        assert!(last.starts_with("  (none: no line held"), "{out}");
+        assert!(
+            last.contains("the command has {N} or that the program reads $N"),
+            "{last}"
+        );
+    }
 }
