@@ -34,6 +34,7 @@ mod preload_exports;
 mod pytest_plugin;
 mod pytest_signals;
 mod ranks;
+mod readme;
 mod scale;
 mod snapshot;
 mod starvation;
