@@ -159,20 +159,20 @@ pub(super) struct GateArgs {
     #[arg(long, value_name = "PERCENT", default_value_t = crate::gate::baseline::DEFAULT_PERCENT)]
     pub(super) tolerance: f64,
     /// Fail if the process tree's peak heap exceeds SIZE (exact, repeatable).
-    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_peak: Option<u64>,
     /// Fail if the tree's peak RSS exceeds SIZE (noisier than the heap).
-    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_rss: Option<u64>,
     /// Fail if lines flagged as likely leaks hold more than SIZE at the end.
-    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_leak: Option<u64>,
     /// Fail if the tree's peak GPU memory (NVML) exceeds SIZE, or if the GPU cannot be read.
-    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_gpu_memory: Option<u64>,
     /// Fail if one process's device memory reserved through its CUDA calls peaks above SIZE on
     /// any device, or if no CUDA call was seen.
-    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_gpu_reserved: Option<u64>,
 }
 
@@ -219,9 +219,11 @@ pub(super) struct ExportArgs {
     /// The format to write.
     #[arg(long, value_enum)]
     pub(super) format: ExportFormat,
-    /// What folded stacks are weighed by (speedscope holds all of them).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub(super) measure: render::Measure,
+    /// What the export shows [default: cpu]: folded stacks' weights, the profile speedscope
+    /// opens on and pprof's default sample type (cpu, wall, alloc_space, inuse_space); the
+    /// other measures stay in speedscope and pprof files. Not for chrome-trace.
+    #[arg(long, value_enum)]
+    pub(super) measure: Option<render::Measure>,
     /// Write to FILE instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub(super) output: Option<PathBuf>,
@@ -329,12 +331,7 @@ pub(super) struct RunArgs {
     #[arg(long)]
     pub(super) idle: bool,
     /// The command to profile, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub(super) command: Vec<OsString>,
 }
 

@@ -21,6 +21,7 @@ mod jupyter;
 mod output;
 mod regions;
 mod snapshot;
+mod suggest;
 mod sweep;
 mod terminal;
 
@@ -34,9 +35,11 @@ use snapshot::{SnapshotJob, Snapshotter};
 pub use crate::launch::{DEFAULT_COPY_SAMPLE, DEFAULT_MEMORY_SAMPLE, DEFAULT_RATE_HZ};
 
 pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<i32> {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(err) => {
+        Err(mut err) => {
+            suggest::nearest_option(&mut err, &<Cli as clap::CommandFactory>::command(), &args);
             let _ = err.print();
             return Ok(if err.use_stderr() {
                 crate::error::EXIT_USAGE
@@ -302,8 +305,17 @@ fn run_command(args: RunArgs) -> Result<i32> {
         // for, and none is written after it.
         snapshotter.claim();
     }
+    // In CI (a budget, a baseline or --junit) a run whose report is lost must not pass.
+    let ci = gate.any() || args.junit.is_some();
+    let mut lost = false;
+    let fails = if ci && status == 0 {
+        " (exit status 70: in CI a lost report fails the run)"
+    } else {
+        ""
+    };
     if let Err(e) = emit(&profile, format, destination, args.format.width) {
-        say(format_args!("report not written: {e}"));
+        say(format_args!("report not written: {e}{fails}"));
+        lost = true;
     }
     if let Some(dir) = &args.regions_html {
         let options = pipeline::Options {
@@ -324,10 +336,15 @@ fn run_command(args: RunArgs) -> Result<i32> {
         report_on_stdout,
         gate.any(),
     ) {
-        say(format_args!("{e}"));
+        say(format_args!("{e}{fails}"));
+        lost = true;
     }
     forwarding.stop.store(true, Ordering::Relaxed);
-    Ok(status)
+    Ok(if lost && !fails.is_empty() {
+        crate::error::EXIT_ERROR
+    } else {
+        status
+    })
 }
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written
@@ -414,11 +431,18 @@ fn check(args: CheckArgs) -> Result<i32> {
 }
 
 fn export(args: ExportArgs) -> Result<i32> {
+    if let (ExportFormat::ChromeTrace, Some(_)) = (args.format, args.measure) {
+        return Err(Error::with_code(
+            "--measure does not apply to --format chrome-trace: a trace holds every counter track",
+            crate::error::EXIT_USAGE,
+        ));
+    }
+    let measure = args.measure.unwrap_or(render::Measure::Cpu);
     let profile = read_profile(&args.profile)?;
     let out = match args.format {
-        ExportFormat::Folded => render::folded::render(&profile, args.measure).into_bytes(),
-        ExportFormat::Speedscope => render::speedscope::render(&profile)?.into_bytes(),
-        ExportFormat::Pprof => render::pprof::render(&profile)?,
+        ExportFormat::Folded => render::folded::render(&profile, measure).into_bytes(),
+        ExportFormat::Speedscope => render::speedscope::render(&profile, measure)?.into_bytes(),
+        ExportFormat::Pprof => render::pprof::render(&profile, measure)?,
         ExportFormat::ChromeTrace => render::chrome::render(&profile)?.into_bytes(),
     };
     write_bytes(

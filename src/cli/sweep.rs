@@ -120,6 +120,22 @@ fn projections(specs: &[String], params: &[Param]) -> Result<BTreeMap<String, f6
     Ok(out)
 }
 
+/// A note when no argument of the command holds `{NAME}`: then the runs differ only in the
+/// environment variable, and a program that does not read it runs alike every time (and every
+/// line fits flat, or the table of lines is empty).
+fn no_placeholder(command: &[OsString], name: &str) -> Option<String> {
+    let placeholder = format!("{{{name}}}");
+    let used = command
+        .iter()
+        .any(|a| a.to_str().is_some_and(|t| t.contains(&placeholder)));
+    (!used).then(|| {
+        format!(
+            "sweep: the command has no {placeholder}: each run gets {name} only in its \
+             environment (${name}); a program that does not read it runs alike every time"
+        )
+    })
+}
+
 /// `arg` with every `{NAME}` replaced.
 fn substitute(arg: &OsString, values: &BTreeMap<String, String>) -> OsString {
     let Some(text) = arg.to_str() else {
@@ -291,6 +307,12 @@ pub(super) fn sweep(args: SweepArgs) -> Result<i32> {
         super::file_write(path)?;
     }
     let dir = RunsDir::new(args.runs_dir.as_deref())?;
+    // Said once the arguments are known good, before the runs.
+    for p in &params {
+        if let Some(note) = no_placeholder(&args.command, &p.name) {
+            super::say(format_args!("{note}"));
+        }
+    }
     // Runs already made, by the values of every parameter (the centre run is shared).
     let mut made: BTreeMap<BTreeMap<String, String>, usize> = BTreeMap::new();
     let mut outcomes: Vec<Outcome> = Vec::new();
@@ -376,6 +398,15 @@ mod tests {
         assert!(projections(&["N=8".into()], &p).is_ok());
         assert!(projections(&["M=8".into()], &p).is_err());
         assert!(projections(&["N=x".into()], &p).is_err());
+    }
+
+    #[test]
+    fn a_command_without_the_placeholder_is_noted() {
+        let with: Vec<OsString> = vec!["python".into(), "grow.py".into(), "--n={N}".into()];
+        assert_eq!(no_placeholder(&with, "N"), None);
+        let note = no_placeholder(&with[..2], "N").unwrap();
+        assert!(note.contains("no {N}") && note.contains("($N)"), "{note}");
+        assert!(no_placeholder(&with, "B").is_some());
     }
 
     #[test]

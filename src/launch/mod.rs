@@ -2,6 +2,7 @@
 //! `LD_PRELOAD` (after any the user already has), inherited stdio, forwarded signals, and a
 //! waiter that reports the exit status with the kernel's resource usage.
 
+mod not_run;
 mod session;
 mod signals;
 mod wait;
@@ -14,7 +15,7 @@ use std::sync::mpsc::Receiver;
 pub use session::Session;
 pub use signals::{block_forwarded_signals, exit_status, forward_signals, watch_exit, Forwarding};
 
-use crate::error::{Error, Result, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::error::{Error, Result};
 use crate::recording::ChildExit;
 
 /// Default CPU sampling rate, per second of a thread's CPU time (see docs/benchmarks.md for how
@@ -75,6 +76,7 @@ pub fn spawn(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Error::new("no command given"))?;
+    not_run::check(program)?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("LD_PRELOAD", preload_value(session))
@@ -100,7 +102,7 @@ pub fn spawn(
         ));
     }
     signals::unblock_in_child(&mut cmd);
-    let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+    let child = cmd.spawn().map_err(|e| not_run::error(program, &e))?;
     let pid = child.id();
     Ok(Launched {
         pid,
@@ -128,20 +130,6 @@ fn preload_value(session: &Session) -> OsString {
         }
         _ => ours,
     }
-}
-
-fn spawn_error(program: &OsString, err: &std::io::Error) -> Error {
-    let name = program.to_string_lossy();
-    let reason = match err.kind() {
-        std::io::ErrorKind::NotFound => "No such file or directory".to_string(),
-        std::io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
-        _ => err.to_string(),
-    };
-    let code = match err.kind() {
-        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-        _ => EXIT_NOT_EXECUTABLE,
-    };
-    Error::with_code(format!("cannot run '{name}': {reason}"), code)
 }
 
 #[cfg(test)]

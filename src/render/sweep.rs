@@ -240,6 +240,19 @@ fn lines(doc: &mut Doc, s: &Sweep) {
     }
     .layout(&figures, widest, doc.width());
     doc.line(Tone::Plain, &layout.header());
+    if rows.is_empty() {
+        doc.wrap(
+            Tone::Plain,
+            2,
+            &format!(
+                "(none: no line held or allocated four sampling means of bytes, or took two \
+                 CPU samples, in two runs that succeeded; if the runs did not differ, check \
+                 that the command has {{{0}}} or that the program reads ${0})",
+                s.param
+            ),
+            3,
+        );
+    }
     for (cells, place, source) in &rows {
         doc.row(
             Tone::Plain,
@@ -529,5 +542,21 @@ mod tests {
             let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
             assert!(flat.contains(&"MemoryError ".repeat(12).trim_end().to_string()));
         }
+    }
+
+    /// A sweep where no line measured enough to fit says why its table is empty.
+    #[test]
+    fn an_empty_table_of_lines_says_why() {
+        let s = Sweep {
+            param: "N".into(),
+            ..Sweep::default()
+        };
+        let out = text(&s, None);
+        let last = out.lines().last().unwrap();
+        assert!(last.starts_with("  (none: no line held"), "{out}");
+        assert!(
+            last.contains("the command has {N} or that the program reads $N"),
+            "{last}"
+        );
     }
 }

@@ -37,9 +37,36 @@ pub fn parse(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// A limit given on the command line (`--max-peak`): a size, where a bare number other than 0
+/// is refused rather than read as bytes, since `--max-peak 50` means 50 MiB or 50 GiB far more
+/// often than 50 bytes. `50B` says bytes.
+pub fn parse_limit(text: &str) -> Result<u64, String> {
+    let bytes = parse(text)?;
+    let t = text.trim();
+    if bytes != 0 && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "'{t}' has no unit: write {t}B for bytes, or {t}MiB, {t}GiB, {t}GB"
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, parse_limit};
+
+    #[test]
+    fn a_limit_needs_a_unit_unless_it_is_zero() {
+        assert_eq!(parse_limit("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_limit("50B"), Ok(50));
+        assert_eq!(parse_limit("0"), Ok(0));
+        assert_eq!(
+            parse_limit(" 50 "),
+            Err("'50' has no unit: write 50B for bytes, or 50MiB, 50GiB, 50GB".into())
+        );
+        assert!(parse_limit("1.5").unwrap_err().contains("no unit"));
+        assert!(parse_limit("lots").unwrap_err().contains("not a size"));
+    }
 
     #[test]
     fn sizes_parse_the_way_people_write_them() {

@@ -280,3 +280,39 @@ fn the_readme_example_finds_its_quadratic_line() {
         "{top:?}"
     );
 }
+
+/// Issue 34: a command without `{N}` gets N only in its environment; mlprof says so before the
+/// runs, and a table of lines left empty says why.
+#[test]
+fn a_command_without_its_placeholder_is_noted() {
+    let py = &fixture::pythons()[0];
+    let (out, text) = sweep(
+        &[
+            os("--param"),
+            os("N=1,2"),
+            os("--"),
+            os(&py.exe),
+            os("-c"),
+            os("pass"),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let note = stderr
+        .lines()
+        .position(|l| l.starts_with("mlprof: sweep: the command has no {N}"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let first_run = stderr
+        .lines()
+        .position(|l| l.starts_with("mlprof: sweep: N=1"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(note < first_run, "said before the runs: {stderr}");
+    let table = text
+        .split("Lines (held")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    if table.lines().count() <= 2 {
+        assert!(table.contains("(none: "), "an empty table says why: {text}");
+    }
+}

@@ -94,7 +94,7 @@ fn a_report_that_cannot_be_written_after_the_run_keeps_the_programs_exit_status(
         .open("/dev/full")
         .unwrap();
     let status = fixture::mlprof()
-        .args(["run", "-q", "--max-peak", "1", "--"])
+        .args(["run", "-q", "--max-peak", "1B", "--"])
         .args(&program)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -104,11 +104,65 @@ fn a_report_that_cannot_be_written_after_the_run_keeps_the_programs_exit_status(
     assert_eq!(status.code(), Some(3), "2>/dev/full");
     // A budget exceeded still exits 97 (the program succeeded), even with the report lost.
     let out = fixture::run(
-        &[os("--max-peak"), os("1"), os("-o"), os("/dev/full")],
+        &[os("--max-peak"), os("1B"), os("-o"), os("/dev/full")],
         &exit_program("0", None),
         &[],
     );
     assert_eq!(out.status.code(), Some(97), "{}", program_stderr(&out));
+}
+
+/// Issue 34: a report lost after the run (its directory removed meanwhile) keeps the
+/// program's status, except in CI modes (a budget, a baseline or `--junit`), where a run that
+/// succeeded exits 70: a gate must not pass on a report nobody can read.
+#[test]
+fn a_report_lost_after_the_run_fails_a_run_in_ci_modes() {
+    for (options, code, want) in [
+        (vec!["-o", "DIR/p.json"], "0", 0),
+        (vec!["-o", "DIR/p.json", "--max-peak", "1GiB"], "0", 70),
+        (vec!["-q", "--junit", "DIR/budgets.xml"], "0", 70),
+        (
+            vec!["--json", "-o", "DIR/p.json", "--budget", "BUDGET"],
+            "0",
+            70,
+        ),
+        (vec!["-o", "DIR/p.json", "--max-peak", "1GiB"], "3", 3),
+        (vec!["-o", "DIR/p.json", "--max-peak", "1B"], "0", 97),
+    ] {
+        let root = fixture::tempdir();
+        let dir = root.join("reports");
+        std::fs::create_dir(&dir).unwrap();
+        let budget = root.join("mlprof.toml");
+        std::fs::write(&budget, "max-peak = \"1GiB\"\n").unwrap();
+        let options: Vec<String> = options
+            .iter()
+            .map(|o| {
+                o.replace("DIR", dir.to_str().unwrap())
+                    .replace("BUDGET", budget.to_str().unwrap())
+            })
+            .collect();
+        let program = [
+            pythons()[0].exe.clone(),
+            script("cli_rmdir.py"),
+            dir.clone(),
+            code.into(),
+        ];
+        let out = fixture::run(&options, &program, &[]);
+        let lines = mlprof_lines(&out);
+        assert_eq!(out.status.code(), Some(want), "{options:?}: {lines:?}");
+        assert!(!dir.exists(), "{options:?}: the program ran");
+        let lost: Vec<&String> = lines.iter().filter(|l| l.contains("not exist")).collect();
+        assert_eq!(
+            lost.len(),
+            1,
+            "{options:?}: one line says what was lost: {lines:?}"
+        );
+        assert_eq!(
+            lost[0].contains("exit status 70"),
+            want == 70,
+            "{options:?}: {lines:?}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
 
 #[test]
