@@ -86,7 +86,11 @@ fn the_framework_refers_to_the_runtime_by_versioned_symbols() {
 
 #[test]
 fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
-    let (run, plain_stdout) = profile(&[("MLPROF_GPU_LAUNCH_SAMPLE", "1")]);
+    let waits_file = fixture::tempdir().join("waits.json");
+    let (run, plain_stdout) = profile(&[
+        ("MLPROF_GPU_LAUNCH_SAMPLE", "1"),
+        ("WAIT_TIMES", waits_file.to_str().unwrap()),
+    ]);
     assert_eq!(String::from_utf8_lossy(&run.output.stdout), plain_stdout);
     assert!(plain_stdout.contains("last error 7"), "{plain_stdout}");
     let p = &run.profile;
@@ -134,15 +138,20 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
     assert_eq!(at(p, "graph").gpu_launches, 50);
     assert_eq!(at(p, "many").gpu_launches, 64000);
 
-    // GPU waits: the fake's sleeps (and spin) by construction, within 5%; above that, a wake-up
-    // on a busy machine may add the time the thread then queued for a CPU (20 ms allowed).
+    // GPU waits: each call's wall time as the program measured it around the call (the
+    // fake's sleeps, 0.2 and 0.15 s, and its 0.3 s spin, plus on a busy machine the time the
+    // thread then queued for a CPU), within 5%, and 20 ms for the measurement's own edges.
+    let measured: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&waits_file).unwrap()).unwrap();
     let gap = fixture::mean_gap(p);
-    for (name, truth, slack) in [
+    for (name, least, slack) in [
         ("sync", 0.2, 0.02),
         ("event", 0.15, 0.02),
         // Spinning: the CPU part is sampled, within two mean gaps.
         ("spin", 0.3, 0.02 + 2.0 * gap),
     ] {
+        let truth = measured[name].as_f64().unwrap();
+        assert!(truth >= least, "@{name}: the call took {truth:.3} s");
         let m = &line(p, SCRIPT, markers(SCRIPT)[name]).measures;
         let waited = m.gpu_calls.gpu_wait_s;
         assert!(

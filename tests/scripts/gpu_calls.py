@@ -29,6 +29,10 @@ With PINNED_STEPS in the environment (default 0), @pinned_grow pins 4 MiB of hos
 many times and keeps every block to the end, and @pinned_reuse pins 4 MiB as often and gives
 each block back before the next.
 
+With WAIT_TIMES in the environment, the wall time each wait took (`perf_counter` around the
+call: on a machine busy with other work, waking up may take longer than the fake's sleep) is
+written there as JSON, `{"sync": s, "spin": s, "event": s}`.
+
 With H2D_STEPS in the environment, @h2d copies that many times (default 5).
 With KEEP_MIB in the environment, @keep's three blocks are that many MiB each instead of 96
 (for a diff of two runs).
@@ -36,8 +40,10 @@ With KEEP_MIB in the environment, @keep's three blocks are that many MiB each in
 argv: FRAMEWORK_LIBRARY
 """
 import ctypes
+import json
 import os
 import sys
+import time
 
 fw = ctypes.CDLL(sys.argv[1])
 rt = ctypes.CDLL("libcudart.so.13")  # already loaded by the framework: its knobs
@@ -64,6 +70,9 @@ H2H, H2D, D2H, D2D, DEFAULT = 0, 1, 2, 3, 4
 def check(result):
     if result != 0:
         sys.exit(f"a CUDA call failed: {result}")
+
+
+waits = {}
 
 
 def reserve():
@@ -96,18 +105,24 @@ def copy(keep, pinned):
 def launch_and_wait():
     rt.fake_cuda_set_launch_ns(100_000)
     check(fw.fw_launch(2000))  # @launch
+    t = time.perf_counter()
     check(fw.fw_stream_sync())  # @sync
+    waits["sync"] = time.perf_counter() - t
     rt.fake_cuda_set_launch_ns(0)
     for _ in range(50):
         check(fw.fw_graph_launch())  # @graph
     rt.fake_cuda_set_launch_ns(300_000_000)
     check(fw.fw_launch(1))
     rt.fake_cuda_set_spin(1)
+    t = time.perf_counter()
     check(fw.fw_device_sync())  # @spin
+    waits["spin"] = time.perf_counter() - t
     rt.fake_cuda_set_spin(0)
     rt.fake_cuda_set_launch_ns(150_000_000)
     check(fw.fw_launch(1))
+    t = time.perf_counter()
     check(fw.fw_event_sync())  # @event
+    waits["event"] = time.perf_counter() - t
 
 
 def pin_again_and_again():
@@ -137,4 +152,7 @@ copy(keep, pinned)
 launch_and_wait()
 count_launches()
 pending_error(keep)
+if os.environ.get("WAIT_TIMES"):
+    with open(os.environ["WAIT_TIMES"], "w") as f:
+        json.dump(waits, f)
 print("gpu calls done")

@@ -16,14 +16,19 @@ device to host (async, dlsym); @unified 2 MiB device to host through `cuMemcpy` 
 direction asked of the driver); @ptsz 1 MiB host to device through the per-thread-stream
 variant `cuGetProcAddress` hands out.
 
-Launches: @launch 300 kernels. Waits: @sync waits 0.2 s in `cuCtxSynchronize`.
+Launches: @launch 300 kernels. Waits: @sync waits 0.2 s in `cuCtxSynchronize` (with WAIT_TIMES
+in the environment, the call's wall time as measured around it is written there, as JSON: on a
+busy machine waking up may take longer than the fake's sleep).
 
 @next: `dlsym(RTLD_NEXT)` from a library still finds the object after that library.
 
 argv: LIBCUDA DRIVER_FRAMEWORK RUNTIME_FRAMEWORK NEXT_PROBE
 """
 import ctypes
+import json
+import os
 import sys
+import time
 from ctypes import POINTER, byref, c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 cu = ctypes.CDLL(sys.argv[1])
@@ -116,7 +121,11 @@ def launch_and_wait():
         check(cu.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None))  # @launch
     cu.fake_cu_set_launch_ns(200_000_000)
     check(cu.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None))
+    t = time.perf_counter()
     check(cu.cuCtxSynchronize())  # @sync
+    if os.environ.get("WAIT_TIMES"):
+        with open(os.environ["WAIT_TIMES"], "w") as f:
+            json.dump({"sync": time.perf_counter() - t}, f)
 
 
 dev = reserve()

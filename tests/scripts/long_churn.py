@@ -1,5 +1,7 @@
 """A long allocation-churn job with known truth, for the bounded collector. argv[1]: how long
-the churn runs, in seconds; argv[2]: how many bytes a second it leaks (default 4 MB).
+the churn runs, in seconds of the process's CPU (so that a machine busy with other work does
+not shrink it; on an idle one about its wall time); argv[2]: how many bytes a second of CPU it
+leaks (default 4 MB).
 
 A 500 MB array is made first and freed 1 s into the churn: the heap peaks then, at baseline +
 502 MB (with the 1 MB source and temporary) + what leaked by then, with that array the only
@@ -23,9 +25,9 @@ src = np.ones(MB, dtype=np.uint8)
 iterations = 0
 python_total = 0
 leaked_at_peak = 0
-start = time.monotonic()
-while time.monotonic() < start + seconds:
-    if early is not None and time.monotonic() > start + 1:
+start = time.process_time()
+while time.process_time() < start + seconds:
+    if early is not None and time.process_time() > start + 1:
         early = None
         leaked_at_peak = len(leaked) * 64 * 1000
     tmp = np.ones(MB, dtype=np.uint8)  # @churn
@@ -35,7 +37,7 @@ while time.monotonic() < start + seconds:
     dst = np.copy(src)  # @copy
     del dst
     python_total += sum(i * i for i in range(300))  # @python
-    if len(leaked) * 64 * 1000 < (time.monotonic() - start) * leak_rate:
+    if len(leaked) * 64 * 1000 < (time.process_time() - start) * leak_rate:
         leaked.append(np.ones(64 * 1000, dtype=np.uint8))  # @leak
     iterations += 1
 early = None  # runs shorter than 1 s
