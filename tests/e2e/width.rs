@@ -143,7 +143,7 @@ fn the_report_fits_every_width_with_line_numbers_source_and_whole_hints() {
     }
     // Wide enough for every column: the figures the narrow layouts leave out come back.
     let wide = report(&path, &["--width", "240"], &[]);
-    for header in ["allocated", "held", "copy/s", "footprint", "leak"] {
+    for header in ["allocated", "held", "copied", "footprint", "leak"] {
         assert!(wide.contains(header), "{header}:\n{wide}");
     }
 }

@@ -54,7 +54,7 @@ fn table(rows: &[&LineStats], mapped: bool, gpu: bool) -> Table {
         columns.push(Column::right("mapped", 10, Keep::Extra(7)));
     }
     columns.extend([
-        Column::right("copy/s", 10, Keep::Extra(6)).empty(none(|l| l.measures.copy_bytes > 0)),
+        Column::right("copied", 10, Keep::Extra(6)).empty(none(|l| l.measures.copy_bytes > 0)),
         Column::left("footprint", 10, Keep::Extra(8))
             .empty(none(|l| l.footprint_bytes.iter().any(|&b| b > 0))),
         Column::left("leak", 4, Keep::Extra(2)).empty(none(|l| l.measures.leak.is_some())),
@@ -74,7 +74,7 @@ fn table(rows: &[&LineStats], mapped: bool, gpu: bool) -> Table {
 }
 
 /// A row's cells, in [`table`]'s order.
-fn cells_of(l: &LineStats, whole: f64, wall_s: f64, mapped: bool, gpu: bool) -> Vec<String> {
+fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool) -> Vec<String> {
     let m = &l.measures;
     let python_share = if m.alloc_bytes > 0 {
         pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
@@ -95,7 +95,7 @@ fn cells_of(l: &LineStats, whole: f64, wall_s: f64, mapped: bool, gpu: bool) -> 
         row.push(bytes(m.mapped_peak_bytes));
     }
     row.extend([
-        rate(m.copy_bytes, wall_s),
+        bytes(m.copy_bytes),
         sparkline(&l.footprint_bytes),
         if m.leak.is_some() { "leak" } else { "" }.to_string(),
     ]);
@@ -148,7 +148,7 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
         .collect();
     let figures: Vec<Vec<String>> = rows
         .iter()
-        .map(|l| cells_of(l, whole, p.wall_s, mapped, gpu))
+        .map(|l| cells_of(l, whole, mapped, gpu))
         .collect();
     let texts: Vec<String> = rows.iter().map(|l| text_of(l)).collect();
     let widest = texts.iter().map(|t| cells(t)).max().unwrap_or(0);
@@ -207,14 +207,6 @@ fn under(doc: &mut Doc, layout: &Layout, line: &LineStats, whole: f64) {
         };
         doc.row(Tone::Dim, &keep, &text);
     }
-}
-
-/// Bytes per second over the run: `12.0 MiB/s`.
-fn rate(bytes_total: u64, wall_s: f64) -> String {
-    if bytes_total == 0 || wall_s <= 0.0 {
-        return "0 B/s".to_string();
-    }
-    format!("{}/s", bytes((bytes_total as f64 / wall_s) as u64))
 }
 
 /// A line's footprint as a sparkline of ten characters.
