@@ -201,6 +201,10 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         alloc_count: images.iter().map(|i| i.alloc_count).sum(),
         cpu_s,
         start_s: first.map_or(0.0, |f| f.start_ns as f64 / NS),
+        python_start_s: images
+            .iter()
+            .find(|i| i.python.is_some())
+            .map(|i| i.start_ns as f64 / NS),
         instrumented: !images.is_empty(),
         forked: last.is_some_and(|l| l.forked),
         inherited_heap_bytes: last.filter(|l| l.forked).map_or(0, |l| l.inherited_heap),

@@ -335,6 +335,10 @@ pub struct Process {
     /// Seconds from launch when the process was first seen.
     #[serde(default)]
     pub start_s: f64,
+    /// Seconds from launch when the process first ran Python (its first image with an
+    /// interpreter: later than `start_s` for a launcher that execs Python); none without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_start_s: Option<f64>,
     /// Whether the preload library was loaded (false: statically linked or not followed; only
     /// RSS and CPU from `/proc` were measured).
     #[serde(default)]

@@ -530,3 +530,62 @@ fn cpu_of_children_reaped_outside_the_command_is_the_trees() {
         p.cpu_s()
     );
 }
+
+/// A launcher chain (a pyenv shim: a shell running `readlink`, `dirname` and a nested shell
+/// before it execs Python) is one row of the text report, not one per helper; the JSON keeps
+/// every process.
+#[test]
+fn a_launcher_chain_is_one_row_of_the_text_report() {
+    let py = fixture::pythons().last().unwrap();
+    let dir = fixture::tempdir();
+    let out = dir.join("p.json");
+    fixture::run_to(
+        &out,
+        &[
+            os("sh"),
+            fixture::script("launcher_shim.sh").as_os_str(),
+            py.exe.as_os_str(),
+            os("-c"),
+            os("print('launched')"),
+        ],
+        &[],
+    );
+    let profile: mlprof::model::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // 6 readlink, 6 dirname and the nested shell (which may run `true` itself).
+    assert!(
+        profile.processes.len() >= 14,
+        "{:?}",
+        profile.processes.len()
+    );
+    let text = fixture::mlprof()
+        .args(["report", "--width", "0"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    let launcher: Vec<&str> = text.lines().filter(|l| l.contains("(launcher: ")).collect();
+    assert_eq!(launcher.len(), 1, "{text}");
+    let n: usize = launcher[0]
+        .split("(launcher: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(n, profile.processes.len() - 1, "{text}");
+    assert!(
+        launcher[0].contains("readlink x6") && launcher[0].contains("dirname x6"),
+        "{text}"
+    );
+    // No helper has a row of its own; the Python process does.
+    let processes = text.split("Processes (").nth(1).unwrap();
+    assert!(
+        !processes
+            .lines()
+            .filter(|l| !l.contains("(launcher: "))
+            .any(|l| l.contains(" readlink ") || l.contains(" dirname ")),
+        "{text}"
+    );
+    assert!(processes.contains("print('launched')"), "{text}");
+}

@@ -277,6 +277,7 @@ pub(super) fn processes(doc: &mut Doc, p: &Profile) {
         match groups.get(&i) {
             Some(Fold::Into) => {}
             Some(Fold::Head(members)) => rows.push(fold_row(p, members)),
+            Some(Fold::Launcher(members)) => rows.push(launcher_row(p, members)),
             None => rows.push(process_row(proc)),
         }
     }
@@ -348,6 +349,8 @@ fn process_row(proc: &Process) -> (Vec<String>, String) {
 enum Fold {
     /// The first of the group: the row stands for all these (indices in `processes`).
     Head(Vec<usize>),
+    /// The first of the launcher chain: the row stands for all these.
+    Launcher(Vec<usize>),
     /// Folded into its group's row.
     Into,
 }
@@ -357,9 +360,17 @@ enum Fold {
 /// for Python by its script or `-c`/`-m` argument too. Never the launched process, nor a rank.
 fn folded(p: &Profile) -> HashMap<usize, Fold> {
     let root = p.processes.first().map(|q| q.pid);
+    let mut out = HashMap::new();
+    let launcher = launcher(p);
+    if launcher.len() >= 2 {
+        for &i in &launcher[1..] {
+            out.insert(i, Fold::Into);
+        }
+        out.insert(launcher[0], Fold::Launcher(launcher));
+    }
     let mut by_key: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (i, q) in p.processes.iter().enumerate() {
-        if Some(q.pid) == root || q.rank.is_some() {
+        if Some(q.pid) == root || q.rank.is_some() || out.contains_key(&i) {
             continue;
         }
         let program = q
@@ -373,7 +384,6 @@ fn folded(p: &Profile) -> HashMap<usize, Fold> {
         };
         by_key.entry((program, argument)).or_default().push(i);
     }
-    let mut out = HashMap::new();
     for members in by_key.into_values().filter(|m| m.len() >= 3) {
         for &i in &members[1..] {
             out.insert(i, Fold::Into);
@@ -381,6 +391,68 @@ fn folded(p: &Profile) -> HashMap<usize, Fold> {
         out.insert(members[0], Fold::Head(members));
     }
     out
+}
+
+/// The launcher chain: processes without Python that started before any Python did (a pyenv
+/// shim's `bash`, `readlink` and `pyenv`, a wrapper script's helpers), never the launched
+/// process itself nor a rank; in `processes` order.
+fn launcher(p: &Profile) -> Vec<usize> {
+    let root = p.processes.first().map(|q| q.pid);
+    let Some(first_python) = p
+        .processes
+        .iter()
+        .filter_map(|q| q.python_start_s)
+        .min_by(f64::total_cmp)
+    else {
+        return Vec::new();
+    };
+    p.processes
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| {
+            Some(q.pid) != root
+                && q.rank.is_none()
+                && q.python.is_none()
+                && !q.still_running
+                && q.start_s < first_python
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The launcher chain's row: how many processes, their CPU, and the programs by count.
+fn launcher_row(p: &Profile, members: &[usize]) -> (Vec<String>, String) {
+    let (mut cells, _) = fold_row(p, members);
+    let mut programs: BTreeMap<String, usize> = BTreeMap::new();
+    for &i in members {
+        let q = &p.processes[i];
+        let program = q
+            .command
+            .first()
+            .map_or("?", |c| c.rsplit('/').next().unwrap_or(c));
+        *programs.entry(clean(program).into_owned()).or_default() += 1;
+    }
+    let mut programs: Vec<(String, usize)> = programs.into_iter().collect();
+    programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let names: Vec<String> = programs
+        .iter()
+        .map(|(name, n)| {
+            if *n > 1 {
+                format!("{name} x{n}")
+            } else {
+                name.clone()
+            }
+        })
+        .collect();
+    if let Some(python) = cells.get_mut(3) {
+        *python = "-".to_string();
+    }
+    let text = format!(
+        "(launcher: {} processes before Python started) {}",
+        members.len(),
+        names.join(", ")
+    );
+    (cells, text)
 }
 
 fn fold_row(p: &Profile, members: &[usize]) -> (Vec<String>, String) {
