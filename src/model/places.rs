@@ -223,7 +223,7 @@ pub fn place_of(
             continue;
         }
         if is_generated(&info.filename)
-            && passed_on(&info.filename, &frames[i + 1..], lines, filter)
+            && passed_on(info, frames.get(i + 1..).unwrap_or(&[]), lines, filter)
         {
             continue;
         }
@@ -259,22 +259,35 @@ fn is_generated(file: &str) -> bool {
 /// it (a dataclass's `__init__`, an `exec` in a library the user called), or when it is
 /// `<string>` run straight from a library (`site.py`'s `.pth` lines). Code run as the program
 /// itself (`python -c`, a notebook cell under the kernel's library frames) stays where it is.
-fn passed_on(file: &str, older: &[(u32, i32)], lines: &mut Lines<'_>, filter: &Filter) -> bool {
+/// Generated code with nothing known older (a stack read only in part) is the program's own
+/// only in a process running code given as a string (`-c`, standard input).
+fn passed_on(
+    generated: &CodeInfo,
+    older: &[(u32, i32)],
+    lines: &mut Lines<'_>,
+    filter: &Filter,
+) -> bool {
+    let file = generated.filename.as_str();
     let mut caller = true;
+    let mut seen = false;
     for &(code, lasti) in older {
         let Some((info, _)) = lines.line(code, lasti) else {
             continue;
         };
+        if is_generated(&info.filename) {
+            continue; // generated code run by generated code: look at what ran that
+        }
+        seen = true;
         let profiled = filter.profiles(&info.filename);
-        if profiled && !is_generated(&info.filename) {
+        if profiled {
             return true;
         }
-        if caller && file == "<string>" && !profiled {
+        if caller && file == "<string>" {
             return true;
         }
         caller = false;
     }
-    false
+    !seen && !lines.runs_a_string()
 }
 
 /// Line lookup for the code ids of one channel (falling back to the channel's fork parents,
@@ -310,6 +323,15 @@ impl<'r> Lines<'r> {
             format,
             cache: HashMap::new(),
         }
+    }
+
+    /// Whether the process runs code given as a string rather than a script file: `python -c`,
+    /// or a program read from standard input.
+    pub fn runs_a_string(&self) -> bool {
+        let Some(args) = self.chain.first().map(|c| &c.command) else {
+            return false;
+        };
+        args.len() <= 1 || args.iter().skip(1).any(|a| a == "-c" || a == "-")
     }
 
     /// The code object and line of `(code, lasti)`.

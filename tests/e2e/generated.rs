@@ -20,10 +20,11 @@ fn generated_code_is_charged_to_the_user_line_that_ran_it() {
         let m = &line(p, SCRIPT, marks[name]).measures;
         let cpu = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
         let want = truth[name].as_f64().unwrap();
-        // The loop's own line and the `while` share the phase; the marked line runs nearly all
-        // of it (the generated code it calls): at least 80%, less two sample gaps.
+        // The loop's own lines and the `while` share the phase; the marked line runs most of it
+        // (the generated code it calls): at least 60%, less two sample gaps (without the
+        // generated code it gets a call's overhead only).
         assert!(
-            cpu >= 0.8 * want - 2.0 * gap && cpu <= want + 2.0 * gap,
+            cpu >= 0.6 * want - 2.0 * gap && cpu <= want + 2.0 * gap,
             "@{name}: {cpu:.3} s for {want:.3} s of the thread's CPU"
         );
     }
@@ -31,7 +32,7 @@ fn generated_code_is_charged_to_the_user_line_that_ran_it() {
         .lines
         .iter()
         .filter(|l| l.file.starts_with('<') && l.line > 0)
-        .map(|l| format!("{}:{}", l.file, l.line))
+        .map(|l| format!("{}:{} {:?}", l.file, l.line, l.measures))
         .collect();
     assert!(
         listed.is_empty(),
