@@ -198,6 +198,16 @@ fn a_cell_in_a_plain_kernel_gets_its_cpu_and_python_memory_and_says_what_is_miss
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// Run the Python `check` (asserts on the magic's rendering) with the package on the path.
+fn run_checks(python: &PathBuf, check: &str) {
+    let out = Command::new(python)
+        .args(["-c", check])
+        .env("PYTHONPATH", fixture::root().join("python"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// The cell's own page is shown in a sandboxed frame: its scripts run in an origin of their
 /// own, away from the notebook and its kernel.
 #[test]
@@ -212,12 +222,7 @@ fn the_cells_page_is_framed_in_a_sandbox() {
         "assert 'allow-same-origin' not in html and '<script>' not in html, html",
     ]
     .join("\n");
-    let out = Command::new(&python)
-        .args(["-c", &check])
-        .env("PYTHONPATH", fixture::root().join("python"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    run_checks(&python, &check);
 }
 
 /// The text form cleans what the program wrote: no escape reaches a terminal or a log.
@@ -234,10 +239,5 @@ fn the_cells_text_form_cleans_what_the_program_wrote() {
         "assert '\\x1b' not in text and '\\x07' not in text and 'owned' in text, text",
     ]
     .join("\n");
-    let out = Command::new(&python)
-        .args(["-c", &check])
-        .env("PYTHONPATH", fixture::root().join("python"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    run_checks(&python, &check);
 }

@@ -109,6 +109,30 @@ unsafe fn swap(r: c_int, symbol: *const c_char, pfn: *mut *mut c_void, version: 
     }
 }
 
+/// The driver's entry-point function `i` of [`ENTRY`] (their signatures are the same but for
+/// `status`, which CUDA 11's ignores), then our hooks in what it wrote.
+///
+/// # Safety
+/// The driver's contract.
+unsafe fn proc_address(
+    i: usize,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+    let Some(a) = ENTRY.address(i) else {
+        return UNAVAILABLE;
+    };
+    // SAFETY: the driver's function, its signature (`status` is passed on as it came).
+    let r = unsafe { core::mem::transmute::<usize, F>(a)(symbol, pfn, version, flags, status) };
+    // SAFETY: the caller's pointers.
+    unsafe { swap(r, symbol, pfn, Some(version)) };
+    r
+}
+
 /// `cuGetProcAddress` (CUDA 11.3 to 12).
 ///
 /// # Safety
@@ -121,16 +145,8 @@ pub unsafe extern "C" fn cuGetProcAddress(
     flags: u64,
     status: *mut c_int,
 ) -> c_int {
-    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
-    let Some(a) = ENTRY.address(0) else {
-        return UNAVAILABLE;
-    };
-    // SAFETY: the driver's function (its signature; `status` is passed on as it came, and a
-    // version without it ignores the register).
-    let r = unsafe { core::mem::transmute::<usize, F>(a)(symbol, pfn, version, flags, status) };
-    // SAFETY: the caller's pointers.
-    unsafe { swap(r, symbol, pfn, Some(version)) };
-    r
+    // SAFETY: forwarded as given.
+    unsafe { proc_address(0, symbol, pfn, version, flags, status) }
 }
 
 /// `cuGetProcAddress_v2` (CUDA 12 and later).
@@ -145,15 +161,8 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> c_int {
-    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
-    let Some(a) = ENTRY.address(1) else {
-        return UNAVAILABLE;
-    };
-    // SAFETY: the driver's function, its signature.
-    let r = unsafe { core::mem::transmute::<usize, F>(a)(symbol, pfn, version, flags, status) };
-    // SAFETY: the caller's pointers.
-    unsafe { swap(r, symbol, pfn, Some(version)) };
-    r
+    // SAFETY: forwarded as given.
+    unsafe { proc_address(1, symbol, pfn, version, flags, status) }
 }
 
 /// The runtime's own version (what `cudaGetDriverEntryPoint` answers for).
