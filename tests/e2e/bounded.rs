@@ -91,10 +91,16 @@ fn merged_events_give_the_same_report_as_kept_ones() {
         python.cpu_python_s > 2.0 * python.cpu_native_s && python.cpu_python_s > 0.2,
         "{v}: {python:?}"
     );
+    // Samples are counted one by one through the merging (counting merged windows would give
+    // far fewer): about one per interval of CPU, never more than that allows. On a machine
+    // busier than its cores the timer's expiry is noticed only at a tick that finds the thread
+    // running, so a sample weighs the CPU since the one before (1.7 intervals on average seen
+    // at load 6): down to 40% as many samples.
     let sampled = fixture::sampled_cpu(p);
     let expected_samples = sampled / p.sample_interval_s;
+    let n = p.cpu_samples as f64;
     assert!(
-        within(p.cpu_samples as f64, expected_samples, 0.25),
+        n <= 1.25 * expected_samples && n >= 0.4 * expected_samples,
         "{v}: {} CPU samples for {sampled} s at {} s",
         p.cpu_samples,
         p.sample_interval_s
