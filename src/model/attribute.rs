@@ -32,7 +32,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         &mut gpu_join,
     );
     gpu_join.finish(&mut places);
-    let (gpu, gpu_peaks) = super::gpu::summary(&rec.gpu, &tree);
+    let (mut gpu, gpu_peaks) = super::gpu::summary(&rec.gpu, &tree);
     let mut processes = processes;
     for p in &mut processes {
         p.peak_gpu_memory_bytes = gpu_peaks.get(&p.pid).copied().unwrap_or(0);
@@ -52,6 +52,16 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let mut gpu_calls = super::gpu_calls::add(rec, filter, &mut places);
     for p in &mut processes {
         p.gpu_calls = gpu_calls.remove(&p.pid);
+        // A process NVML saw but whose calls were not seen has no totals to add.
+        if let Some(calls) = p
+            .gpu_calls
+            .as_ref()
+            .filter(|c| c.totals != GpuLineCalls::default())
+        {
+            gpu.calls
+                .get_or_insert_with(GpuLineCalls::default)
+                .add(&calls.totals);
+        }
     }
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);

@@ -246,6 +246,7 @@ pub fn summary(gpu: &GpuRecording, tree: &BTreeSet<u32>) -> (Gpu, HashMap<u32, u
         average_util_pct: average,
         timeline,
         notes,
+        calls: None,
     };
     (out, peaks)
 }

@@ -242,6 +242,9 @@ fn add_gpu(into: &mut Gpu, g: &Gpu, name: &str) {
         }
     }
     into.peak_memory_bytes += g.peak_memory_bytes;
+    if let Some(calls) = &g.calls {
+        into.calls.get_or_insert_with(Default::default).add(calls);
+    }
 }
 
 fn add_measures(into: &mut Measures, m: &Measures) {

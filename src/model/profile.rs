@@ -474,6 +474,10 @@ pub struct Gpu {
     /// What limited the GPU figures (polling stopped by an NVML error, no per-process data).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What the tree's CUDA calls did: its processes' `gpu_calls` totals summed (none without
+    /// any call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<GpuLineCalls>,
 }
 
 /// One GPU device.

@@ -439,3 +439,29 @@ fn hints_name_the_line_waiting_for_the_gpu_and_large_host_to_device_copies_only(
         "{hints:?}"
     );
 }
+
+#[test]
+fn the_trees_totals_sum_its_processes_cuda_calls() {
+    // Two processes each making the script's calls: the tree's totals are twice one's.
+    let py = fixture::pythons().last().unwrap();
+    let code = format!(
+        "import subprocess, sys\nfor _ in range(2):\n    subprocess.run([sys.executable, {:?}, {:?}], check=True)\n",
+        fixture::script(SCRIPT).to_str().unwrap(),
+        framework().to_str().unwrap()
+    );
+    let run = fixture::profile(&[os(&py.exe), os("-c"), os(&code)]);
+    let p = &run.profile;
+    let each: Vec<_> = p
+        .processes
+        .iter()
+        .filter_map(|q| q.gpu_calls.as_ref())
+        .collect();
+    assert_eq!(each.len(), 2, "{:?}", p.processes);
+    let tree = p.gpu.calls.expect("the tree's CUDA-call totals");
+    assert_eq!(tree.gpu_reserved_bytes, 2 * (288 + 40 + 24 + 8 + 160) * MIB);
+    assert_eq!(
+        tree.gpu_h2d_bytes,
+        each[0].totals.gpu_h2d_bytes + each[1].totals.gpu_h2d_bytes
+    );
+    assert_eq!(tree.gpu_pinned_bytes, 2 * 8 * MIB);
+}
