@@ -142,6 +142,8 @@ fn driver_calls_reached_every_way_frameworks_reach_them_are_charged_exactly() {
     assert_eq!(reserved(p, "proc_alloc"), (32 * MIB, 1, 32 * MIB, 0));
     // An older signature (32-bit sizes) is handed out unchanged: not seen.
     assert_eq!(reserved(p, "old_alloc"), (0, 0, 0, 0));
+    // So is a version whose signatures are not known yet.
+    assert_eq!(reserved(p, "future_alloc"), (0, 0, 0, 0));
     // Physical memory on device 1, through the runtime's entry point: both held at device
     // 1's peak, one given back.
     assert_eq!(reserved(p, "vmm"), (40 * MIB, 2, 40 * MIB, 20 * MIB));

@@ -5,7 +5,9 @@ Device memory, per line: @dlsym_alloc 64 MiB looked up by ctypes (dlsym through 
 kept; @tmp 16 MiB, given back on the next line; @proc_alloc 32 MiB through the function
 `cuGetProcAddress` hands out for "cuMemAlloc" (the fake's internal entry, as a real driver
 may), kept; @old_alloc 8 MiB through the CUDA 3.0 "cuMemAlloc" (32-bit sizes: the profiler
-must hand it out unchanged and see nothing); @vmm 2 x 20 MiB of physical memory on device 1
+must hand it out unchanged and see nothing); @future_alloc 2 MiB through "cuMemAlloc" asked
+for at CUDA 14.0, a version whose signatures the profiler does not know (handed out unchanged,
+not seen); @vmm 2 x 20 MiB of physical memory on device 1
 (`cuMemCreate`, PyTorch's expandable segments, reached through the runtime's
 `cudaGetDriverEntryPointByVersion`), one given back at @vmm_release; @direct 12 MiB by a
 library linked against the driver; @nested 4 MiB through the runtime's `cudaMalloc`, which
@@ -94,6 +96,8 @@ def reserve():
     check(proc(b"cuMemAlloc", ALLOC)(byref(other), 32 * MiB))  # @proc_alloc
     old = c_uint()
     check(proc(b"cuMemAlloc", ALLOC_V1, version=3000)(byref(old), 8 * MiB))  # @old_alloc
+    future = c_uint64()
+    check(proc(b"cuMemAlloc", ALLOC, version=14000)(byref(future), 2 * MiB))  # @future_alloc
     create = entry_point(b"cuMemCreate", CREATE)
     release = entry_point(b"cuMemRelease", RELEASE)
     prop = Prop(type=1, location_type=1, location_id=1)
