@@ -23,10 +23,12 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
     let mut gpu_join = super::gpu::Joiner::new(&rec.gpu, &tree);
     let sample_places = super::cpu::places(rec, filter);
     let counted = super::idle::counted(rec, filter, &sample_places);
+    let donors = super::pooljoin::donors(rec, &sample_places);
     let threads = super::cpu::add(
         rec,
         natives,
         &sample_places,
+        &donors,
         &counted,
         &mut places,
         &mut gpu_join,
@@ -64,7 +66,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         }
     }
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
-    let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted);
+    let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted, &donors);
     if !processes
         .iter()
         .any(|p| p.pid == rec.child_pid && p.instrumented)

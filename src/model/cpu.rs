@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use mlprof_wire::sample_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Lines, Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
+use super::native_kind::{self, NativeKind};
+use super::places::{place_of, Acc, Lines, Place};
+use super::pooljoin::Donor;
 use super::profile::ThreadStats;
 use crate::recording::maps::{code_class, find_mapping, CodeClass, MappedFile};
 use crate::recording::{CpuSample, Recording};
@@ -32,14 +34,16 @@ pub fn places(rec: &Recording, filter: &Filter) -> Vec<Vec<Place>> {
         .collect()
 }
 
-/// Add every CPU sample of the recording to `places`, at the place [`places`] gave it (pool
-/// threads joined to Python lines) and with the weight `counted` says (`idle::counted`:
+/// Add every CPU sample of the recording to `places`, at the place [`places`] gave it or, for
+/// a thread without Python, the place of the Python sample it was joined to (`donors`,
+/// `pooljoin::donors`), and with the weight `counted` says (`idle::counted`:
 /// waiting that holds nothing up counts 0 on lines); returns time per thread, every sample's
 /// whole weight.
 pub fn add(
     rec: &Recording,
     natives: &NativeNames,
     sample_places: &[Vec<Place>],
+    donors: &[Vec<Donor>],
     counted: &[Vec<u64>],
     places: &mut HashMap<Place, Acc>,
     gpu: &mut super::gpu::Joiner,
@@ -47,25 +51,7 @@ pub fn add(
     let mut threads: BTreeMap<(u32, u32), ThreadStats> = BTreeMap::new();
     let workers = super::idle::WorkersBusy::of(rec);
     for (ci, channel) in rec.channels.iter().enumerate() {
-        let mut placed = sample_places[ci].clone();
-        attribute_native_threads(&channel.samples, &mut placed);
-        attribute_helper_threads(&channel.samples, channel.pid, &mut placed);
-        // A child a Python line started works for that line where it runs none of the
-        // user's code: a program without Python (g++), a Python child starting up or running
-        // library code only (torch.compile's compile workers).
-        if let Some(ai) = super::pooljoin::python_ancestor(rec, ci) {
-            let join =
-                super::pooljoin::PoolJoin::new(&rec.channels[ai].samples, &sample_places[ai]);
-            for (sample, place) in channel.samples.iter().zip(placed.iter_mut()) {
-                let outside = [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str())
-                    && sample.flags & sample_flags::WAITING == 0;
-                if channel.python.is_none() || outside {
-                    if let Some(j) = join.at(sample.t_ns) {
-                        *place = sample_places[ai][j].clone();
-                    }
-                }
-            }
-        }
+        let placed = super::pooljoin::joined(sample_places, &donors[ci], ci);
         for ((sample, place), &weight) in channel.samples.iter().zip(placed).zip(&counted[ci]) {
             let kind = time_kind(
                 sample,
@@ -116,6 +102,17 @@ pub fn add(
                 Time::Native(symbol, library) => {
                     acc.native_ns += cpu;
                     thread.cpu_native_s += cpu as f64 / 1e9;
+                    let symbol = match native_kind::of(&symbol, &library) {
+                        NativeKind::Spin => {
+                            acc.spin_ns += cpu;
+                            native_kind::SPIN.to_string()
+                        }
+                        NativeKind::Copy => {
+                            acc.copy_loop_ns += cpu;
+                            symbol
+                        }
+                        NativeKind::Work => symbol,
+                    };
                     *acc.natives.entry((symbol, library)).or_default() += cpu;
                 }
             }
@@ -176,53 +173,22 @@ fn called_from_native(sample: &CpuSample, maps: &[MappedFile]) -> bool {
             .is_none_or(|m| code_class(&m.path) == CodeClass::Native)
 }
 
-/// Samples of threads without Python (BLAS and OpenMP pools) go to the line the process's
-/// Python threads were on at that moment: the line of the Python samples within
-/// `pooljoin::JOIN_WINDOW_NS` when they agree, the nearest of them in time when they do not (the
-/// Python thread moved from line to line, each starting parallel regions); with none that
-/// close, the line of the Python samples just before and just after it when they agree
-/// (within `pooljoin::BRACKET_WINDOW_NS`), the nearer of them when they do not (the Python
-/// thread starved of the CPU between its samples, then moved on). Otherwise (no Python
-/// sample on one side) they stay on [`NATIVE_THREAD`]. A wait the Python
-/// thread timed itself (its exact interval) is never a candidate: a pool working
-/// meanwhile does not work for a sleep or a poll. Its samples in the wait go where the thread
-/// was when the wait began (a parallel region's threads spinning on after it: in
-/// `bench/workloads/mixed_lines.py` 0.66 s of OpenBLAS spinning through ten 0.1 s sleeps
-/// belongs to the product before each); and a pool thread busy just after the wait (the short
-/// collective call after a sleep, too short to be sampled) joins the line after it, not the
-/// sleep.
-/// CPU samples of a library's own Python threads (no frame of the user's code on their stack:
-/// scikit-learn's k-means threads, a prefetching thread) work for the line the main thread is
-/// on, as a native pool's do; they no longer go to `<outside profiled code>`. Their waiting
-/// stays off the lines (`idle`).
-fn attribute_helper_threads(samples: &[CpuSample], pid: u32, placed: &mut [Place]) {
-    let join = super::pooljoin::PoolJoin::new(samples, placed);
-    let moves: Vec<(usize, usize)> = (0..samples.len())
-        .filter(|&i| {
-            let s = &samples[i];
-            placed[i].file == OUTSIDE && s.tid != pid && s.flags & sample_flags::WAITING == 0
-        })
-        .filter_map(|i| Some((i, join.at(samples[i].t_ns)?)))
-        .collect();
-    for (i, j) in moves {
-        placed[i] = placed[j].clone();
-    }
-}
-
-fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
-    let join = super::pooljoin::PoolJoin::new(samples, placed);
-    let moves: Vec<(usize, usize)> = (0..samples.len())
-        .filter(|&i| placed[i].file == NATIVE_THREAD)
-        .filter_map(|i| Some((i, join.at(samples[i].t_ns)?)))
-        .collect();
-    for (i, j) in moves {
-        placed[i] = placed[j].clone();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::places::NATIVE_THREAD;
+
+    /// The pool threads' part of `pooljoin::donors`, on one process's samples.
+    fn attribute_native_threads(samples: &[CpuSample], placed: &mut [Place]) {
+        let join = super::super::pooljoin::PoolJoin::new(samples, placed);
+        let moves: Vec<(usize, usize)> = (0..samples.len())
+            .filter(|&i| placed[i].file == NATIVE_THREAD)
+            .filter_map(|i| Some((i, join.at(samples[i].t_ns)?)))
+            .collect();
+        for (i, j) in moves {
+            placed[i] = placed[j].clone();
+        }
+    }
 
     fn place(file: &str) -> Place {
         Place {

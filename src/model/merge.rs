@@ -252,6 +252,8 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     into.cpu_native_s += m.cpu_native_s;
     into.cpu_system_s += m.cpu_system_s;
     into.waiting_for_workers_s += m.waiting_for_workers_s;
+    into.cpu_spin_s += m.cpu_spin_s;
+    into.copy_loop_s += m.copy_loop_s;
     into.alloc_bytes += m.alloc_bytes;
     into.alloc_python_bytes += m.alloc_python_bytes;
     into.peak_blocks += m.peak_blocks;

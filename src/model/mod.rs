@@ -12,6 +12,7 @@ pub mod invariants;
 pub mod leaks;
 pub mod memory;
 pub mod merge;
+pub mod native_kind;
 pub mod places;
 pub mod pooljoin;
 pub mod profile;

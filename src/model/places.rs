@@ -48,6 +48,10 @@ pub struct Acc {
     pub workers_ns: u64,
     /// Native CPU nanoseconds by (symbol, library).
     pub natives: HashMap<(String, String), u64>,
+    /// Part of `native_ns` a thread pool spent spinning or waiting at a barrier.
+    pub spin_ns: u64,
+    /// Part of `native_ns` in numpy's element-wise copy and cast loops.
+    pub copy_loop_ns: u64,
     /// Bytes allocated (sampled estimate).
     pub alloc_bytes: u64,
     /// Part of it through Python's allocator.
@@ -83,6 +87,8 @@ impl Acc {
             *self.natives.entry(key).or_default() += ns;
         }
         self.workers_ns += other.workers_ns;
+        self.spin_ns += other.spin_ns;
+        self.copy_loop_ns += other.copy_loop_ns;
         self.alloc_bytes += other.alloc_bytes;
         self.alloc_python_bytes += other.alloc_python_bytes;
         self.peak_bytes += other.peak_bytes;
@@ -167,6 +173,8 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.cpu_native_s += acc.native_ns as f64 / 1e9;
     m.cpu_system_s += acc.system_ns as f64 / 1e9;
     m.waiting_for_workers_s += acc.workers_ns as f64 / 1e9;
+    m.cpu_spin_s += acc.spin_ns as f64 / 1e9;
+    m.copy_loop_s += acc.copy_loop_ns as f64 / 1e9;
     m.alloc_bytes += acc.alloc_bytes;
     m.alloc_python_bytes += acc.alloc_python_bytes;
     m.peak_bytes += acc.peak_bytes;

@@ -1,13 +1,91 @@
 //! Where a thread without Python (a BLAS, OpenMP, rayon or gloo pool) was working for: the
 //! line its process's Python threads were on at that moment. Used for the pool's CPU samples
-//! (`cpu`) and for what it allocates, maps and copies (`memory`). Pure.
+//! (`cpu`, through [`donors`]), its stacks (`stacks`) and what it allocates, maps and copies
+//! (`memory`). Pure.
 
 use std::collections::HashMap;
 
 use mlprof_wire::sample_flags;
 
-use super::places::{Place, OUTSIDE};
+use super::places::{Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
 use crate::recording::{CpuSample, Recording};
+
+/// The Python sample, `(channel, sample)`, whose place a sample takes; None where it keeps
+/// the place its own frames gave it.
+pub type Donor = Option<(usize, usize)>;
+
+/// Where each CPU and waiting sample of each channel works for, `[channel][sample]`
+/// ([`Donor`]), given where each went by its own frames (`cpu::places`):
+/// - a thread without Python (a BLAS, OpenMP, rayon or gloo pool: on [`NATIVE_THREAD`]) joins
+///   the line its process's Python threads were on at that moment ([`PoolJoin::at`]); with no
+///   Python sample close enough on one side it stays there. A wait the Python thread timed
+///   itself is never a candidate: its samples in the wait go where the thread was when the
+///   wait began (in `bench/workloads/mixed_lines.py` 0.66 s of OpenBLAS spinning through ten
+///   0.1 s sleeps belongs to the product before each);
+/// - the CPU of a library's own Python threads (no frame of the user's code on their stack:
+///   scikit-learn's k-means threads, a prefetching thread) joins the same way; their waiting
+///   stays off the lines (`idle`);
+/// - a child a Python line started works for that line where it runs none of the user's code:
+///   a program without Python (g++), a Python child starting up or running library code only
+///   (torch.compile's compile workers), joined to its nearest Python ancestor
+///   ([`python_ancestor`]).
+///
+/// Used for time (`cpu`) and for stacks: a pool's stack is drawn under the Python stack of the
+/// line it worked for (`stacks`).
+pub fn donors(rec: &Recording, sample_places: &[Vec<Place>]) -> Vec<Vec<Donor>> {
+    rec.channels
+        .iter()
+        .enumerate()
+        .map(|(ci, channel)| {
+            let own = &sample_places[ci];
+            let join = PoolJoin::new(&channel.samples, own);
+            let mut donor: Vec<Donor> = channel
+                .samples
+                .iter()
+                .zip(own)
+                .map(|(s, place)| {
+                    let pool = place.file == NATIVE_THREAD;
+                    let helper = place.file == OUTSIDE
+                        && s.tid != channel.pid
+                        && s.flags & sample_flags::WAITING == 0;
+                    (pool || helper)
+                        .then(|| join.at(s.t_ns).map(|j| (ci, j)))
+                        .flatten()
+                })
+                .collect();
+            if let Some(ai) = python_ancestor(rec, ci) {
+                let parent = PoolJoin::new(&rec.channels[ai].samples, &sample_places[ai]);
+                for (i, s) in channel.samples.iter().enumerate() {
+                    let now = match donor[i] {
+                        Some((c, j)) => &sample_places[c][j],
+                        None => &own[i],
+                    };
+                    let outside = [OUTSIDE, INTERPRETER, NATIVE_THREAD]
+                        .contains(&now.file.as_str())
+                        && s.flags & sample_flags::WAITING == 0;
+                    if channel.python.is_none() || outside {
+                        if let Some(j) = parent.at(s.t_ns) {
+                            donor[i] = Some((ai, j));
+                        }
+                    }
+                }
+            }
+            donor
+        })
+        .collect()
+}
+
+/// The places of channel `ci`'s samples after [`donors`]: each its donor's, else its own.
+pub fn joined(sample_places: &[Vec<Place>], donors: &[Donor], ci: usize) -> Vec<Place> {
+    sample_places[ci]
+        .iter()
+        .zip(donors)
+        .map(|(own, donor)| match *donor {
+            Some((c, j)) => sample_places[c][j].clone(),
+            None => own.clone(),
+        })
+        .collect()
+}
 
 /// How far apart a native-thread event and Python-thread samples may be to be joined when
 /// only one side is known.

@@ -610,6 +610,11 @@ pub struct Measures {
     /// `ray.get`, the wait for `torch.compile`'s compiler.
     #[serde(default)]
     pub waiting_for_workers_s: f64,
+    /// Part of `cpu_native_s` that thread pools spent spinning or waiting at barriers (the
+    /// OpenMP runtime, OpenBLAS's idle server loop) rather than working; listed in `native`
+    /// as one row per runtime, `<pool spin and barrier wait>`.
+    #[serde(default)]
+    pub cpu_spin_s: f64,
     /// Bytes allocated (estimated from samples).
     pub alloc_bytes: u64,
     /// Part of `alloc_bytes` allocated by Python objects.
@@ -622,6 +627,11 @@ pub struct Measures {
     pub peak_blocks: u64,
     /// Bytes copied by memcpy/memmove.
     pub copy_bytes: u64,
+    /// Part of `cpu_native_s` in numpy's element-wise copy and cast loops (a transposed or
+    /// strided view made contiguous, `astype`, a gather): copies whose bytes are not in
+    /// `copy_bytes`, since they never reach `memcpy`.
+    #[serde(default)]
+    pub copy_loop_s: f64,
     /// Bytes of anonymous mappings made here (`mmap` outside the malloc family) and still
     /// mapped when the process's mappings were at their highest; apart from `peak_bytes`.
     #[serde(default)]

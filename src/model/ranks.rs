@@ -102,7 +102,10 @@ fn one_rank(
     let mut acc = HashMap::new();
     let tree = processes.iter().map(|p| p.pid).collect();
     let mut gpu = super::gpu::Joiner::new(&view.gpu, &tree); // no GPU polls: not per rank
-    super::cpu::add(&view, natives, &places, &counted, &mut acc, &mut gpu);
+    let donors = super::pooljoin::donors(&view, &places);
+    super::cpu::add(
+        &view, natives, &places, &donors, &counted, &mut acc, &mut gpu,
+    );
     super::memory::add(&view, filter, &places, &mut acc);
     let collective_s = collective_ns(&view, natives, channels, &counted) as f64 / 1e9;
     let (lines, _) = super::places::summarise(acc, rec.wall_ns);

@@ -67,6 +67,12 @@ pub enum HintKind {
     GpuCopies,
     /// A line pinning host memory again and again and keeping it (`"pinned_growth"`).
     PinnedGrowth,
+    /// A line copying arrays element by element a large share of the run
+    /// (`"element_copies"`).
+    ElementCopies,
+    /// A line whose thread pools spin and wait at barriers much of its native time
+    /// (`"spin"`).
+    Spin,
 }
 
 impl HintKind {
@@ -83,6 +89,8 @@ impl HintKind {
             HintKind::GpuWait => "gpu_wait",
             HintKind::GpuCopies => "gpu_copies",
             HintKind::PinnedGrowth => "pinned_growth",
+            HintKind::ElementCopies => "element_copies",
+            HintKind::Spin => "spin",
         }
     }
 }
@@ -250,6 +258,8 @@ mod tests {
             HintKind::GpuWait,
             HintKind::GpuCopies,
             HintKind::PinnedGrowth,
+            HintKind::ElementCopies,
+            HintKind::Spin,
         ] {
             assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
         }

@@ -1,13 +1,17 @@
 //! Whole stacks, for flame graphs and exports: every CPU, waiting and allocation sample's
 //! Python frames (outermost first, all files, not only profiled ones, the import machinery
-//! folded away), with the native function it was in as the leaf for native CPU time. Aggregated per distinct stack; the heaviest
-//! [`MAX_STACKS`] are kept. Pure.
+//! folded away), with the native function it was in as the leaf for native CPU time. A thread
+//! without Python (or a child process) that worked for a line stands under the Python stack of
+//! that line, below a [`POOL`] (or [`CHILD`]) frame, as the line table charges it
+//! (`pooljoin::donors`). Aggregated per distinct stack; the heaviest [`MAX_STACKS`] are kept.
+//! Pure.
 
 use std::collections::HashMap;
 
 use mlprof_wire::sample_flags;
 
 use super::places::Lines;
+use super::pooljoin::Donor;
 use super::profile::{StackFrame, StackStats, TimedSample};
 use crate::recording::Recording;
 use crate::symbolize::NativeNames;
@@ -28,9 +32,60 @@ struct Table {
     pid: u32,
     /// The key of the last stack touched (for the sample timeline).
     last: (u32, Vec<u32>),
+    /// Frames the next stacks go under: the Python stack a pool thread worked for, then the
+    /// [`POOL`] or [`CHILD`] frame (empty for a sample's own stack).
+    under: Vec<u32>,
 }
 
+/// The frame between the Python stack a thread without Python worked for and the thread's own
+/// frames (`pooljoin::donors`): where the line table charges its time.
+pub const POOL: &str = "<pool thread>";
+/// The same for a child process working for its nearest Python ancestor's line.
+pub const CHILD: &str = "<child process>";
+
 impl Table {
+    /// Set [`Table::under`] for a sample of channel `ci` joined to Python sample `donor`
+    /// (`lines`: the donor's channel's), remembered in `memo`.
+    fn go_under(
+        &mut self,
+        rec: &Recording,
+        donor: Donor,
+        ci: usize,
+        lines: &mut Lines<'_>,
+        memo: &mut HashMap<(usize, usize), Vec<u32>>,
+    ) {
+        self.under.clear();
+        let Some((c, j)) = donor else {
+            return;
+        };
+        if let Some(ids) = memo.get(&(c, j)) {
+            self.under.extend_from_slice(ids);
+            return;
+        }
+        let frames = &rec.channels[c].samples[j].frames;
+        let mut ids = Vec::with_capacity(frames.len() + 1);
+        for &(code, lasti) in frames.iter().rev() {
+            if let Some((info, line)) = lines.line(code, lasti) {
+                if !is_import_machinery(&info.filename) {
+                    let f = StackFrame {
+                        file: info.filename.clone(),
+                        function: info.qualname.clone(),
+                        line,
+                    };
+                    ids.push(self.frame(f));
+                }
+            }
+        }
+        let hop = if c == ci { POOL } else { CHILD };
+        ids.push(self.frame(StackFrame {
+            file: hop.into(),
+            function: hop.into(),
+            line: 0,
+        }));
+        self.under.clone_from(&ids);
+        memo.insert((c, j), ids);
+    }
+
     fn frame(&mut self, f: StackFrame) -> u32 {
         if let Some(&i) = self.index.get(&f) {
             return i;
@@ -47,7 +102,10 @@ impl Table {
         frames: &[(u32, i32)],
         leaf: Option<StackFrame>,
     ) -> &mut StackStats {
-        let mut ids: Vec<u32> = Vec::with_capacity(frames.len() + 1);
+        let under = std::mem::take(&mut self.under);
+        let mut ids: Vec<u32> = Vec::with_capacity(under.len() + frames.len() + 1);
+        ids.extend_from_slice(&under);
+        self.under = under;
         for &(code, lasti) in frames.iter().rev() {
             if let Some((info, line)) = lines.line(code, lasti) {
                 if is_import_machinery(&info.filename) {
@@ -83,13 +141,27 @@ pub fn build(
     rec: &Recording,
     natives: &NativeNames,
     counted: &[Vec<u64>],
+    donors: &[Vec<Donor>],
 ) -> (Vec<StackFrame>, Vec<StackStats>, Vec<TimedSample>) {
     let mut t = Table::default();
     let mut timed: Vec<Timed> = Vec::new();
     for (ci, channel) in rec.channels.iter().enumerate() {
         let mut lines = Lines::new(rec, ci);
         t.pid = channel.pid;
-        for (s, &weight) in channel.samples.iter().zip(&counted[ci]) {
+        let mut memo = HashMap::new();
+        // The lines of the ancestor whose Python samples a child's joined (at most one).
+        let mut ancestor: Option<(usize, Lines<'_>)> = None;
+        for ((s, &weight), &donor) in channel.samples.iter().zip(&counted[ci]).zip(&donors[ci]) {
+            match donor {
+                Some((c, _)) if c != ci => {
+                    let theirs = match &mut ancestor {
+                        Some((a, l)) if *a == c => l,
+                        slot => &mut slot.insert((c, Lines::new(rec, c))).1,
+                    };
+                    t.go_under(rec, donor, ci, theirs, &mut memo);
+                }
+                _ => t.go_under(rec, donor, ci, &mut lines, &mut memo),
+            }
             let secs = weight as f64 / 1e9;
             if s.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
                 if weight > 0 {
@@ -123,6 +195,7 @@ pub fn build(
                 secs,
             ));
         }
+        t.under.clear();
         let peak_ns = channel.peak_marks.last().map(|&(t, _)| t);
         for a in &channel.allocs {
             let stack = t.stack(&mut lines, &a.frames, None);

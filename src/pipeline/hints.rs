@@ -36,6 +36,8 @@ pub fn of(p: &Profile) -> Vec<Hint> {
         out.extend(growing(l));
         out.extend(python_objects(p, l));
         out.extend(onnx_arena(l));
+        out.extend(super::native_hints::element_copies(l, whole_s));
+        out.extend(super::native_hints::spin(p, l, whole_s));
     }
     out.extend(threads(p));
     out.extend(fork_inherits(p));

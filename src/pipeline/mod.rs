@@ -7,6 +7,7 @@
 
 mod gpu_hints;
 pub mod hints;
+mod native_hints;
 
 use crate::gate::Gate;
 use crate::model::{self, Filter, Profile};

@@ -27,6 +27,7 @@ mod linetables;
 mod mapped;
 mod memory;
 mod native_calls;
+mod native_kinds;
 mod notebook;
 mod overhead;
 mod pipeline;

@@ -1,7 +1,8 @@
 //! The report's table by line: one per file, a row per line with time by kind (shares of the
-//! sampled time), memory (allocated, Python share, held at the peak, mapped, copies per second,
+//! sampled time), memory (allocated, Python share, held at the peak, mapped, copied (total),
 //! footprint, leak mark), GPU figures, then the source; under a row, its CUDA calls, its wait
-//! for worker processes and its top native functions. The columns are chosen by the width
+//! for worker processes, its element-wise copies and its top native functions (a pool's
+//! spinning and barrier waiting folded into one of them per runtime). The columns are chosen by the width
 //! (`layout::Table`): line number, the time shares and time, and the start of the source come
 //! first; figures the width cannot hold, and empty ones first, are left out.
 
@@ -54,7 +55,9 @@ fn table(rows: &[&LineStats], mapped: bool, gpu: bool) -> Table {
         columns.push(Column::right("mapped", 10, Keep::Extra(7)));
     }
     columns.extend([
-        Column::right("copied", 10, Keep::Extra(6)).empty(none(|l| l.measures.copy_bytes > 0)),
+        Column::right("copied", 10, Keep::Extra(6)).empty(none(|l| {
+            l.measures.copy_bytes > 0 || l.measures.copy_loop_s > 0.0
+        })),
         Column::left("footprint", 10, Keep::Extra(8))
             .empty(none(|l| l.footprint_bytes.iter().any(|&b| b > 0))),
         Column::left("leak", 4, Keep::Extra(2)).empty(none(|l| l.measures.leak.is_some())),
@@ -95,7 +98,7 @@ fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool) -> Vec<String> {
         row.push(bytes(m.mapped_peak_bytes));
     }
     row.extend([
-        bytes(m.copy_bytes),
+        copied(m, whole),
         sparkline(&l.footprint_bytes),
         if m.leak.is_some() { "leak" } else { "" }.to_string(),
     ]);
@@ -103,6 +106,25 @@ fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool) -> Vec<String> {
         row.extend([format!("{:.0}%", m.gpu_util_pct), bytes(m.gpu_memory_bytes)]);
     }
     row
+}
+
+/// The copies cell: bytes through `memcpy`, with [`ELEMENT_WISE`] where the line also copied
+/// element by element (numpy's strided and cast loops), whose bytes are not counted.
+fn copied(m: &crate::model::Measures, whole: f64) -> String {
+    let counted = bytes(m.copy_bytes);
+    if element_wise(m, whole) {
+        format!("{counted}{ELEMENT_WISE}")
+    } else {
+        counted
+    }
+}
+
+/// The mark of a line that copies element by element beside its counted bytes.
+const ELEMENT_WISE: &str = "+";
+
+/// Whether a line's element-wise copies are worth saying: a visible share of the time.
+fn element_wise(m: &crate::model::Measures, whole: f64) -> bool {
+    m.copy_loop_s > 0.0 && m.copy_loop_s >= MIN_SHARE * whole
 }
 
 /// The row's text: its source, else its function's name.
@@ -129,11 +151,16 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
         0,
         &format!(
             "By line ({} sampled in {} samples; time as shares of it; memory sampled, held = \
-             live at the heap peak{})",
+             live at the heap peak{}{})",
             seconds(whole),
             p.cpu_samples,
             if mapped {
                 ", mapped = anonymous mmap held at its own peak"
+            } else {
+                ""
+            },
+            if p.lines.iter().any(|l| element_wise(&l.measures, whole)) {
+                ", copied + = also copies element by element, bytes not counted"
             } else {
                 ""
             }
@@ -190,6 +217,17 @@ fn under(doc: &mut Doc, layout: &Layout, line: &LineStats, whole: f64) {
             &format!(
                 "waiting for worker processes ({})",
                 seconds(m.waiting_for_workers_s)
+            ),
+        );
+    }
+    if element_wise(m, whole) {
+        doc.row(
+            Tone::Dim,
+            &lead(&pct(m.copy_loop_s, whole)),
+            &format!(
+                "copying element by element in numpy's strided and cast loops ({}; bytes not \
+                 counted in copied)",
+                seconds(m.copy_loop_s)
             ),
         );
     }
