@@ -37,9 +37,9 @@ pub fn of(p: &Profile) -> Vec<Hint> {
         out.extend(python_objects(p, l));
         out.extend(onnx_arena(l));
         out.extend(super::native_hints::element_copies(l, whole_s));
-        out.extend(super::native_hints::spin(p, l, whole_s));
     }
     out.extend(threads(p));
+    out.extend(super::native_hints::spin(p, &real, whole_s));
     out.extend(fork_inherits(p));
     out.sort_by(|a, b| {
         b.saving_bytes

@@ -42,20 +42,33 @@ const SPIN_RUN_SHARE: f64 = 0.05;
 /// ...and this much time (OpenBLAS's threads spinning as `import numpy` starts them: 20 ms).
 const SPIN_MIN_S: f64 = 0.1;
 
-/// A line whose thread pools spent a quarter or more of its native time spinning or waiting at
-/// barriers: more threads than the CPUs left for them (DataLoader workers, other ranks, other
-/// processes) or regions too small to share out.
-pub(super) fn spin(p: &Profile, l: &LineStats, whole_s: f64) -> Option<Hint> {
+/// Whether a line's pools spun enough for the hint: a quarter of its native time, 5 % of the
+/// run and 0.1 s.
+fn spins(l: &LineStats, whole_s: f64) -> bool {
     let m = &l.measures;
-    if m.cpu_spin_s < SPIN_MIN_S
-        || m.cpu_spin_s < SPIN_SHARE * m.cpu_native_s
-        || m.cpu_spin_s < SPIN_RUN_SHARE * whole_s
-    {
-        return None;
-    }
-    // Busy threads at once over the processes that ran: each process's own peak, summed.
+    m.cpu_spin_s >= SPIN_MIN_S
+        && m.cpu_spin_s >= SPIN_SHARE * m.cpu_native_s
+        && m.cpu_spin_s >= SPIN_RUN_SHARE * whole_s
+}
+
+/// The line whose thread pools spent the most time spinning or waiting at barriers, when it
+/// was a quarter or more of its native time: more threads than the CPUs left for them
+/// (DataLoader workers, other ranks, other processes) or regions too small to share out. One
+/// hint for the run (the cause is the run's), naming the other lines that spun as much.
+pub(super) fn spin(p: &Profile, lines: &[&LineStats], whole_s: f64) -> Option<Hint> {
+    let spinning: Vec<&LineStats> = lines
+        .iter()
+        .copied()
+        .filter(|l| spins(l, whole_s))
+        .collect();
+    let l = *spinning
+        .iter()
+        .max_by(|a, b| a.measures.cpu_spin_s.total_cmp(&b.measures.cpu_spin_s))?;
+    let m = &l.measures;
+    let total: f64 = spinning.iter().map(|l| l.measures.cpu_spin_s).sum();
+    // Busy threads over the processes that ran: each process's own busiest moment, summed.
     let busy: u32 = p.processes.iter().map(|q| q.peak_busy_threads).sum();
-    let python_processes = p
+    let busy_processes = p
         .processes
         .iter()
         .filter(|q| q.peak_busy_threads > 0)
@@ -67,12 +80,15 @@ pub(super) fn spin(p: &Profile, l: &LineStats, whole_s: f64) -> Option<Hint> {
         seconds(m.cpu_spin_s),
         100.0 * m.cpu_spin_s / m.cpu_native_s.max(f64::MIN_POSITIVE)
     );
+    if spinning.len() > 1 {
+        h.evidence += &format!("; {} over {} lines", seconds(total), spinning.len());
+    }
     h.suggestion = if p.cpus > 0 && busy > p.cpus {
         format!(
-            "{busy} threads were busy at once in {python_processes} process(es) on {} CPUs: \
-             give each pool at most its share of the CPUs (OMP_NUM_THREADS, \
-             `torch.set_num_threads`, threadpoolctl), counting DataLoader workers and other \
-             processes that compute at the same time",
+            "its processes ran up to {busy} busy threads ({busy_processes} processes, each at \
+             its busiest) on {} CPUs: give each pool at most its share of the CPUs \
+             (OMP_NUM_THREADS, `torch.set_num_threads`, threadpoolctl), counting DataLoader \
+             workers and other processes that compute at the same time",
             p.cpus
         )
     } else {
@@ -81,8 +97,8 @@ pub(super) fn spin(p: &Profile, l: &LineStats, whole_s: f64) -> Option<Hint> {
          where other work could use the CPUs"
             .into()
     };
-    h.saving_s = Some(m.cpu_spin_s);
-    h.saving = format!("up to {} of CPU", seconds(m.cpu_spin_s));
+    h.saving_s = Some(total);
+    h.saving = format!("up to {} of CPU", seconds(total));
     Some(h)
 }
 
@@ -128,26 +144,31 @@ mod tests {
                 ..Default::default()
             });
         }
-        let h = spin(&p, &line(4.0, 2.0, 0.0), 8.0).expect("half its native time spinning");
+        let (half, quarter) = (line(4.0, 2.0, 0.0), line(4.0, 1.0, 0.0));
+        let h = spin(&p, &[&quarter, &half], 8.0).expect("half its native time spinning");
         assert!(
-            h.suggestion.starts_with("5 threads were busy at once in 2"),
+            h.suggestion
+                .starts_with("its processes ran up to 5 busy threads (2 processes"),
             "{h:?}"
         );
+        assert!(h.evidence.contains("(50% of its native time)"), "{h:?}");
+        assert!(h.evidence.ends_with("; 3.00 s over 2 lines"), "{h:?}");
+        assert_eq!(h.saving_s, Some(3.0));
         assert!(
-            spin(&p, &line(4.0, 0.5, 0.0), 8.0).is_none(),
+            spin(&p, &[&line(4.0, 0.5, 0.0)], 8.0).is_none(),
             "an eighth of it"
         );
         assert!(
-            spin(&p, &line(0.2, 0.2, 0.0), 100.0).is_none(),
+            spin(&p, &[&line(0.2, 0.2, 0.0)], 100.0).is_none(),
             "a sliver of the run"
         );
         assert!(
-            spin(&p, &line(0.02, 0.02, 0.0), 0.1).is_none(),
+            spin(&p, &[&line(0.02, 0.02, 0.0)], 0.1).is_none(),
             "too little time"
         );
         p.processes.truncate(1);
         p.processes[0].peak_busy_threads = 2;
-        let h = spin(&p, &line(4.0, 2.0, 0.0), 8.0).unwrap();
+        let h = spin(&p, &[&line(4.0, 2.0, 0.0)], 8.0).unwrap();
         assert!(h.suggestion.starts_with("the pool's threads wait"), "{h:?}");
     }
 }
