@@ -307,7 +307,9 @@ impl<'de> DeserializeSeed<'de> for PlaceKey {
     }
 }
 
-/// A size value: `"2GiB"` or a number of bytes.
+/// A size value: `"2GiB"`, `"50B"` for bytes. A bare number other than 0 is refused, as
+/// `--max-peak 50` is (`units::size::parse_limit`): `max-peak = 50` means 50 MiB or GiB far more
+/// often than 50 bytes.
 struct Size {
     what: String,
 }
@@ -328,16 +330,35 @@ impl Visitor<'_> for Size {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<u64, E> {
-        crate::units::size::parse(v)
+        crate::units::size::parse_limit(v)
             .map_err(|e| E::custom(format!("{}: {}", self.what, crate::sanitize::clean(&e))))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<u64, E> {
-        Ok(v)
+        match v {
+            0 => Ok(0),
+            _ => Err(E::custom(format!(
+                "{}: {v} has no unit: write \"{v}B\" for bytes, or \"{v}MiB\", \"{v}GiB\", \"{v}GB\"",
+                self.what
+            ))),
+        }
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<u64, E> {
-        u64::try_from(v).map_err(|_| E::custom(format!("{}: a size cannot be negative", self.what)))
+        match u64::try_from(v) {
+            Ok(v) => self.visit_u64(v),
+            Err(_) => Err(E::custom(format!(
+                "{}: a size cannot be negative",
+                self.what
+            ))),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<u64, E> {
+        Err(E::custom(format!(
+            "{}: {v} has no unit: write a size like \"{v}GiB\"",
+            self.what
+        )))
     }
 }
 
@@ -454,7 +475,7 @@ mod tests {
         write(
             &root.join("a"),
             "mlprof.toml",
-            "max-leak = \"50MiB\"\n[functions]\n\"m.py::f\" = 1000\n",
+            "max-leak = \"50MiB\"\n[functions]\n\"m.py::f\" = \"1000B\"\n",
         );
         let b = load(&discover(&deep).unwrap()).unwrap();
         assert_eq!(
@@ -527,7 +548,7 @@ mod tests {
             error("[line]\n\"a.py:3\" = 1\n"),
             format!("mlprof.toml:1:2: unknown key 'line' ({KEYS})")
         );
-        assert!(error("max-peak = 1\nmax-pek = 2\n")
+        assert!(error("max-peak = \"1B\"\nmax-pek = 2\n")
             .starts_with("mlprof.toml:2:1: unknown key 'max-pek'"));
         let pyproject = "[tool.black]\nline-length = 99\n[tool.mlprof]\nmax-peak = \"1GiB\"\n[tool.mlprof.functions]\n\"m.py:f\" = 1\n";
         let err = parse_text(pyproject, "pyproject.toml", true)
@@ -552,7 +573,15 @@ mod tests {
             ),
             (
                 "[lines]\n\"a.py:3\" = 1.5\n",
-                "mlprof.toml:2:12: invalid type: floating point",
+                "mlprof.toml:2:12: lines.\"a.py:3\": 1.5 has no unit",
+            ),
+            (
+                "max-peak = 50\n",
+                "mlprof.toml:1:12: max-peak: 50 has no unit: write \"50B\" for bytes, or \"50MiB\"",
+            ),
+            (
+                "max-peak = \"50\"\n",
+                "mlprof.toml:1:12: max-peak: '50' has no unit: write 50B for bytes",
             ),
             (
                 "lines = 5\n",
@@ -584,7 +613,7 @@ mod tests {
         let err = error("[lines]\n\"\\u001b]0;x\\u0007.py:3\" = \"1\\u001b[2J\"\n");
         assert!(!err.contains('\x1b') && err.contains("\\x1b"), "{err}");
         let ok = parse_text(
-            "max-cpu = 12\nmax-copy = \"1G\"\nmax-gpu-reserved = \"2GiB\"\nignore = [\"t/*\"]\n[files]\n\"d.py\" = 1\n[lines]\n\"a.py:3\" = 7\n",
+            "max-cpu = 12\nmax-copy = \"1G\"\nmax-gpu-reserved = \"2GiB\"\nignore = [\"t/*\"]\n[files]\n\"d.py\" = \"1B\"\n[lines]\n\"a.py:3\" = \"7B\"\n",
             "mlprof.toml",
             false,
         )
@@ -608,9 +637,9 @@ mod tests {
     #[test]
     fn fuzzed_budget_files_give_budgets_or_one_line_errors() {
         const SEEDS: [&str; 4] = [
-            "max-peak = \"6GiB\"\nmax-rss = \"8GiB\"\nmax-leak = \"50MiB\"\nmax-gpu-memory = 1000\nmax-copy = \"20GiB\"\nmax-cpu = 3600\nignore = [\"tests/*\", \"*/site-packages/*\"]\n[lines]\n\"train.py:88\" = \"2GiB\"\n[functions]\n\"model.py::forward\" = \"3GiB\"\n[files]\n\"data.py\" = \"1GiB\"\n",
-            "[tool.black]\nline-length = 99\n[tool.mlprof]\nmax-peak = \"1.5G\"\n[tool.mlprof.lines]\n\"a.py:3\" = 512\n",
-            "lines = { \"x.py:1\" = \"1k\", \"y.py:2\" = \"2 MB\" }\nfunctions = { \"z.py::C.m\" = 7 }\nmax-cpu = 1.5e3\n",
+            "max-peak = \"6GiB\"\nmax-rss = \"8GiB\"\nmax-leak = \"50MiB\"\nmax-gpu-memory = \"1000B\"\nmax-copy = \"20GiB\"\nmax-cpu = 3600\nignore = [\"tests/*\", \"*/site-packages/*\"]\n[lines]\n\"train.py:88\" = \"2GiB\"\n[functions]\n\"model.py::forward\" = \"3GiB\"\n[files]\n\"data.py\" = \"1GiB\"\n",
+            "[tool.black]\nline-length = 99\n[tool.mlprof]\nmax-peak = \"1.5G\"\n[tool.mlprof.lines]\n\"a.py:3\" = \"512B\"\n",
+            "lines = { \"x.py:1\" = \"1k\", \"y.py:2\" = \"2 MB\" }\nfunctions = { \"z.py::C.m\" = \"7B\" }\nmax-cpu = 1.5e3\n",
             "# comment\n'max-peak' = '2gib'\n[\"lines\"]\n'é.py:9' = \"3t\"\n",
         ];
         const BYTES: &[u8] = b"=[]{}:.,\"'#\\\n \t0123456789-+eEkKmMgGiIbB*abc\x1b\x00\x7f";
