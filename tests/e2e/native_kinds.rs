@@ -195,3 +195,23 @@ fn work_on_one_thread_is_not_spinning() {
         p.hints
     );
 }
+
+#[test]
+fn libm_called_by_a_numpy_ufunc_is_native_time() {
+    const SCRIPT: &str = "libm_ufunc.py";
+    let m = markers(SCRIPT);
+    for py in fixture::numpy_pythons() {
+        let p = fixture::profile_script(py, SCRIPT, &[], &[]).profile;
+        let l = &line(&p, SCRIPT, m["sin"]).measures;
+        let cpu = l.cpu_python_s + l.cpu_native_s;
+        // The loop between calls is Python: a few percent. Before the stack's doubles were
+        // told from addresses, three quarters of the line was "Python".
+        assert!(
+            l.cpu_native_s >= 0.8 * cpu - 2.0 * fixture::mean_gap(&p) && cpu >= 0.3,
+            "{}: {:.3} s native of {cpu:.3} s: {:?}",
+            py.minor,
+            l.cpu_native_s,
+            l.native
+        );
+    }
+}
