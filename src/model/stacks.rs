@@ -64,6 +64,20 @@ impl Table {
         }
         let frames = &rec.channels[c].samples[j].frames;
         let mut ids = Vec::with_capacity(frames.len() + 1);
+        self.push_python(lines, frames, &mut ids);
+        let hop = if c == ci { POOL } else { CHILD };
+        ids.push(self.frame(StackFrame {
+            file: hop.into(),
+            function: hop.into(),
+            line: 0,
+        }));
+        self.under.clone_from(&ids);
+        memo.insert((c, j), ids);
+    }
+
+    /// Push the ids of `frames` (innermost first), outermost first, leaving out the import
+    /// machinery's.
+    fn push_python(&mut self, lines: &mut Lines<'_>, frames: &[(u32, i32)], ids: &mut Vec<u32>) {
         for &(code, lasti) in frames.iter().rev() {
             if let Some((info, line)) = lines.line(code, lasti) {
                 if !is_import_machinery(&info.filename) {
@@ -76,14 +90,6 @@ impl Table {
                 }
             }
         }
-        let hop = if c == ci { POOL } else { CHILD };
-        ids.push(self.frame(StackFrame {
-            file: hop.into(),
-            function: hop.into(),
-            line: 0,
-        }));
-        self.under.clone_from(&ids);
-        memo.insert((c, j), ids);
     }
 
     fn frame(&mut self, f: StackFrame) -> u32 {
@@ -106,19 +112,7 @@ impl Table {
         let mut ids: Vec<u32> = Vec::with_capacity(under.len() + frames.len() + 1);
         ids.extend_from_slice(&under);
         self.under = under;
-        for &(code, lasti) in frames.iter().rev() {
-            if let Some((info, line)) = lines.line(code, lasti) {
-                if is_import_machinery(&info.filename) {
-                    continue;
-                }
-                let f = StackFrame {
-                    file: info.filename.clone(),
-                    function: info.qualname.clone(),
-                    line,
-                };
-                ids.push(self.frame(f));
-            }
-        }
+        self.push_python(lines, frames, &mut ids);
         if let Some(leaf) = leaf {
             ids.push(self.frame(leaf));
         }
