@@ -189,7 +189,17 @@ fn a_moved_line_is_the_same_line_and_the_baseline_gate_agrees() {
     );
     let (_, json) = diff(&[os("--json"), os(&base), os(&moved)]);
     let d: Diff = serde_json::from_str(&json).unwrap();
-    assert!(d.lines.is_empty(), "{:#?}", d.lines);
+    // Every line is matched to itself three lines up, and none changed in memory. Its time
+    // may: on a loaded machine `import numpy` once waited 0.66 s for its files in one run and
+    // 0.03 s in the other, a real change in the machine, not in the program.
+    for l in &d.lines {
+        assert!(
+            l.status.as_str() == "changed"
+                && l.base_line.is_some_and(|b| b + 3 == l.line)
+                && l.meaningful.iter().all(|m| *m == "cpu_s"),
+            "{l:#?}"
+        );
+    }
     // Grown at its new place: the gate names the new line number.
     let (out, _) = run("grown", "4000", &["--baseline", base.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
