@@ -181,16 +181,20 @@ fn two_threads_are_attributed_and_sampled_cpu_matches_the_kernel() {
         let pure = line(&p, "cpu_lines.py", m["pure-python"]);
         // Both threads also wait for the GIL the other holds: that is system time, so the
         // Python / native checks are on each line's CPU time. The marked line is most of its
-        // function (the `for` line beside it takes about a fifth), whatever the sample count.
+        // function (70-88% on 3.9-3.13; the `for` line beside it takes the rest), less the
+        // sampling error of a line's share: at most half a gap times the root of the samples
+        // (binomial), three times that. Under load samples come fewer: once 43% with the bar
+        // at a fixed 50%.
         let pure_cpu = cpu_time(pure);
         assert!(
             pure.measures.cpu_python_s >= 0.9 * pure_cpu,
             "{v}: main thread line {:?}",
             pure.measures
         );
+        let function = in_function(&p, "pure_python");
         assert!(
-            pure_cpu >= 0.5 * in_function(&p, "pure_python"),
-            "{v}: main thread sampled {:?}",
+            pure_cpu >= 0.6 * function - 1.5 * (function * gap).sqrt(),
+            "{v}: main thread sampled {:?} of {function:.3} s (gap {gap:.3} s)",
             pure.measures
         );
         let blas = line(&p, "cpu_lines.py", m["blas"]);
