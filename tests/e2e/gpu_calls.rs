@@ -159,8 +159,10 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
                 && waited <= truth * 1.05 + slack,
             "@{name}: {waited:.3} s of GPU wait for {truth} s"
         );
-        // Waiting for the GPU is waiting, not native time (the spin ran in the runtime).
-        assert!(m.cpu_native_s <= gap, "@{name}: {m:?}");
+        // Waiting for the GPU is waiting, not native time (the spin ran in the runtime). The
+        // line's own call through ctypes is native and may catch a sample, which on a loaded
+        // machine weighs up to two mean gaps (loaded run 13: 12.8 ms in ctypes' `_get_name`).
+        assert!(m.cpu_native_s <= 2.0 * gap, "@{name}: {m:?}");
         assert!(
             m.cpu_system_s >= waited - 1e-9,
             "@{name}: part of system/waiting"
