@@ -8,8 +8,10 @@ use crate::fixture::{self, os};
 #[test]
 fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
     // At 10 samples a second of CPU each thread's last ~50 ms would be lost without tails:
-    // 13 % of the 3.2 s, many standard deviations beyond the 3 % allowed (the threads' start
-    // and end, outside `spin`).
+    // 8 of them, 0.4 s in all (standard deviation 0.08 s). With tails, what `spin` may lack is
+    // sampling error: a sample that lands in a thread's start or end (outside `spin`) takes its
+    // whole weight there, about one mean gap (0.1 s, more on a machine busier than its cores),
+    // and 3 % besides. So the bound sits 2.5 deviations above the loss without tails.
     let script = fixture::script("thread_tails.py");
     for py in fixture::pythons() {
         let v = &py.minor;
@@ -25,10 +27,14 @@ fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
             .iter()
             .find(|f| f.file.ends_with("thread_tails.py") && f.function == "spin")
             .expect("spin is profiled");
-        let held = spin.measures.cpu_python_s + spin.measures.cpu_native_s;
+        // The truth is the threads' own CPU clocks there: user and system time.
+        let m = &spin.measures;
+        let held = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+        let gap = fixture::mean_gap(p);
         assert!(
-            held >= 0.97 * truth,
-            "{v}: `spin` holds {held:.3} s of the {truth:.3} s of CPU its threads used there"
+            held >= 0.97 * truth - gap,
+            "{v}: `spin` holds {held:.3} s of the {truth:.3} s of CPU its threads used there \
+             (samples {gap:.3} s apart on average)"
         );
         // Nothing counted twice: the threads hold no more than the kernel counted.
         let sampled = fixture::sampled_cpu(p);

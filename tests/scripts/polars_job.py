@@ -4,8 +4,9 @@ frames, then a sort of the result. Known truth: `joined` and `ordered` are each 
 three 8-byte columns (240 MB, 229 MiB) and both are alive when the sort finishes; the memory
 mlprof counts at its peak comes within 15% of the kernel's RSS peak. Where the process's mapped
 peak falls depends on when jemalloc purges the join's temporaries (by the wall clock: later on a
-busy machine): after the sort began, the `@join` and `@sort` lines hold at least their frames
-there; before it, the `@join` line does. Prints on stderr `sort began S`: seconds from the
+busy machine): the `@join` line holds at least its frame there, and when the peak comes after
+the sort began, the `@sort` line holds what the process mapped on top of its mapped bytes just
+before the sort (only the sort runs then). Prints on stderr `sort began S`: seconds from the
 process's start (the kernel's start time) to the sort."""
 import os
 import sys
