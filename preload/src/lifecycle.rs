@@ -42,6 +42,9 @@ extern "C" fn on_load() {
     if let Some(mean) = env_set_u64(mlprof_wire::ENV_GPU_LAUNCH_SAMPLE) {
         crate::gpu::send::configure(mean);
     }
+    if env_set_u64(mlprof_wire::ENV_GPU_KERNELS) == Some(0) {
+        crate::gpu::cupti::forget();
+    }
     let interval = sampler::start(env_u64(mlprof_wire::ENV_RATE));
     header
         .sample_interval_ns
@@ -96,6 +99,7 @@ extern "C" fn on_fork_child() {
                                              // in `mlprof_region_end`.
     crate::marks::forget_in_child();
     memory::mapped::forget_in_child(); // its inherited mappings are its parent's
+    crate::gpu::cupti::forget(); // no CUDA context crosses a fork
     if NO_FOLLOW.load(Ordering::Relaxed) {
         channel::detach();
         heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));

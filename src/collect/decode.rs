@@ -63,6 +63,12 @@ enum Pending {
         frames: Vec<(u32, i32)>,
         frames_left: usize,
     },
+    /// A kernel's name (`mlprof_wire::Kind::GpuKernelName`), waiting for its bytes.
+    KernelName {
+        key: u64,
+        len: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 /// The decoder state of one channel.
@@ -130,6 +136,12 @@ impl Decoder {
                         None => self.out.malformed += 1,
                     },
                     Some(Kind::GpuAlloc | Kind::GpuCopy | Kind::GpuLaunch) => self.gpu(r, t_ns),
+                    Some(
+                        Kind::GpuKernel
+                        | Kind::GpuCorrelation
+                        | Kind::GpuKernelName
+                        | Kind::GpuTrace,
+                    ) => self.gpu_kernels(r, launch_ns),
                     Some(Kind::GpuFree) => match r.as_gpu_free() {
                         Some(f) => self.out.gpu.free(f.addr, f.space, t_ns),
                         None => self.out.malformed += 1,
@@ -444,7 +456,9 @@ impl Decoder {
     }
 
     fn data(&mut self, r: &Record) {
-        if let Pending::Region { len, bytes, .. } = &mut self.pending {
+        if let Pending::Region { len, bytes, .. } | Pending::KernelName { len, bytes, .. } =
+            &mut self.pending
+        {
             let Some(data) = r.as_data() else { return };
             bytes.extend_from_slice(&data);
             if bytes.len() >= *len {
@@ -498,6 +512,7 @@ impl Decoder {
                 self.out.by_address.insert(info.address, id);
                 self.out.codes.insert(id, info);
             }
+            Pending::KernelName { key, bytes, .. } => self.out.gpu.kernel_name(key, &bytes),
             Pending::Region {
                 mut span, bytes, ..
             } => {

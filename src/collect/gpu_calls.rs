@@ -11,9 +11,11 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use mlprof_wire::gpu_space;
+use mlprof_wire::{gpu_space, GpuCorrelation, GpuKernel};
 
-use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuLaunchTotal};
+use super::gpu_kernels::KernelStore;
+
+use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuKernelTotal, GpuLaunchTotal};
 
 /// Most allocations held (each is a few dozen bytes and its frames).
 pub const MAX_ALLOCS: usize = 200_000;
@@ -38,8 +40,13 @@ pub enum Call {
         synchronous: bool,
         t_ns: u64,
     },
-    /// A launch sample.
-    Launch { tid: u32, launches: u64, t_ns: u64 },
+    /// A launch sample (`external`: the id it carried to CUPTI, 0 if none).
+    Launch {
+        tid: u32,
+        launches: u64,
+        external: u64,
+        t_ns: u64,
+    },
 }
 
 /// One channel's CUDA calls.
@@ -54,6 +61,8 @@ pub struct GpuStore {
     launch_rows: Rows<(u32, Frames)>,
     /// The stretch of the run between region boundaries that calls arrive in now.
     stretch: u64,
+    /// The joins of kernel records with launch samples.
+    kernels: KernelStore,
     /// Calls dropped by the bounds (told as a warning).
     pub dropped: u64,
 }
@@ -73,9 +82,35 @@ impl GpuStore {
             Call::Launch {
                 tid,
                 launches,
+                external,
                 t_ns,
-            } => self.launch(tid, frames, launches, t_ns),
+            } => {
+                let stretch = self.stretch;
+                self.kernels
+                    .launch(external, tid, &frames, launches, t_ns, stretch);
+                self.launch(tid, frames, launches, t_ns)
+            }
         }
+    }
+
+    /// A kernel record arrived; `false` when it is nonsense.
+    pub fn kernel(&mut self, k: &GpuKernel) -> bool {
+        self.kernels.kernel(&mut self.calls.kernels, k)
+    }
+
+    /// A correlation record arrived.
+    pub fn correlation(&mut self, c: GpuCorrelation) {
+        self.kernels.correlation(c.external, c.correlation);
+    }
+
+    /// A kernel name arrived.
+    pub fn kernel_name(&mut self, key: u64, bytes: &[u8]) {
+        self.kernels.name(&mut self.calls.kernels, key, bytes);
+    }
+
+    /// The kernel trace's state changed.
+    pub fn kernel_trace(&mut self, state: u8, detail: u64, t_ns: u64) {
+        KernelStore::trace(&mut self.calls.kernels, state, detail, t_ns);
     }
 
     /// Everything stored, leaving nothing.
@@ -83,6 +118,7 @@ impl GpuStore {
         self.live.clear();
         self.copy_rows = Rows::default();
         self.launch_rows = Rows::default();
+        self.kernels.clear();
         std::mem::take(&mut self.calls)
     }
 
@@ -196,7 +232,7 @@ impl GpuStore {
 }
 
 /// Rows of calls folded together: the sums of both, from the first's time to the last's.
-trait Fold {
+pub(super) trait Fold {
     fn fold(&mut self, other: &Self);
 }
 
@@ -205,6 +241,15 @@ impl Fold for GpuCopyTotal {
         self.bytes = self.bytes.saturating_add(o.bytes);
         self.calls += o.calls;
         self.synchronous_calls += o.synchronous_calls;
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+    }
+}
+
+impl Fold for GpuKernelTotal {
+    fn fold(&mut self, o: &Self) {
+        self.kernels = self.kernels.saturating_add(o.kernels);
+        self.device_ns = self.device_ns.saturating_add(o.device_ns);
         self.first_ns = self.first_ns.min(o.first_ns);
         self.last_ns = self.last_ns.max(o.last_ns);
     }
@@ -220,7 +265,7 @@ impl Fold for GpuLaunchTotal {
 
 /// Where the rows of a list of folded calls are.
 #[derive(Clone, Debug)]
-struct Rows<K> {
+pub(super) struct Rows<K> {
     /// Each row's place in its list, by its calls' identity and stretch.
     index: HashMap<(K, u64), usize>,
     /// The stretch in which earlier stretches were last folded (none since: nothing to fold).
@@ -240,7 +285,7 @@ impl<K> Default for Rows<K> {
 /// is new. With [`MAX_ROWS`] rows held, the rows of earlier stretches are folded first (once
 /// per stretch: after that, every row is of this stretch or folded); `None` when that left no
 /// room.
-fn row<'a, K: Eq + Hash + Clone, R: Fold>(
+pub(super) fn row<'a, K: Eq + Hash + Clone, R: Fold>(
     rows: &mut Rows<K>,
     list: &'a mut Vec<R>,
     key: (K, u64),

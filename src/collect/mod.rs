@@ -9,6 +9,7 @@ pub(crate) mod decode;
 pub(crate) mod events;
 pub mod gpu;
 pub(crate) mod gpu_calls;
+mod gpu_kernels;
 mod mapping;
 mod perf;
 pub mod procfs;

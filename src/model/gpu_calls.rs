@@ -10,6 +10,7 @@ use mlprof_wire::{gpu_copy, gpu_space, sample_flags};
 
 use super::filter::Filter;
 use super::gpu_held::{self, held_at};
+use super::gpu_kernels;
 use super::places::{place_of, Acc, Lines, Place};
 use super::profile::{GpuCallPeak, GpuHeldSample, GpuLineCalls, NvmlSplit, ProcessGpuCalls};
 use crate::recording::{GpuCalls, Recording};
@@ -42,9 +43,13 @@ pub fn add(
         };
         let mut lines = Lines::new(rec, ci);
         // Each figure goes to its line and to the process's sum.
-        let mut add = |frames: &[(u32, i32)], tid: u32, figures: GpuLineCalls| {
+        let mut add = |frames: &[(u32, i32)], tid: u32, figures: GpuLineCalls, named| {
             let place = place_of(frames, tid, channel.pid, &mut lines, filter);
-            places.entry(place).or_default().gpu_calls.add(&figures);
+            let acc = places.entry(place).or_default();
+            acc.gpu_calls.add(&figures);
+            if let Some((name, shares)) = named {
+                gpu_kernels::merge(&mut acc.kernels, HashMap::from([(name, shares)]));
+            }
             sum.add(&figures);
         };
         let devices = gpu_held::devices(calls);
@@ -69,7 +74,7 @@ pub fn add(
                     ..GpuLineCalls::default()
                 }
             };
-            add(&a.frames, a.tid, figures);
+            add(&a.frames, a.tid, figures, None);
         }
         for c in &calls.copies {
             let mut figures = GpuLineCalls::default();
@@ -79,19 +84,23 @@ pub fn add(
                 gpu_copy::DEVICE_TO_DEVICE => figures.gpu_d2d_bytes = c.bytes,
                 _ => {} // host to host, or not known: not a transfer over the bus
             }
-            add(&c.frames, c.tid, figures);
+            add(&c.frames, c.tid, figures, None);
         }
         for l in &calls.launches {
             let figures = GpuLineCalls {
                 gpu_launches: l.launches,
                 ..GpuLineCalls::default()
             };
-            add(&l.frames, l.tid, figures);
+            add(&l.frames, l.tid, figures, None);
+        }
+        for (frames, tid, figures, named) in gpu_kernels::rows(&calls.kernels) {
+            add(frames, tid, figures, Some(named));
         }
         let totals = out.entry(channel.pid).or_default();
         totals.totals.add(&sum);
         totals.nvml = nvml_split(rec, channel.pid, calls).or(totals.nvml.take());
         totals.unmatched_frees += calls.unmatched_frees;
+        totals.kernels = gpu_kernels::process(&calls.kernels).or(totals.kernels.take());
         let pinned_peak = gpu_held::pinned(calls).peak().0;
         totals.pinned_peak_bytes = totals.pinned_peak_bytes.max(pinned_peak);
         totals.devices.extend(devices.iter().map(device));

@@ -7,6 +7,7 @@ pub mod filter;
 pub mod gpu;
 pub mod gpu_calls;
 pub mod gpu_held;
+pub mod gpu_kernels;
 pub mod idle;
 pub mod invariants;
 pub mod leaks;

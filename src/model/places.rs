@@ -75,6 +75,8 @@ pub struct Acc {
     pub gpu_memory_bytes: f64,
     /// What the CUDA calls made here did (`gpu_calls`; GPU wait from `cpu`).
     pub gpu_calls: super::profile::GpuLineCalls,
+    /// Device nanoseconds and count of the kernels launched here, by name (`gpu_kernels`).
+    pub kernels: HashMap<String, (u64, u64)>,
 }
 
 impl Acc {
@@ -100,6 +102,7 @@ impl Acc {
         self.gpu_busy_ns += other.gpu_busy_ns;
         self.gpu_memory_bytes += other.gpu_memory_bytes;
         self.gpu_calls.add(&other.gpu_calls);
+        super::gpu_kernels::merge(&mut self.kernels, other.kernels);
     }
 }
 
@@ -127,6 +130,7 @@ pub fn summarise(
         for (key, ns) in &acc.natives {
             *f_acc.natives.entry(key.clone()).or_default() += ns;
         }
+        super::gpu_kernels::merge(&mut f_acc.kernels, acc.kernels.clone());
         f_acc.gpu_time_ns += acc.gpu_time_ns;
         f_acc.gpu_busy_ns += acc.gpu_busy_ns;
         let total = acc.python_ns + acc.native_ns + acc.system_ns;
@@ -147,6 +151,7 @@ pub fn summarise(
             let footprint_bytes = super::leaks::footprint(&acc.blocks, wall_ns, FOOTPRINT_POINTS);
             measures.gpu_util_pct = gpu_util_pct(&acc);
             measures.native = natives_of(acc.natives);
+            measures.gpu_kernel_names = super::gpu_kernels::top(acc.kernels);
             LineStats {
                 file,
                 line,
@@ -162,6 +167,7 @@ pub fn summarise(
         .map(|(mut f, acc)| {
             f.measures.gpu_util_pct = gpu_util_pct(&acc);
             f.measures.native = natives_of(acc.natives);
+            f.measures.gpu_kernel_names = super::gpu_kernels::top(acc.kernels);
             f
         })
         .collect();

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 mod gpu_calls;
-pub use gpu_calls::{GpuCallPeak, GpuHeldSample, GpuLineCalls, NvmlSplit, ProcessGpuCalls};
+pub use gpu_calls::{
+    GpuCallPeak, GpuHeldSample, GpuLineCalls, KernelShare, NvmlSplit, ProcessGpuCalls,
+    ProcessKernels,
+};
 
 /// Schema identifier written into every profile; bumped when a field is renamed or removed.
 pub const SCHEMA: &str = "mlprof/1";
@@ -647,6 +650,10 @@ pub struct Measures {
     pub gpu_calls: GpuLineCalls,
     /// Native functions that ran under this line.
     pub native: Vec<NativeFrame>,
+    /// The kernels this line launched that took most device time (at most 5; estimated from
+    /// the sampled launches, as `gpu_kernel_s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_kernel_names: Vec<KernelShare>,
 }
 
 /// Leak evidence for a line.

@@ -344,6 +344,8 @@ fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
             copies: at.gpu_copies.whole(&c.gpu_calls.copies, from, to),
             launches: at.gpu_launches.whole(&c.gpu_calls.launches, from, to),
             unmatched_frees: 0,
+            // Kernel time is the run's (not yet cut per region).
+            kernels: Default::default(),
         },
         ..c.without_events_or_codes()
     }

@@ -19,12 +19,18 @@ pub struct GpuCalls {
     /// Frees of addresses no recorded allocation held (given before the channel existed, or
     /// lost with a full ring).
     pub unmatched_frees: u64,
+    /// What the GPU said of the kernels the launches ran (CUPTI; empty without it).
+    pub kernels: super::GpuKernels,
 }
 
 impl GpuCalls {
     /// Whether the process made any CUDA call we saw.
     pub fn is_empty(&self) -> bool {
-        self.allocs.is_empty() && self.copies.is_empty() && self.launches.is_empty()
+        self.allocs.is_empty()
+            && self.copies.is_empty()
+            && self.launches.is_empty()
+            && self.kernels.is_empty()
+            && self.kernels.state.is_none()
     }
 }
 

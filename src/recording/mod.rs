@@ -13,11 +13,13 @@ pub mod build;
 mod exit;
 pub mod gpu;
 mod gpu_calls;
+mod gpu_kernels;
 pub mod mapped;
 pub mod maps;
 
 pub use exit::{ChildExit, Usage};
 pub use gpu_calls::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuFolded, GpuLaunchTotal};
+pub use gpu_kernels::{GpuKernelSum, GpuKernelTotal, GpuKernels};
 use maps::MappedFile;
 
 /// Everything observed during one run.

@@ -87,6 +87,32 @@ static cudaError_t device_alloc(void **p, size_t n) {
 
 /* Knobs of the fake (not CUDA). */
 void fake_cuda_set_launch_ns(uint64_t ns) { launch_ns = ns; }
+
+/* CUPTI, when the process has it loaded (the fake one, `libcupti.so.13`): every kernel is told
+ * to it with its name and device time, as the real driver tells the real CUPTI. */
+typedef void (*cupti_kernel_fn)(const char *, uint64_t, uint32_t, uint32_t);
+static char kernel_name[512] = "fake_kernel";
+static cupti_kernel_fn cupti_kernel;
+void fake_cuda_set_kernel_name(const char *name) {
+    strncpy(kernel_name, name, sizeof kernel_name - 1);
+}
+static void ran(void) {
+    if (!cupti_kernel) {
+        void *h = dlopen("libcupti.so.13", RTLD_NOLOAD | RTLD_LAZY);
+        if (h) cupti_kernel = (cupti_kernel_fn)dlsym(h, "fake_cupti_kernel");
+    }
+    /* The name is CUPTI's to keep: one copy per distinct name, as the real one interns it. */
+    static char names[16][512];
+    static int count;
+    const char *name = NULL;
+    for (int i = 0; i < count; i++)
+        if (strcmp(names[i], kernel_name) == 0) name = names[i];
+    if (!name && count < 16) {
+        strcpy(names[count], kernel_name);
+        name = names[count++];
+    }
+    if (cupti_kernel && name) cupti_kernel(name, launch_ns, (uint32_t)current_device, 0);
+}
 void fake_cuda_set_spin(int on) { spin = on; }
 void fake_cuda_fail_next(cudaError_t e) { last_error = e; }
 
@@ -151,6 +177,7 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size
 cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared, cudaStream_t s) {
     (void)f; (void)g; (void)b; (void)args; (void)shared; (void)s;
     pending_ns += launch_ns;
+    ran();
     return 0;
 }
 cudaError_t cudaLaunchKernelExC(const void *config, const void *f, void **args) {

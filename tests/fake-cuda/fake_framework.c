@@ -47,6 +47,14 @@ int fw_launch(int n) {
     for (int i = 0; i < n; i++) bad |= cudaLaunchKernel((const void *)kernel, g, b, 0, 0, 0);
     return bad;
 }
+/* `n` launches of the kernel whose handle is `func` (a distinct number per kernel: the fake
+ * runtime never calls it). */
+int fw_launch_func(uintptr_t func, int n) {
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad |= cudaLaunchKernel((const void *)func, g, b, 0, 0, 0);
+    return bad;
+}
 int fw_graph_launch(void) { return cudaGraphLaunch((void *)1, 0); }
 int fw_stream_sync(void) { return cudaStreamSynchronize(0); }
 int fw_device_sync(void) { return cudaDeviceSynchronize(); }

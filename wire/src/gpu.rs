@@ -94,6 +94,8 @@ pub struct GpuLaunch {
     pub weight: u64,
     /// Python frames that follow.
     pub depth: u32,
+    /// The id pushed to CUPTI around the launch, unique in the process (0: none).
+    pub external: u64,
 }
 
 impl Record {
@@ -158,16 +160,17 @@ impl Record {
             Kind::GpuLaunch,
             tid,
             ts_ns,
-            [g.weight, g.depth as u64, 0, 0, 0],
+            [g.weight, g.depth as u64, g.external, 0, 0],
         )
     }
 
     /// The payload of a [`Kind::GpuLaunch`] record.
     pub fn as_gpu_launch(&self) -> Option<GpuLaunch> {
-        let [a, b, ..] = self.words_of(Kind::GpuLaunch)?;
+        let [a, b, c, ..] = self.words_of(Kind::GpuLaunch)?;
         Some(GpuLaunch {
             weight: a,
             depth: b as u32,
+            external: c,
         })
     }
 }
@@ -209,6 +212,7 @@ mod tests {
         let launch = GpuLaunch {
             weight: u64::MAX,
             depth: 3,
+            external: 1 << 63,
         };
         let r = Record::gpu_launch(tid, ts, launch);
         assert_eq!(r.as_gpu_launch(), Some(launch));

@@ -10,10 +10,12 @@
 use core::ffi::CStr;
 
 pub mod gpu;
+pub mod gpu_kernels;
 pub mod record;
 pub mod ring;
 
 pub use gpu::{gpu_copy, gpu_space, GpuAlloc, GpuCopy, GpuFree, GpuLaunch};
+pub use gpu_kernels::{gpu_trace, GpuCorrelation, GpuKernel, MAX_KERNEL_NAME};
 pub use record::{
     alloc_flags, region_phase, region_report, sample_flags, Alloc, Code, Frame, Kind, MemCopy,
     ProcessExit, ProcessStart, Record, Region, Sample, ThreadStart, DATA_BYTES, FRAMES_PER_RECORD,
@@ -24,7 +26,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 
 /// The highest CPU sampling rate (samples per second) `run` and `attach` use; a higher
 /// `--rate` is clamped to it.
@@ -63,6 +65,9 @@ pub const ENV_COPY_SAMPLE: &CStr = c"MLPROF_COPY_SAMPLE_BYTES";
 /// Environment variable with the mean CUDA kernel launches between launch samples (1: every
 /// launch; 0: none; unset: the preload library's default, 64).
 pub const ENV_GPU_LAUNCH_SAMPLE: &CStr = c"MLPROF_GPU_LAUNCH_SAMPLE";
+/// Environment variable that, when `0`, keeps the preload library from setting up CUPTI (no
+/// GPU kernel time; `--no-gpu-time`).
+pub const ENV_GPU_KERNELS: &CStr = c"MLPROF_GPU_KERNELS";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
 pub const ENV_RATE: &CStr = c"MLPROF_RATE_HZ";
 /// Environment variable that, when non-zero, keeps child processes unprofiled (`--no-follow`):

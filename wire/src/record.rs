@@ -70,8 +70,21 @@ pub enum Kind {
     /// that follow.
     GpuCopy = 17,
     /// A sampled kernel launch (or graph launch): `a` = launches it stands for, `b` = Python
-    /// frames that follow.
+    /// frames that follow, `c` = the id pushed to CUPTI around it (0: none; see
+    /// [`Kind::GpuCorrelation`]).
     GpuLaunch = 18,
+    /// A kernel ran on the device (CUPTI): see [`crate::GpuKernel`]. `a` = start, `b` = end
+    /// (`CLOCK_MONOTONIC` ns), `c` = device | stream << 32, `d` = CUPTI's correlation id of
+    /// its launch, `e` = its name's key.
+    GpuKernel = 19,
+    /// A sampled launch's id paired with CUPTI's id of its call: `a` = the launch sample's
+    /// [`crate::GpuLaunch::external`], `b` = the correlation id.
+    GpuCorrelation = 20,
+    /// A kernel's name, once per key: `a` = key, `b` = bytes (UTF-8), which follow in
+    /// [`Kind::Data`] records.
+    GpuKernelName = 21,
+    /// The kernel trace's state ([`crate::gpu_trace`]): `a` = state, `b` = its detail.
+    GpuTrace = 22,
 }
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
@@ -160,6 +173,10 @@ impl Kind {
             16 => Some(Kind::GpuFree),
             17 => Some(Kind::GpuCopy),
             18 => Some(Kind::GpuLaunch),
+            19 => Some(Kind::GpuKernel),
+            20 => Some(Kind::GpuCorrelation),
+            21 => Some(Kind::GpuKernelName),
+            22 => Some(Kind::GpuTrace),
             _ => None,
         }
     }

@@ -496,11 +496,10 @@ pub unsafe extern "C" fn cudaLaunchKernel(
         unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, size_t, Stream) -> c_int;
     let f = runtime!(Func::LaunchKernel, F);
     let call = send::Call::begin();
+    let token = send::launch_begin(&call, func as usize);
     // SAFETY: forwarded as given.
     let r = unsafe { f(func, grid, block, args, shared, s) };
-    if r == SUCCESS && call.outermost() {
-        send::launch();
-    }
+    send::launch_end(token, r == SUCCESS);
     r
 }
 
@@ -517,11 +516,10 @@ pub unsafe extern "C" fn cudaLaunchKernelExC(
     type F = unsafe extern "C" fn(*const c_void, *const c_void, *mut *mut c_void) -> c_int;
     let f = runtime!(Func::LaunchKernelExC, F);
     let call = send::Call::begin();
+    let token = send::launch_begin(&call, func as usize);
     // SAFETY: forwarded as given.
     let r = unsafe { f(config, func, args) };
-    if r == SUCCESS && call.outermost() {
-        send::launch();
-    }
+    send::launch_end(token, r == SUCCESS);
     r
 }
 
@@ -536,10 +534,9 @@ pub unsafe extern "C" fn cudaGraphLaunch(graph: *mut c_void, s: Stream) -> c_int
         unsafe extern "C" fn(*mut c_void, Stream) -> c_int
     );
     let call = send::Call::begin();
+    let token = send::launch_begin(&call, graph as usize);
     // SAFETY: forwarded as given.
     let r = unsafe { f(graph, s) };
-    if r == SUCCESS && call.outermost() {
-        send::launch();
-    }
+    send::launch_end(token, r == SUCCESS);
     r
 }

@@ -6,9 +6,11 @@
 //! library's own the first time each is called ([`real`]) and tell the collector ([`send`]).
 //! A program that never loads CUDA never calls them. See docs/design/gpu.md.
 
+pub mod cupti;
 pub mod dl;
 pub mod driver;
 pub mod entry;
 pub mod hooks;
+mod locate;
 pub mod real;
 pub mod send;

@@ -165,7 +165,7 @@ pub fn by_name(name: &[u8]) -> Option<Func> {
 }
 
 /// Most bytes of the library's path kept while looking for it.
-const PATH_BYTES: usize = 4096;
+pub const PATH_BYTES: usize = 4096;
 
 struct Search {
     prefix: &'static [u8],
@@ -197,6 +197,19 @@ unsafe extern "C" fn visit(
     }
     search.found = true;
     1
+}
+
+/// The path of the first loaded library whose file name starts with `prefix`, NUL-terminated.
+pub fn loaded_path(prefix: &'static [u8]) -> Option<[u8; PATH_BYTES]> {
+    let mut search = Search {
+        prefix,
+        path: [0; PATH_BYTES],
+        found: false,
+    };
+    // SAFETY: `visit` only reads the loader's description and writes `search`, which outlives
+    // the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found.then_some(search.path)
 }
 
 fn find(prefix: &'static [u8], name: &CStr) -> Option<usize> {

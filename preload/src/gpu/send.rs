@@ -149,13 +149,29 @@ pub fn copy(bytes: usize, direction: u8, synchronous: bool) {
     });
 }
 
-/// A kernel (or graph) was launched: counted against this thread's launch countdown, and
-/// sampled with its stack when the countdown runs out.
+/// The id bits of a launch token ([`launch_begin`]); bit 63 says the sample stands for itself.
+const ID_MASK: u64 = (1 << 62) - 1;
+/// The id of a sampled launch when none was pushed to CUPTI.
+const NO_ID: u64 = ID_MASK;
+
+/// A kernel (or graph) launch of `func` (the kernel's or graph's handle) begins: set CUPTI up
+/// at the process's first. The first launch of each `func` is sampled standing for itself
+/// (so every kernel the process runs has a stack: `docs/design/gpu-kernel-time.md`); the
+/// others are counted against this thread's launch countdown, and sampled standing for the mean
+/// when it runs out. Around a sampled launch an id is pushed to CUPTI (when CUPTI records), so
+/// its kernels can be told. Returns what [`launch_end`] needs (0: not sampled).
 #[inline]
-pub fn launch() {
+pub fn launch_begin(call: &Call, func: usize) -> u64 {
+    if !call.outermost() {
+        return 0;
+    }
+    super::cupti::ensure();
     let mean = LAUNCH_MEAN.load(Ordering::Relaxed);
     if mean == 0 {
-        return;
+        return 0;
+    }
+    if mean > 1 && first_launch_of(func) {
+        return token(1);
     }
     let due = local::with(|l| {
         let mut left = l.launch_left.get();
@@ -170,15 +186,69 @@ pub fn launch() {
         l.launch_left.set(gap(l, mean));
         true
     });
-    if due {
-        with_stack(|tid, ts_ns, depth| {
-            let launch = GpuLaunch {
-                weight: mean,
-                depth: depth as u32,
-            };
-            Record::gpu_launch(tid, ts_ns, launch)
-        });
+    if !due {
+        return 0;
     }
+    token(mean)
+}
+
+/// A sampled launch standing for `weight` launches: its id pushed to CUPTI, and the token
+/// [`launch_end`] reads (the weight in the top bits, the id below).
+fn token(weight: u64) -> u64 {
+    let id = match super::cupti::push() {
+        0 => NO_ID,
+        id => id & ID_MASK,
+    };
+    (u64::from(weight == 1) << 63) | id
+}
+
+/// Whether this is the first launch of `func` in the process (a fixed table of the handles
+/// seen: past it, launches are only sampled by the countdown).
+fn first_launch_of(func: usize) -> bool {
+    const SLOTS: usize = 4096;
+    static SEEN: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    let key = (func as u64).max(1);
+    let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+    for i in 0..64 {
+        let Some(slot) = SEEN.get((start + i) % SLOTS) else {
+            return false;
+        };
+        match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(k) if k == key => return false,
+            Err(_) => {}
+        }
+    }
+    false
+}
+
+/// The launch [`launch_begin`] began returned (`ok`: it succeeded): the id is popped, and a
+/// sampled launch that succeeded is sent with its stack.
+#[inline]
+pub fn launch_end(token: u64, ok: bool) {
+    if token == 0 {
+        return;
+    }
+    let id = token & ID_MASK;
+    if id != NO_ID {
+        super::cupti::pop();
+    }
+    if !ok {
+        return;
+    }
+    let weight = if token >> 63 == 1 {
+        1
+    } else {
+        LAUNCH_MEAN.load(Ordering::Relaxed).max(1)
+    };
+    with_stack(|tid, ts_ns, depth| {
+        let launch = GpuLaunch {
+            weight,
+            depth: depth as u32,
+            external: if id == NO_ID { 0 } else { id },
+        };
+        Record::gpu_launch(tid, ts_ns, launch)
+    });
 }
 
 /// Launches up to and including the next sampled one: geometric with mean `mean`, so that each

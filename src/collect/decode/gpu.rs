@@ -3,7 +3,7 @@
 //! produce before anything is kept.
 
 use mlprof_wire::gpu::UNKNOWN_DEVICE;
-use mlprof_wire::{gpu_copy, gpu_space, Kind, Record};
+use mlprof_wire::{gpu_copy, gpu_space, GpuKernel, Kind, Record};
 
 use super::{Decoder, Pending, MAX_RECORD_BYTES};
 use crate::collect::gpu_calls::Call;
@@ -47,6 +47,7 @@ impl Decoder {
                 let call = Call::Launch {
                     tid: r.tid,
                     launches: l.weight,
+                    external: l.external,
                     t_ns,
                 };
                 valid.then_some((call, l.depth))
@@ -67,6 +68,49 @@ impl Decoder {
         };
         if depth == 0 {
             self.finish_pending();
+        }
+    }
+}
+
+impl Decoder {
+    /// A kernel-trace record ([`Kind::GpuKernel`], [`Kind::GpuCorrelation`],
+    /// [`Kind::GpuKernelName`], [`Kind::GpuTrace`]); times made relative to `launch_ns`.
+    pub(super) fn gpu_kernels(&mut self, r: &Record, launch_ns: u64) {
+        let t_ns = r.ts_ns.saturating_sub(launch_ns);
+        let valid = match Kind::from_u16(r.kind) {
+            Some(Kind::GpuKernel) => r.as_gpu_kernel().is_some_and(|k| {
+                let k = GpuKernel {
+                    start_ns: k.start_ns.saturating_sub(launch_ns),
+                    end_ns: k.end_ns.saturating_sub(launch_ns),
+                    ..k
+                };
+                self.out.gpu.kernel(&k)
+            }),
+            Some(Kind::GpuCorrelation) => r
+                .as_gpu_correlation()
+                .map(|c| self.out.gpu.correlation(c))
+                .is_some(),
+            Some(Kind::GpuKernelName) => r
+                .as_gpu_kernel_name()
+                .map(|(key, len)| {
+                    self.pending = Pending::KernelName {
+                        key,
+                        len,
+                        bytes: Vec::with_capacity(len),
+                    };
+                    if len == 0 {
+                        self.finish_pending();
+                    }
+                })
+                .is_some(),
+            Some(Kind::GpuTrace) => r
+                .as_gpu_trace()
+                .map(|(state, detail)| self.out.gpu.kernel_trace(state, detail, t_ns))
+                .is_some(),
+            _ => false,
+        };
+        if !valid {
+            self.out.malformed += 1;
         }
     }
 }
@@ -113,6 +157,7 @@ mod tests {
                 GpuLaunch {
                     weight: 16,
                     depth: 0,
+                    external: 0,
                 },
             ),
             0,
@@ -140,6 +185,7 @@ mod tests {
                 GpuLaunch {
                     weight: 0,
                     depth: 0,
+                    external: 0,
                 },
             ),
             0,

@@ -21,6 +21,48 @@ pub struct ProcessGpuCalls {
     /// the rest (absent without NVML readings of the process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml: Option<NvmlSplit>,
+    /// The GPU's account of the kernels the process ran (CUPTI; absent when it launched
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<ProcessKernels>,
+}
+
+/// The kernels a process ran on its GPUs, by CUPTI's account (exact: every kernel).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessKernels {
+    /// `on` (kernel time recorded), `no_cupti` (no CUPTI library beside the process's CUDA
+    /// libraries), `failed` (CUPTI refused) or `program_owns` (the program took CUPTI for a
+    /// profiler of its own, and recording stopped then).
+    pub state: String,
+    /// Why kernel time is missing or partial, in words (empty when it is whole).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+    /// Device seconds of every kernel recorded.
+    pub gpu_kernel_s: f64,
+    /// Of it, the kernels of names no sampled launch ran (no line holds them).
+    #[serde(default)]
+    pub unattributed_s: f64,
+    /// Kernels recorded.
+    pub kernels: u64,
+    /// Activity records CUPTI dropped (buffers full): kernel time is missing for them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_records: u64,
+    /// The kernels that took most device time, most first (at most 10).
+    pub top: Vec<KernelShare>,
+}
+
+/// Kernels of one name (on one device, or on a line).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelShare {
+    /// The kernel's name as CUPTI gives it (mangled C++ names as they are).
+    pub name: String,
+    /// The device (absent when summed over devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    /// Device seconds.
+    pub gpu_s: f64,
+    /// Kernels.
+    pub kernels: u64,
 }
 
 /// Every byte NVML reported for a process at its highest, accounted for.
@@ -102,6 +144,13 @@ pub struct GpuLineCalls {
     /// Kernel (and graph) launches (estimated from a sample of them).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpu_launches: u64,
+    /// Device seconds of the kernels the line launched ("GPU time": CUPTI's start and end of
+    /// each kernel, estimated from the sampled launches; absent without CUPTI).
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub gpu_kernel_s: f64,
+    /// How many kernels those were (estimated likewise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_kernels: u64,
     /// Seconds threads waited for the GPU here (stream, event and device synchronisations,
     /// synchronous copies): part of `cpu_system_s`.
     #[serde(default, skip_serializing_if = "is_zero_s")]
@@ -122,6 +171,8 @@ impl GpuLineCalls {
         self.gpu_d2h_bytes += other.gpu_d2h_bytes;
         self.gpu_d2d_bytes += other.gpu_d2d_bytes;
         self.gpu_launches += other.gpu_launches;
+        self.gpu_kernel_s += other.gpu_kernel_s;
+        self.gpu_kernels += other.gpu_kernels;
         self.gpu_wait_s += other.gpu_wait_s;
     }
 

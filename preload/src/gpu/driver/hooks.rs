@@ -264,22 +264,25 @@ driver_hooks! {
     fn cuLaunchKernel / handed_cuLaunchKernel [LaunchKernel, "cuLaunchKernel", 4000]
         (func: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint,
          bz: c_uint, shared: c_uint, s: Stream, params: Params, extra: Params) |f, call| {
+        let token = send::launch_begin(&call, func as usize);
         // SAFETY: forwarded as given.
         let r = unsafe { f(func, gx, gy, gz, bx, by, bz, shared, s, params, extra) };
-        launched(r, &call)
+        launched(r, token)
     }
 
     /// `cuLaunchKernelEx` (launches with attributes).
     fn cuLaunchKernelEx / handed_cuLaunchKernelEx [LaunchKernelEx, "cuLaunchKernelEx", 11060]
         (config: *const c_void, func: *mut c_void, params: Params, extra: Params) |f, call| {
+        let token = send::launch_begin(&call, func as usize);
         // SAFETY: forwarded as given.
-        launched(unsafe { f(config, func, params, extra) }, &call)
+        launched(unsafe { f(config, func, params, extra) }, token)
     }
 
     /// `cuGraphLaunch`: counted as one launch.
     fn cuGraphLaunch / handed_cuGraphLaunch [GraphLaunch, "cuGraphLaunch", 10000]
         (exec: *mut c_void, s: Stream) |f, call| {
+        let token = send::launch_begin(&call, exec as usize);
         // SAFETY: forwarded as given.
-        launched(unsafe { f(exec, s) }, &call)
+        launched(unsafe { f(exec, s) }, token)
     }
 }

@@ -167,11 +167,10 @@ fn copied(r: c_int, call: &send::Call, bytes: usize, direction: u8, synchronous:
     r
 }
 
-/// What a launch returned: counted when it succeeded and is the outermost call.
-fn launched(r: c_int, call: &send::Call) -> c_int {
-    if r == SUCCESS && call.outermost() {
-        send::launch();
-    }
+/// What a launch returned (`token` from `send::launch_begin`): a sampled launch is sent when
+/// it succeeded.
+fn launched(r: c_int, token: u64) -> c_int {
+    send::launch_end(token, r == SUCCESS);
     r
 }
 
