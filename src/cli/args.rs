@@ -294,6 +294,9 @@ pub(super) struct RunArgs {
     /// Do not poll the GPU.
     #[arg(long)]
     pub(super) no_gpu: bool,
+    /// Do not record GPU kernel time (CUPTI is then never loaded into the program).
+    #[arg(long)]
+    pub(super) no_gpu_time: bool,
     /// GPU polls per second (NVML), 1 to 100.
     #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = gpu_rate)]
     pub(super) gpu_rate: f64,

@@ -215,6 +215,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         memory_sample_bytes: args.memory_sample_bytes,
         copy_sample_bytes: args.copy_sample_bytes,
         follow: !args.no_follow,
+        gpu_time: !args.no_gpu_time,
     };
     let gpu = collect::gpu::GpuPoller::start(
         &collect::gpu::GpuOptions {

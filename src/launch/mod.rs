@@ -42,6 +42,8 @@ pub struct Sampling {
     pub copy_sample_bytes: u64,
     /// Profile children too (fork children and programs the command runs).
     pub follow: bool,
+    /// Record GPU kernel time with CUPTI (`--no-gpu-time` turns it off).
+    pub gpu_time: bool,
 }
 
 /// A running profiled command.
@@ -92,6 +94,9 @@ pub fn spawn(
         );
     if !sampling.follow {
         cmd.env(var(mlprof_wire::ENV_NO_FOLLOW), "1");
+    }
+    if !sampling.gpu_time {
+        cmd.env(var(mlprof_wire::ENV_GPU_KERNELS), "0");
     }
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(

@@ -540,6 +540,7 @@ mod tests {
                 ..GpuLaunchTotal::default()
             }],
             unmatched_frees: 2,
+            kernels: Default::default(),
         };
         let span = RegionSpan {
             id: 1,

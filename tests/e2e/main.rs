@@ -19,6 +19,7 @@ mod gpu;
 mod gpu_calls;
 mod gpu_driver;
 mod gpu_growth;
+mod gpu_kernels;
 mod gpu_regions;
 mod hints;
 mod hostile;

@@ -207,7 +207,7 @@ fn under(doc: &mut Doc, layout: &Layout, line: &LineStats, whole: f64) {
         .or_else(|| layout.end_of(LINE))
         .unwrap_or(0);
     let lead = |share: &str| format!("{}   ", pad(share, at, true));
-    if let Some(row) = super::super::gpu_text::line_row(&m.gpu_calls) {
+    if let Some(row) = super::super::gpu_text::line_row(&m.gpu_calls, &m.gpu_kernel_names) {
         doc.wrap(Tone::Plain, at + 3, &row, at + 5);
     }
     if m.waiting_for_workers_s >= MIN_SHARE * whole {

@@ -1,0 +1,205 @@
+//! GPU kernel time per line, without a GPU: the fake CUDA runtime tells a fake CUPTI
+//! (`tests/fake-cuda/fake_cupti.c`, the activity API as CUPTI's headers define it) of every
+//! kernel it "runs", with the name and device time the script set, so every figure is known by
+//! construction (`tests/scripts/gpu_kernels.py`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use mlprof::model::profile::{GpuLineCalls, LineStats, ProcessKernels, Profile};
+
+use crate::cpu::{line, markers};
+use crate::fixture::{self, os};
+
+const SCRIPT: &str = "gpu_kernels.py";
+
+/// Build `source` (in tests/fake-cuda) into `out` with `args` after it.
+fn cc(out: &Path, source: &str, args: &[&str]) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let src = fixture::root().join("tests/fake-cuda");
+    let built = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra"])
+        .args(args.iter().filter(|a| a.starts_with("-Wl,-soname")))
+        .arg("-o")
+        .arg(out)
+        .arg(src.join(source))
+        .args(args.iter().filter(|a| !a.starts_with("-Wl,-soname")))
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(built.success(), "{source} compiles");
+}
+
+/// The fake runtime and a framework linked against it in a directory of their own, with the
+/// fake CUPTI beside them (as the `nvidia-cuda-cupti` wheel puts it) when `cupti`, and the
+/// program's own profiler linked against it: (framework, profiler).
+fn libraries(cupti: bool) -> &'static (PathBuf, PathBuf) {
+    static WITH: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    static WITHOUT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    let cell = if cupti { &WITH } else { &WITHOUT };
+    cell.get_or_init(|| {
+        let dir = fixture::tempdir();
+        let map = fixture::root().join("tests/fake-cuda/fake_cudart.map");
+        let runtime = dir.join("libcudart.so.13");
+        let script = format!("-Wl,--version-script={}", map.display());
+        cc(
+            &runtime,
+            "fake_cudart.c",
+            &["-Wl,-soname,libcudart.so.13", &script],
+        );
+        let framework = dir.join("libfakeframework.so");
+        let rt = runtime.to_str().unwrap();
+        cc(&framework, "fake_framework.c", &[rt, "-Wl,-rpath,$ORIGIN"]);
+        let profiler = dir.join("libfakeprofiler.so");
+        if cupti {
+            let lib = dir.join("libcupti.so.13");
+            cc(&lib, "fake_cupti.c", &["-Wl,-soname,libcupti.so.13"]);
+            let lib = lib.to_str().unwrap();
+            cc(&profiler, "fake_profiler.c", &[lib, "-Wl,-rpath,$ORIGIN"]);
+        }
+        (framework, profiler)
+    })
+}
+
+fn at<'p>(p: &'p Profile, script: &str, name: &str) -> &'p LineStats {
+    line(p, script, markers(script)[name])
+}
+
+fn kernels(p: &Profile) -> &ProcessKernels {
+    p.processes[0]
+        .gpu_calls
+        .as_ref()
+        .and_then(|g| g.kernels.as_ref())
+        .expect("the process says how its kernels were recorded")
+}
+
+/// Run the script under mlprof and without it: the profile, and both standard outputs.
+fn profiled(script: &str, args: &[&Path], env: &[(&str, &str)]) -> (fixture::Run, String, String) {
+    let py = fixture::pythons().last().unwrap();
+    let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+    let run = fixture::profile_script(py, script, &args, env);
+    let plain = Command::new(&py.exe)
+        .arg(fixture::script(script))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    let ours = String::from_utf8_lossy(&run.output.stdout).into_owned();
+    (
+        run,
+        ours,
+        String::from_utf8_lossy(&plain.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn kernel_time_goes_exactly_to_the_lines_that_launched_the_kernels() {
+    let (framework, _) = libraries(true);
+    let (run, ours, plain) = profiled(SCRIPT, &[framework], &[("MLPROF_GPU_LAUNCH_SAMPLE", "1")]);
+    assert_eq!(ours, plain, "the program's output is its own");
+    let p = &run.profile;
+    // Every launch sampled: every figure exact.
+    for (name, seconds, count, kernel) in [
+        ("small", 0.3, 3000, "gemm_small"),
+        ("large", 0.4, 20, "attention_large"),
+        ("shared", 0.1, 1000, "gemm_small"),
+    ] {
+        let l = at(p, SCRIPT, name);
+        let g: &GpuLineCalls = &l.measures.gpu_calls;
+        assert!(
+            (g.gpu_kernel_s - seconds).abs() < 1e-6 && g.gpu_kernels == count,
+            "@{name}: {g:?}"
+        );
+        let names = &l.measures.gpu_kernel_names;
+        assert_eq!(names.len(), 1, "@{name}: {names:?}");
+        assert_eq!(names[0].name, kernel);
+    }
+    assert_eq!(at(p, SCRIPT, "sync").measures.gpu_calls.gpu_kernel_s, 0.0);
+    let k = kernels(p);
+    assert_eq!((k.state.as_str(), k.kernels), ("on", 4020), "{k:?}");
+    assert!((k.gpu_kernel_s - 0.8).abs() < 1e-6, "{k:?}");
+    assert_eq!(k.unattributed_s, 0.0, "{k:?}");
+    assert_eq!(k.top[0].name, "attention_large", "most device time first");
+    // The text report shows the line's GPU time and its kernel.
+    let text = mlprof::render::text::render(p);
+    assert!(text.contains("attention_large"), "{text}");
+}
+
+#[test]
+fn sampled_launches_share_each_kernels_exact_time_among_its_lines() {
+    // The default: one launch in 64, and the first of every kernel. A kernel launched from one
+    // line is that line's whole, however few its launches (@large: 20); one launched from two
+    // lines is shared in proportion to their samples, its total exact.
+    let (framework, _) = libraries(true);
+    let (run, _, _) = profiled(SCRIPT, &[framework], &[]);
+    let p = &run.profile;
+    let g = |name| at(p, SCRIPT, name).measures.gpu_calls;
+    let large = g("large");
+    assert!(
+        (large.gpu_kernel_s - 0.4).abs() < 1e-6 && large.gpu_kernels == 20,
+        "{large:?}"
+    );
+    let (small, shared) = (g("small"), g("shared"));
+    assert!(
+        (small.gpu_kernel_s + shared.gpu_kernel_s - 0.4).abs() < 1e-6,
+        "{small:?} {shared:?}"
+    );
+    // @small's share of `gemm_small` is 3/4, drawn from about 4000/64 launch samples: four
+    // standard deviations of a share of that many, of the name's 0.4 s.
+    let sd = 0.4 * (0.75f64 * 0.25 / (4000.0 / 64.0)).sqrt();
+    assert!(
+        (small.gpu_kernel_s - 0.3).abs() <= 4.0 * sd,
+        "@small {:.3} s of 0.3 (sd {sd:.3})",
+        small.gpu_kernel_s
+    );
+    let k = kernels(p);
+    assert!(
+        (k.gpu_kernel_s - 0.8).abs() < 1e-6 && k.unattributed_s == 0.0,
+        "{k:?}"
+    );
+}
+
+#[test]
+fn without_cupti_or_when_turned_off_the_report_says_why() {
+    let (framework, _) = libraries(false);
+    let (run, ours, plain) = profiled(SCRIPT, &[framework], &[]);
+    assert_eq!(ours, plain);
+    let k = kernels(&run.profile);
+    assert_eq!(k.state, "no_cupti", "{k:?}");
+    assert!(k.note.contains("CUPTI"), "{k:?}");
+    assert!(
+        run.profile
+            .lines
+            .iter()
+            .all(|l| l.measures.gpu_calls.gpu_kernel_s == 0.0),
+        "no line has GPU time without CUPTI"
+    );
+    let text = mlprof::render::text::render(&run.profile);
+    assert!(text.contains("no CUPTI library"), "{text}");
+    // Asked not to (`--no-gpu-time`): CUPTI is never looked for.
+    let (with, _) = libraries(true);
+    let py = fixture::pythons().last().unwrap();
+    let script = fixture::script(SCRIPT);
+    let argv = [os(&py.exe), os(&script), os(with)];
+    let run = fixture::profile_args(&["--no-gpu-time"], &argv, &[]);
+    let calls = run.profile.processes[0].gpu_calls.as_ref().unwrap();
+    assert!(calls.kernels.is_none(), "{:?}", calls.kernels);
+}
+
+#[test]
+fn a_program_that_takes_cupti_for_its_own_profiler_keeps_it() {
+    let script = "gpu_own_profiler.py";
+    let (framework, profiler) = libraries(true);
+    let (run, ours, plain) = profiled(script, &[framework, profiler], &[]);
+    assert_eq!(plain.trim(), "own profiler saw 300 kernels");
+    assert_eq!(ours, plain, "its profiler sees what it sees without mlprof");
+    let p = &run.profile;
+    let k = kernels(p);
+    assert_eq!(k.state, "program_owns", "{k:?}");
+    assert!(k.note.contains("profiler of its own"), "{k:?}");
+    // The kernels before it took CUPTI are counted, on their line.
+    assert_eq!(k.kernels, 500, "{k:?}");
+    let before = at(p, script, "before").measures.gpu_calls;
+    assert!((before.gpu_kernel_s - 0.005).abs() < 1e-6, "{before:?}");
+    assert_eq!(at(p, script, "after").measures.gpu_calls.gpu_kernel_s, 0.0);
+}
