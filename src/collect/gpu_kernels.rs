@@ -226,3 +226,86 @@ impl<K: Eq + Hash + Copy, V> Bounded<K, V> {
         self.map.get(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(start: u64, end: u64, correlation: u32, name: u64) -> GpuKernel {
+        GpuKernel {
+            start_ns: start,
+            end_ns: end,
+            device: 0,
+            stream: 7,
+            correlation,
+            name,
+        }
+    }
+
+    #[test]
+    fn kernels_of_sampled_launches_are_joined_through_their_correlation() {
+        let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
+        s.launch(11, 1, &vec![(3, 4)], 64, 100, 0);
+        s.launch(0, 1, &vec![(5, 6)], 64, 110, 0); // carried no id: never joined
+        s.correlation(11, 900);
+        s.correlation(12, 901); // an id no launch sample carried
+        s.name(&mut out, 0xa, b"gemm");
+        assert!(s.kernel(&mut out, &kernel(1000, 1500, 900, 0xa)));
+        // A graph launch: many kernels under one call.
+        assert!(s.kernel(&mut out, &kernel(1500, 1700, 900, 0xb)));
+        assert!(s.kernel(&mut out, &kernel(2000, 2100, 901, 0xa)));
+        assert!(s.kernel(&mut out, &kernel(2100, 2200, 77, 0xa))); // not sampled
+        s.name(&mut out, 0xb, b"relu");
+        // Nonsense is refused and counts nowhere.
+        assert!(!s.kernel(&mut out, &kernel(3000, 2000, 900, 0xa)));
+        assert!(!s.kernel(&mut out, &kernel(0, MAX_KERNEL_NS + 1, 900, 0xa)));
+        let gemm = out.all.iter().find(|k| out.name(k.name) == "gemm").unwrap();
+        assert_eq!((gemm.kernels, gemm.device_ns), (3, 700));
+        let relu = out.all.iter().find(|k| out.name(k.name) == "relu").unwrap();
+        assert_eq!((relu.kernels, relu.device_ns), (1, 200));
+        // The sampled launch's kernels stand for its weight, under its stack.
+        let mut rows: Vec<_> = out
+            .sampled
+            .iter()
+            .map(|r| (out.name(r.name), r.frames.clone(), r.kernels, r.device_ns))
+            .collect();
+        rows.sort();
+        assert_eq!(
+            rows,
+            vec![
+                ("gemm", vec![(3, 4)], 64, 500 * 64),
+                ("relu", vec![(3, 4)], 64, 200 * 64),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_are_bounded_and_the_first_told_is_kept() {
+        let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
+        for key in 1..=(MAX_NAMES as u64 + 10) {
+            assert!(s.kernel(&mut out, &kernel(0, 10, 1, key)));
+        }
+        assert_eq!(out.names.len(), MAX_NAMES + 1);
+        assert_eq!(out.names[MAX_NAMES], OTHER_KERNELS);
+        let other = out.all.iter().find(|k| k.name == MAX_NAMES as u32).unwrap();
+        assert_eq!(other.kernels, 10);
+        s.name(&mut out, 1, b"first");
+        s.name(&mut out, 1, b"second");
+        assert_eq!(out.name(0), "first");
+    }
+
+    #[test]
+    fn waiting_launches_are_bounded() {
+        let mut s = KernelStore::default();
+        for id in 1..=(MAX_PENDING as u64 + 100) {
+            s.launch(id, 1, &vec![(1, 1)], 1, 0, 0);
+        }
+        assert_eq!(s.launches.map.len(), MAX_PENDING);
+        assert!(s.launches.get(&1).is_none(), "the oldest went first");
+        assert!(s.launches.get(&(MAX_PENDING as u64 + 100)).is_some());
+        for id in 1..=(MAX_PENDING as u64 * 3) {
+            s.correlation(id, id as u32);
+        }
+        assert!(s.launches.order.len() <= 2 * MAX_PENDING);
+    }
+}

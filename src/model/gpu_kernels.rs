@@ -169,3 +169,95 @@ fn sort(v: &mut [KernelShare]) {
             .then_with(|| a.device.cmp(&b.device))
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{GpuKernelSum, GpuKernelTotal};
+
+    fn kernels() -> GpuKernels {
+        let row = |frames: Vec<(u32, i32)>, name, kernels, device_ns| GpuKernelTotal {
+            tid: 1,
+            frames,
+            device: 0,
+            name,
+            kernels,
+            device_ns,
+            ..GpuKernelTotal::default()
+        };
+        GpuKernels {
+            names: vec!["gemm".into(), "relu".into(), "copy".into()],
+            // gemm: 4000 kernels, 0.4 s; relu: 20, 0.4 s; copy: 7, 1 ms, never sampled.
+            all: vec![
+                GpuKernelSum {
+                    device: 0,
+                    name: 0,
+                    kernels: 4000,
+                    device_ns: 400_000_000,
+                },
+                GpuKernelSum {
+                    device: 0,
+                    name: 1,
+                    kernels: 20,
+                    device_ns: 400_000_000,
+                },
+                GpuKernelSum {
+                    device: 0,
+                    name: 2,
+                    kernels: 7,
+                    device_ns: 1_000_000,
+                },
+            ],
+            // Samples: gemm 48 x 64 from line a, 16 x 64 from line b; relu once, itself.
+            sampled: vec![
+                row(vec![(1, 1)], 0, 48 * 64, 48 * 64 * 100_000),
+                row(vec![(1, 2)], 0, 16 * 64, 16 * 64 * 100_000),
+                row(vec![(1, 3)], 1, 1, 20_000_000),
+            ],
+            state: Some((gpu_trace::ON, 130202)),
+            ..GpuKernels::default()
+        }
+    }
+
+    #[test]
+    fn each_kernels_exact_time_is_shared_among_the_lines_that_ran_it() {
+        let k = kernels();
+        let got: Vec<(Vec<(u32, i32)>, f64, u64)> = rows(&k)
+            .map(|(frames, _, g, _)| (frames.to_vec(), g.gpu_kernel_s, g.gpu_kernels))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (vec![(1, 1)], 0.3, 3000),
+                (vec![(1, 2)], 0.1, 1000),
+                (vec![(1, 3)], 0.4, 20), // one sample of it: all of it
+            ]
+        );
+        let p = process(&k).unwrap();
+        assert_eq!((p.state.as_str(), p.kernels), ("on", 4027));
+        assert!((p.gpu_kernel_s - 0.801).abs() < 1e-12);
+        assert!(
+            (p.unattributed_s - 0.001).abs() < 1e-12,
+            "copy ran on no line"
+        );
+        assert_eq!(p.top[0].name, "gemm"); // ties by name
+        assert!(p.note.is_empty());
+    }
+
+    #[test]
+    fn the_state_is_told_in_words() {
+        let mut k = kernels();
+        k.state = Some((gpu_trace::PROGRAM_OWNS, 0));
+        k.taken_ns = Some(2_500_000_000);
+        k.dropped = 12;
+        let p = process(&k).unwrap();
+        assert_eq!(p.state, "program_owns");
+        assert!(
+            p.note.contains("at 2.50 s") && p.note.contains("dropped 12"),
+            "{p:?}"
+        );
+        k.state = Some((gpu_trace::FAILED, 35));
+        assert!(process(&k).unwrap().note.contains("error 35"));
+        assert!(process(&GpuKernels::default()).is_none());
+    }
+}

@@ -244,4 +244,66 @@ mod tests {
             .collect();
         assert_eq!(rows, [(10, 100, 100), (20, 200, 210), (10, 300, 300)]);
     }
+
+    #[test]
+    fn kernel_records_are_joined_named_and_put_on_the_launch_clock() {
+        use mlprof_wire::{gpu_trace, GpuCorrelation, GpuKernel, DATA_BYTES};
+        let mut d = Decoder::default();
+        let launch = GpuLaunch {
+            weight: 1,
+            depth: 1,
+            external: 5,
+        };
+        d.feed(&Record::gpu_launch(7, 1_100, launch), 1_000);
+        d.feed(
+            &Record::frames(
+                7,
+                &[Frame {
+                    code_id: 3,
+                    lasti: 4,
+                }],
+            ),
+            1_000,
+        );
+        d.feed(&Record::gpu_trace(9, 1_150, gpu_trace::ON, 130202), 1_000);
+        let c = GpuCorrelation {
+            external: 5,
+            correlation: 42,
+        };
+        d.feed(&Record::gpu_correlation(9, 1_200, c), 1_000);
+        let name = b"a_kernel_whose_name_takes_more_than_one_data_record";
+        d.feed(
+            &Record::gpu_kernel_name(9, 1_200, 0xfeed, name.len()),
+            1_000,
+        );
+        for chunk in name.chunks(DATA_BYTES) {
+            let mut bytes = [0u8; DATA_BYTES];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            d.feed(&Record::data(&bytes), 1_000);
+        }
+        let k = GpuKernel {
+            start_ns: 1_300,
+            end_ns: 1_800,
+            device: 1,
+            stream: 2,
+            correlation: 42,
+            name: 0xfeed,
+        };
+        d.feed(&Record::gpu_kernel(9, 2_000, k), 1_000);
+        // Nonsense: a kernel ending before it began, a state that does not exist.
+        let backwards = GpuKernel { end_ns: 1_000, ..k };
+        d.feed(&Record::gpu_kernel(9, 2_000, backwards), 1_000);
+        d.feed(&Record::gpu_trace(9, 2_000, 77, 0), 1_000);
+        d.finish_pending();
+        assert_eq!(d.out.malformed, 2);
+        let kernels = d.out.gpu.take().kernels;
+        assert_eq!(kernels.state, Some((gpu_trace::ON, 130202)));
+        assert_eq!(kernels.name(0), String::from_utf8_lossy(name));
+        assert_eq!((kernels.all[0].kernels, kernels.all[0].device_ns), (1, 500));
+        let row = &kernels.sampled[0];
+        assert_eq!(
+            (row.frames.as_slice(), row.device, row.first_ns),
+            (&[(3, 4)][..], 1, 100)
+        );
+    }
 }
