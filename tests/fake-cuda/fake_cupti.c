@@ -9,6 +9,7 @@
  * by construction: a kernel's device time is the duration the runtime was told. Not
  * thread-safe: the tests launch from one thread. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -157,6 +158,17 @@ CUptiResult cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t
 
 static void put32(uint8_t *r, size_t at, uint32_t v) { memcpy(r + at, &v, 4); }
 static void put64(uint8_t *r, size_t at, uint64_t v) { memcpy(r + at, &v, 8); }
+
+void fake_cupti_kernel(const char *name, uint64_t ns, uint32_t device, uint32_t stream);
+
+/* Loaded: tell the fake runtime, if the process has it, where to tell its kernels. */
+__attribute__((constructor)) static void tell_runtime(void) {
+    void *rt = dlopen("libcudart.so.13", RTLD_NOLOAD | RTLD_LAZY);
+    if (!rt) return;
+    void (*set)(void *) = (void (*)(void *))dlsym(rt, "fake_cuda_set_cupti");
+    if (set) set((void *)fake_cupti_kernel);
+    dlclose(rt);
+}
 
 /* The fake runtime launched kernel `name` of `ns` of device time on `device`'s `stream`: its
  * records, as real CUPTI writes them for the enabled kinds. Kernels run one after another

@@ -490,10 +490,14 @@ mod names {
             let Some(slot) = SEEN.get((start + i) % SLOTS) else {
                 return true;
             };
-            match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(k) if k == key => return false,
-                Err(_) => {}
+            match slot.load(Ordering::Acquire) {
+                k if k == key => return false,
+                0 => match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return true,
+                    Err(k) if k == key => return false,
+                    Err(_) => {}
+                },
+                _ => {}
             }
         }
         true

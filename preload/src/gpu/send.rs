@@ -213,10 +213,16 @@ fn first_launch_of(func: usize) -> bool {
         let Some(slot) = SEEN.get((start + i) % SLOTS) else {
             return false;
         };
-        match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return true,
-            Err(k) if k == key => return false,
-            Err(_) => {}
+        // A plain load first: a kernel seen before costs no locked instruction (launching
+        // threads share the table).
+        match slot.load(Ordering::Acquire) {
+            k if k == key => return false,
+            0 => match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(k) if k == key => return false,
+                Err(_) => {}
+            },
+            _ => {}
         }
     }
     false
