@@ -100,6 +100,31 @@ function gpuTimeline() {
   add("text", { x: W - 100, y: H - 4 }, secs(tMax));
 }
 
+// Each process's kernels by CUPTI's account: its GPU time, its top kernels, and why GPU time
+// is missing or partial.
+function gpuKernels() {
+  const box = $("gpu-kernels");
+  for (const p of P.processes) {
+    const k = p.gpu_calls && p.gpu_calls.kernels;
+    if (!k) continue;
+    $("gpu-kernels-part").hidden = false;
+    const head = k.state === "on" || k.kernels > 0
+      ? `pid ${p.pid}: GPU time ${secs(k.gpu_kernel_s)} in ${k.kernels} kernels` +
+        (k.unattributed_s > 0 ? `, ${secs(k.unattributed_s)} of it in kernels no sampled launch ran` : "")
+      : `pid ${p.pid}: no GPU time`;
+    box.append(el("p", {}, head, k.note ? ` (${k.note})` : ""));
+    if (!k.top.length) continue;
+    const t = el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "GPU time"), el("th", {}, "kernels"), el("th", {}, "device"), el("th", { class: "src" }, "kernel"))));
+    const body = el("tbody");
+    for (const s of k.top) {
+      body.append(el("tr", {}, el("td", {}, secs(s.gpu_s)), el("td", {}, String(s.kernels)),
+        el("td", {}, s.device === undefined ? "" : String(s.device)), el("td", { class: "src" }, s.name)));
+    }
+    t.append(body);
+    box.append(t);
+  }
+}
+
 // Device memory held through CUDA calls (exact, from the calls): one step line per process and
 // device, its peak marked; dashed after the last call (held from then on, while the process
 // lived).
@@ -146,6 +171,9 @@ const mappedLines = P.lines.some((l) => (l.mapped_peak_bytes || 0) > 0);
 // What CUDA calls did per line (absent fields are 0): columns only when some line made calls.
 const gpuCopied = (l) => (l.gpu_h2d_bytes || 0) + (l.gpu_d2h_bytes || 0) + (l.gpu_d2d_bytes || 0);
 const callLines = P.lines.some((l) => (l.gpu_reserved_bytes || 0) > 0 || gpuCopied(l) > 0 || (l.gpu_wait_s || 0) > 0 || (l.gpu_launches || 0) > 0);
+// The device time of the kernels each line launched (CUPTI): a column only when some line has it.
+const kernelLines = P.lines.some((l) => (l.gpu_kernel_s || 0) > 0);
+const kernelNames = (l) => (l.gpu_kernel_names || []).map((k) => `${k.name}: ${secs(k.gpu_s)} in ${k.kernels} kernels`).join("\n");
 
 function lines() {
   const box = $("lines");
@@ -153,7 +181,7 @@ function lines() {
   const heldMax = Math.max(1, ...P.lines.map((l) => l.peak_bytes));
   const byFile = new Map();
   for (const l of P.lines) {
-    const calls = (l.gpu_reserved_bytes || 0) + gpuCopied(l) + (l.gpu_launches || 0) + (l.gpu_pinned_bytes || 0) > 0;
+    const calls = (l.gpu_reserved_bytes || 0) + gpuCopied(l) + (l.gpu_launches || 0) + (l.gpu_pinned_bytes || 0) + (l.gpu_kernel_s || 0) > 0;
     if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0 && !(l.mapped_peak_bytes > 0) && !calls) continue;
     if (!byFile.has(l.file)) byFile.set(l.file, []);
     byFile.get(l.file).push(l);
@@ -165,11 +193,13 @@ function lines() {
     ...(mappedLines ? [(l) => l.mapped_peak_bytes || 0] : []), (l) => l.copy_bytes,
     ...(rankLines ? [(l) => (l.ranks ? l.ranks.max_s - l.ranks.median_s : 0)] : []),
     (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []),
+    ...(kernelLines ? [(l) => l.gpu_kernel_s || 0] : []),
     ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
   const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
     ...(mappedLines ? ["mapped at its peak"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
+    ...(kernelLines ? ["GPU time"] : []),
     ...(callLines ? ["GPU held at its peak", "GPU reserved", "GPU copied", "GPU wait", "kernel launches"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
@@ -208,6 +238,7 @@ function lineRows(l, whole, heldMax, scale) {
     ...(rankLines ? [el("td", {}, l.ranks ? `${secs(l.ranks.median_s)} / ${secs(l.ranks.max_s)} (rank ${l.ranks.max_rank})` : "")] : []),
     el("td", {}, leak),
     ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
+    ...(kernelLines ? [el("td", { title: kernelNames(l) }, secs(l.gpu_kernel_s || 0))] : []),
     ...(callLines ? [el("td", {}, bytes(l.gpu_peak_bytes || 0)), el("td", {}, bytes(l.gpu_reserved_bytes || 0)),
       el("td", { title: `host→device ${bytes(l.gpu_h2d_bytes || 0)}, device→host ${bytes(l.gpu_d2h_bytes || 0)}, device→device ${bytes(l.gpu_d2d_bytes || 0)}` }, bytes(gpuCopied(l))),
       el("td", {}, secs(l.gpu_wait_s || 0)), el("td", {}, String(l.gpu_launches || 0))] : []),
@@ -215,7 +246,7 @@ function lineRows(l, whole, heldMax, scale) {
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (callLines ? 5 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (kernelLines ? 1 : 0) + (callLines ? 5 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }
@@ -362,6 +393,7 @@ function ranks() {
 timeline();
 gpuTimeline();
 gpuHeld();
+gpuKernels();
 ranks();
 processChooser();
 showProcess("");

@@ -203,3 +203,46 @@ fn a_program_that_takes_cupti_for_its_own_profiler_keeps_it() {
     assert!((before.gpu_kernel_s - 0.005).abs() < 1e-6, "{before:?}");
     assert_eq!(at(p, script, "after").measures.gpu_calls.gpu_kernel_s, 0.0);
 }
+
+#[test]
+fn the_html_page_carries_gpu_time_and_shows_its_column_and_kernels() {
+    let (framework, _) = libraries(true);
+    let py = fixture::pythons().last().unwrap();
+    let out = fixture::mlprof()
+        .args(["run", "--html", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(SCRIPT))
+        .arg(framework)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8(out.stdout).unwrap();
+    let doc = scraper::Html::parse_document(&page);
+    let json = scraper::Selector::parse("script[type='application/json']").unwrap();
+    let embedded = doc.select(&json).next().expect("the embedded profile");
+    let p: serde_json::Value = serde_json::from_str(&embedded.inner_html()).unwrap();
+    let large = markers(SCRIPT)["large"];
+    let line = p["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line"] == large)
+        .expect("@large in the page's profile");
+    let seconds = line["gpu_kernel_s"].as_f64().unwrap_or(0.0);
+    assert!((seconds - 0.4).abs() < 1e-6, "{line}");
+    assert_eq!(line["gpu_kernel_names"][0]["name"], "attention_large");
+    let kernels = &p["processes"][0]["gpu_calls"]["kernels"];
+    assert_eq!(kernels["state"], "on", "{kernels}");
+    // The page's code draws the column and the process's kernels from those fields.
+    for drawn in [
+        "GPU time (kernels, by CUPTI)",
+        "\"GPU time\"",
+        "gpu_kernel_names",
+    ] {
+        assert!(page.contains(drawn), "{drawn}");
+    }
+}

@@ -53,6 +53,12 @@ fn a_pytorch_job_is_reported_on_its_own_lines() {
             "tree {what} peak {tree} vs the largest process's {largest}"
         );
     }
+    // On the CPU no kernel is launched, so CUPTI is never looked for (set up at the first
+    // launch): no process says how its kernels were recorded.
+    for q in &p.processes {
+        let kernels = q.gpu_calls.as_ref().and_then(|g| g.kernels.as_ref());
+        assert!(kernels.is_none(), "pid {}: {kernels:?}", q.pid);
+    }
     let m = crate::cpu::markers("torch_job.py");
     let fwd = time(crate::cpu::line(p, "torch_job.py", m["forward"]));
     let bwd = time(crate::cpu::line(p, "torch_job.py", m["backward"]));
