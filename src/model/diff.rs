@@ -42,6 +42,11 @@ use crate::launch::{
 };
 /// GPU memory changes below this are within the polling's noise.
 const GPU_FLOOR: u64 = 8 << 20;
+/// A line's GPU time changes by at least this much before it is a change (1 ms) ...
+const GPU_TIME_FLOOR_S: f64 = 0.001;
+/// ... and by more than this share of the larger run's (a kernel's device time varies a few
+/// percent from run to run; a shared kernel's split between lines is sampled).
+const GPU_TIME_SHARE: f64 = 0.1;
 
 /// Two runs compared.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -141,6 +146,9 @@ pub struct Figures {
     /// Bytes its CUDA calls copied between host and device, any direction (exact).
     #[serde(default)]
     pub gpu_copy_bytes: u64,
+    /// Device seconds of the kernels it launched (CUPTI's GPU time).
+    #[serde(default)]
+    pub gpu_kernel_s: f64,
 }
 
 impl Figures {
@@ -159,6 +167,7 @@ impl Figures {
             gpu_copy_bytes: m.gpu_calls.gpu_h2d_bytes
                 + m.gpu_calls.gpu_d2h_bytes
                 + m.gpu_calls.gpu_d2d_bytes,
+            gpu_kernel_s: m.gpu_calls.gpu_kernel_s,
         }
     }
 }
@@ -231,9 +240,12 @@ pub struct LineDiff {
     /// Change of bytes copied between host and device through CUDA calls (exact).
     #[serde(default)]
     pub gpu_copy_bytes_delta: i64,
+    /// Change of GPU time (device seconds of the kernels it launched).
+    #[serde(default)]
+    pub gpu_kernel_s_delta: f64,
     /// Which of the deltas are beyond noise (`"peak_bytes"`, `"alloc_bytes"`, `"copy_bytes"`,
     /// `"mapped_peak_bytes"`, `"cpu_s"`, `"gpu_memory_bytes"`, `"gpu_peak_bytes"`,
-    /// `"gpu_copy_bytes"`).
+    /// `"gpu_copy_bytes"`, `"gpu_kernel_s"`).
     pub meaningful: Vec<String>,
     /// The noise floor each figure's delta was held against (same names, bytes or seconds).
     pub noise: Noise,
@@ -256,6 +268,10 @@ pub struct Noise {
     pub mapped_peak_bytes: u64,
     /// Seconds of time.
     pub cpu_s: f64,
+    /// Seconds of GPU time: a kernel's device time varies from run to run (clocks, other
+    /// work on the device) and a line's share of a kernel shared between lines is sampled.
+    #[serde(default)]
+    pub gpu_kernel_s: f64,
 }
 
 /// How each run sampled, for the noise floors.
@@ -540,6 +556,7 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
                 sn.memory,
             ),
             cpu_s: time_noise(b.cpu_s, n.cpu_s, sb.interval, sn.interval),
+            gpu_kernel_s: GPU_TIME_FLOOR_S.max(GPU_TIME_SHARE * b.gpu_kernel_s.max(n.gpu_kernel_s)),
         };
         let gpu_noise =
             GPU_FLOOR.max((0.05 * b.gpu_memory_bytes.max(n.gpu_memory_bytes) as f64) as u64);
@@ -555,6 +572,7 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
             gpu_memory_bytes_delta: delta(b.gpu_memory_bytes, n.gpu_memory_bytes),
             gpu_peak_bytes_delta: delta(b.gpu_peak_bytes, n.gpu_peak_bytes),
             gpu_copy_bytes_delta: delta(b.gpu_copy_bytes, n.gpu_copy_bytes),
+            gpu_kernel_s_delta: n.gpu_kernel_s - b.gpu_kernel_s,
             file: p.file,
             line: p.line,
             base_line: p.base_line,
@@ -593,6 +611,9 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
         if d.gpu_copy_bytes_delta != 0 {
             meaningful.push("gpu_copy_bytes");
         }
+        if d.gpu_kernel_s_delta.abs() > d.noise.gpu_kernel_s {
+            meaningful.push("gpu_kernel_s");
+        }
         if meaningful.is_empty() {
             unchanged += 1;
             continue;
@@ -612,7 +633,7 @@ impl LineDiff {
     }
 
     /// The sort key: each meaningful delta's size, peak bytes first.
-    fn weight(&self) -> [f64; 6] {
+    fn weight(&self) -> [f64; 7] {
         let w = |figure: &str, v: f64| {
             if self.is_meaningful(figure) {
                 v.abs()
@@ -626,6 +647,7 @@ impl LineDiff {
             w("alloc_bytes", self.alloc_bytes_delta as f64),
             w("copy_bytes", self.copy_bytes_delta as f64),
             w("gpu_copy_bytes", self.gpu_copy_bytes_delta as f64),
+            w("gpu_kernel_s", self.gpu_kernel_s_delta),
             w("cpu_s", self.cpu_s_delta),
         ]
     }

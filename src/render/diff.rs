@@ -49,6 +49,7 @@ fn cell(l: &LineDiff, figure: &str) -> String {
         "gpu_memory_bytes" => signed_bytes(l.gpu_memory_bytes_delta),
         "gpu_peak_bytes" => signed_bytes(l.gpu_peak_bytes_delta),
         "gpu_copy_bytes" => signed_bytes(l.gpu_copy_bytes_delta),
+        "gpu_kernel_s" => signed_seconds(l.gpu_kernel_s_delta),
         _ => signed_seconds(l.cpu_s_delta),
     }
 }
@@ -191,6 +192,7 @@ fn section(
     let gpu = rows
         .iter()
         .any(|l| l.is_meaningful("gpu_peak_bytes") || l.is_meaningful("gpu_copy_bytes"));
+    let gpu_time = rows.iter().any(|l| l.is_meaningful("gpu_kernel_s"));
     let mut figures = vec!["peak_bytes", "alloc_bytes", "copy_bytes", "cpu_s"];
     let mut columns = vec![
         Column::right("held", 12, Keep::Lead(0)),
@@ -204,6 +206,10 @@ fn section(
             Column::right("GPU held", 12, Keep::Extra(1)),
             Column::right("GPU copied", 12, Keep::Extra(2)),
         ]);
+    }
+    if gpu_time {
+        figures.push("gpu_kernel_s");
+        columns.push(Column::right("GPU time", 10, Keep::Extra(3)));
     }
     let shown = &rows[..rows.len().min(SHOWN)];
     let cells_of: Vec<Vec<String>> = shown

@@ -246,3 +246,68 @@ fn the_html_page_carries_gpu_time_and_shows_its_column_and_kernels() {
         assert!(page.contains(drawn), "{drawn}");
     }
 }
+
+#[test]
+fn diff_names_the_line_whose_gpu_time_changed() {
+    // @large's kernels take 20 ms, then 35 ms: 0.4 s → 0.7 s of GPU time; nothing else moves
+    // (every launch sampled, so the shared kernel's split is exact in both runs).
+    let (framework, _) = libraries(true);
+    let py = fixture::pythons().last().unwrap();
+    let dir = fixture::tempdir();
+    let run = |ms: &str, out: &str| {
+        let path = dir.join(out);
+        let status = fixture::mlprof()
+            .args(["run", "-q", "-o"])
+            .arg(&path)
+            .arg("--")
+            .arg(&py.exe)
+            .arg(fixture::script(SCRIPT))
+            .arg(framework)
+            .env("MLPROF_GPU_LAUNCH_SAMPLE", "1")
+            .env("LARGE_MS", ms)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        path
+    };
+    let (base, new) = (run("20", "base.json"), run("35", "new.json"));
+    let out = fixture::mlprof()
+        .args(["diff", "--json"])
+        .arg(&base)
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines = d["lines"].as_array().unwrap();
+    let gpu: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| {
+            l["meaningful"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m == "gpu_kernel_s")
+        })
+        .collect();
+    assert_eq!(gpu.len(), 1, "{gpu:?}");
+    assert_eq!(gpu[0]["line"], markers(SCRIPT)["large"]);
+    let delta = gpu[0]["gpu_kernel_s_delta"].as_f64().unwrap();
+    assert!((delta - 0.3).abs() < 1e-6, "{delta}");
+    // The terminal table shows the column.
+    let out = fixture::mlprof()
+        .arg("diff")
+        .arg(&base)
+        .arg(&new)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("GPU time") && text.contains("+300 ms"),
+        "{text}"
+    );
+}

@@ -7,10 +7,13 @@ time); @large launches 20 kernels `attention_large` of 20 ms each (0.4 s), a han
 launches that a 1-in-64 sample of launches would mostly miss; @shared launches `gemm_small`
 too, 1000 of 100 us (0.1 s): the name's 0.4 s in all is shared between @small and @shared.
 @sync waits for all of it. So the process ran 4020 kernels and 0.8 s of device time.
+With LARGE_MS in the environment, @large's kernels take that many ms each instead of 20 (for a
+diff of two runs).
 
 argv: FRAMEWORK_LIBRARY
 """
 import ctypes
+import os
 import sys
 
 fw = ctypes.CDLL(sys.argv[1])
@@ -35,7 +38,7 @@ def kernel(name, ns):
 
 kernel(b"gemm_small", 100_000)
 check(fw.fw_launch_func(GEMM, 3000))  # @small
-kernel(b"attention_large", 20_000_000)
+kernel(b"attention_large", int(os.environ.get("LARGE_MS", "20")) * 1_000_000)
 check(fw.fw_launch_func(ATTENTION, 20))  # @large
 kernel(b"gemm_small", 100_000)
 check(fw.fw_launch_func(GEMM, 1000))  # @shared
