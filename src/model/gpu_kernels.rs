@@ -222,7 +222,8 @@ mod tests {
     #[test]
     fn each_kernels_exact_time_is_shared_among_the_lines_that_ran_it() {
         let k = kernels();
-        let got: Vec<(Vec<(u32, i32)>, f64, u64)> = rows(&k)
+        type Row = (Vec<(u32, i32)>, f64, u64);
+        let got: Vec<Row> = rows(&k)
             .map(|(frames, _, g, _)| (frames.to_vec(), g.gpu_kernel_s, g.gpu_kernels))
             .collect();
         assert_eq!(
