@@ -73,6 +73,9 @@ pub enum HintKind {
     /// A line whose thread pools spin and wait at barriers much of its native time
     /// (`"spin"`).
     Spin,
+    /// A line launching many kernels too small to keep the GPU busy: the CPU takes longer to
+    /// launch them than the GPU to run them (`"small_kernels"`).
+    SmallKernels,
 }
 
 impl HintKind {
@@ -91,6 +94,7 @@ impl HintKind {
             HintKind::PinnedGrowth => "pinned_growth",
             HintKind::ElementCopies => "element_copies",
             HintKind::Spin => "spin",
+            HintKind::SmallKernels => "small_kernels",
         }
     }
 }
@@ -260,6 +264,7 @@ mod tests {
             HintKind::PinnedGrowth,
             HintKind::ElementCopies,
             HintKind::Spin,
+            HintKind::SmallKernels,
         ] {
             assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
         }

@@ -1,7 +1,8 @@
 //! Hints drawn from the CUDA-call figures: a line whose thread stands waiting for the GPU
 //! (`.item()`, `.cpu()`, a synchronisation) a large share of the run, a line copying a large
-//! volume from host to device, and a line pinning host memory again and again without giving
-//! it back. Thresholds in `docs/design/hints.md`. Pure.
+//! volume from host to device, a line pinning host memory again and again without giving it
+//! back, and a line launching kernels too small to keep the GPU busy. Thresholds in
+//! `docs/design/hints.md`. Pure.
 
 use super::hints::at;
 use crate::model::{Hint, HintKind, LineStats, Profile};
@@ -17,6 +18,14 @@ const H2D_MIN: u64 = 64 * MIB;
 const PINNED_END_MIN: u64 = 64 * MIB;
 /// ...nor is pinned memory taken in fewer calls than this (pinned once is the advice).
 const PINNED_CALLS_MIN: u64 = 8;
+/// Kernels averaging more device time than this keep a GPU busy (a launch costs the CPU a
+/// few microseconds, and a framework's dispatch around it more)...
+const SMALL_KERNEL_S: f64 = 20e-6;
+/// ...and a line launching fewer than this is no hint...
+const SMALL_KERNELS_MIN: u64 = 1000;
+/// ...nor one whose CPU time is below this share of the run's sampled time, or this long.
+const SMALL_KERNELS_SHARE: f64 = 0.05;
+const SMALL_KERNELS_MIN_S: f64 = 0.1;
 
 /// What in a line's code reads a GPU value back on the host (and so waits for the GPU).
 const READS_BACK: [&str; 6] = [
@@ -34,7 +43,44 @@ pub fn of(l: &LineStats, whole_s: f64) -> Vec<Hint> {
     out.extend(waits(l, whole_s));
     out.extend(host_to_device(l));
     out.extend(pinned_growth(l));
+    out.extend(small_kernels(l, whole_s));
     out
+}
+
+/// A line launching many kernels that average a few microseconds of device time, whose CPU
+/// time (Python and native: the framework's dispatch and the launches) exceeds the GPU time of
+/// what it launched: the GPU idles between them, waiting for the CPU.
+fn small_kernels(l: &LineStats, whole_s: f64) -> Option<Hint> {
+    let g = &l.measures.gpu_calls;
+    let cpu = l.measures.cpu_python_s + l.measures.cpu_native_s;
+    if g.gpu_kernels < SMALL_KERNELS_MIN
+        || g.gpu_kernel_s >= SMALL_KERNEL_S * g.gpu_kernels as f64
+        || cpu <= g.gpu_kernel_s
+        || cpu < SMALL_KERNELS_MIN_S
+        || cpu < SMALL_KERNELS_SHARE * whole_s
+    {
+        return None;
+    }
+    let mut h = at(HintKind::SmallKernels, l);
+    h.evidence = format!(
+        "launches {} kernels averaging {:.1} us on the GPU ({} of GPU time), while the CPU \
+         spends {} here",
+        g.gpu_kernels,
+        1e6 * g.gpu_kernel_s / g.gpu_kernels as f64,
+        seconds(g.gpu_kernel_s),
+        seconds(cpu)
+    );
+    h.suggestion = "the GPU finishes each kernel before the CPU has launched the next, so it \
+                    idles: fuse the small operations (`torch.compile`), replay the step as a \
+                    CUDA graph (`torch.compile(mode=\"reduce-overhead\")`, \
+                    `torch.cuda.CUDAGraph`), or give each kernel more work (larger batches)"
+        .into();
+    h.saving_s = Some(cpu - g.gpu_kernel_s);
+    h.saving = format!(
+        "up to {} of the line's time, the CPU's launching beyond what the GPU ran",
+        seconds(cpu - g.gpu_kernel_s)
+    );
+    Some(h)
 }
 
 /// A line standing waiting for the GPU for a fifth of the run or more.

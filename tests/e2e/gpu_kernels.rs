@@ -265,6 +265,7 @@ fn diff_names_the_line_whose_gpu_time_changed() {
             .arg(framework)
             .env("MLPROF_GPU_LAUNCH_SAMPLE", "1")
             .env("LARGE_MS", ms)
+            .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
         assert!(status.success());
@@ -310,4 +311,33 @@ fn diff_names_the_line_whose_gpu_time_changed() {
         text.contains("GPU time") && text.contains("+300 ms"),
         "{text}"
     );
+}
+
+#[test]
+fn a_line_launching_kernels_too_small_to_keep_the_gpu_busy_gets_a_hint() {
+    let script = "gpu_small_kernels.py";
+    let (framework, _) = libraries(true);
+    let (run, _, _) = profiled(script, &[framework], &[]);
+    let p = &run.profile;
+    let m = markers(script);
+    let hinted: Vec<u32> = p
+        .hints
+        .iter()
+        .filter(|h| h.kind.as_str() == "small_kernels")
+        .filter_map(|h| h.line)
+        .collect();
+    assert_eq!(hinted, vec![m["tiny"]], "{:?}", p.hints);
+    let hint = p
+        .hints
+        .iter()
+        .find(|h| h.kind.as_str() == "small_kernels")
+        .unwrap();
+    assert!(
+        hint.evidence.contains("4000 kernels averaging 4.0 us"),
+        "{}",
+        hint.evidence
+    );
+    // Its GPU time is exact (one line launches that kernel): 16 ms.
+    let tiny = at(p, script, "tiny").measures.gpu_calls;
+    assert!((tiny.gpu_kernel_s - 0.016).abs() < 1e-6, "{tiny:?}");
 }

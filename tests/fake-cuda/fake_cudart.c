@@ -24,6 +24,7 @@ typedef struct { unsigned x, y, z; } dim3;
 static uint64_t next_device = DEVICE_LO;
 static int current_device;
 static uint64_t launch_ns;  /* GPU time of each kernel launched */
+static uint64_t launch_cpu_ns; /* CPU time each launch takes (spinning on the thread's clock) */
 static uint64_t pending_ns; /* work queued and not yet waited for */
 static int spin;            /* synchronisations spin on the CPU instead of sleeping */
 static cudaError_t last_error;
@@ -87,6 +88,20 @@ static cudaError_t device_alloc(void **p, size_t n) {
 
 /* Knobs of the fake (not CUDA). */
 void fake_cuda_set_launch_ns(uint64_t ns) { launch_ns = ns; }
+void fake_cuda_set_launch_cpu_ns(uint64_t ns) { launch_cpu_ns = ns; }
+
+/* A launch's own CPU cost, as a real runtime's (measured on the thread's CPU clock, so the
+ * same on a busy machine). */
+static void launch_cost(void) {
+    if (!launch_cpu_ns) return;
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    uint64_t end = (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec + launch_cpu_ns;
+    for (;;) {
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        if ((uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec >= end) break;
+    }
+}
 
 /* CUPTI, once the process has loaded it (the fake one, `libcupti.so.13`, tells the runtime
  * when it is loaded): every kernel is told to it with its name and device time, as the real
@@ -176,6 +191,7 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size
 cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shared, cudaStream_t s) {
     (void)f; (void)g; (void)b; (void)args; (void)shared; (void)s;
     pending_ns += launch_ns;
+    launch_cost();
     ran();
     return 0;
 }
