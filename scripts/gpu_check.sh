@@ -2,8 +2,10 @@
 # The GPU check for a machine with an NVIDIA GPU and PyTorch (nothing is fetched): runs the
 # released mlprof on a small CUDA training loop (tests/scripts/gpu_train.py) that measures its
 # own truth (torch's allocator reserve around each line, bytes copied, perf_counter around the
-# waits), and prints a table of mlprof's figures against it and NVML's view, with the device,
-# driver and date, for docs/gpu-verification.md. Needs target/release (cargo build --release).
+# waits), and prints a table of mlprof's figures against it and NVML's view; then GPU time per
+# line (CUPTI) against torch.profiler's CUDA time for the same steps, with the loop's overhead
+# (tests/scripts/gpu_kernels_train.py, scripts/gpu_kernel_check.py); with the device, driver and
+# date, for docs/gpu-verification.md. Needs target/release (cargo build --release).
 # usage: scripts/gpu_check.sh [OUT_DIR]   (PYTHON: the Python with torch; default python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,19 @@ fi
         > "$out/run-expandable.log" 2>&1 || echo "mlprof run failed: see $out/run-expandable.log"
     "$py" scripts/gpu_check.py "$out/gpu-check-expandable.json" "$out/truth-expandable.json" \
         tests/scripts/gpu_train.py || true
+    echo
+    # GPU time per line (CUPTI) against PyTorch's profiler, and the loop's overhead.
+    echo "GPU time per line against torch.profiler (tests/scripts/gpu_kernels_train.py):"
+    echo
+    "$py" tests/scripts/gpu_kernels_train.py profiler "$out/kernels-truth.json" 20 \
+        > "$out/kernels-truth.log" 2>&1 || echo "the torch.profiler run failed: see $out/kernels-truth.log"
+    "$py" tests/scripts/gpu_kernels_train.py plain "$out/kernels-plain.json" 20 \
+        > "$out/kernels-plain.log" 2>&1 || echo "the bare run failed: see $out/kernels-plain.log"
+    "$mlprof" run -q -o "$out/gpu-kernels.json" -- "$py" tests/scripts/gpu_kernels_train.py plain \
+        "$out/kernels-mlprof.json" 20 > "$out/kernels-mlprof.log" 2>&1 \
+        || echo "mlprof run failed: see $out/kernels-mlprof.log"
+    "$py" scripts/gpu_kernel_check.py "$out/gpu-kernels.json" "$out/kernels-truth.json" \
+        "$out/kernels-plain.json" "$out/kernels-mlprof.json" tests/scripts/gpu_kernels_train.py || true
     echo
     echo "The text report's GPU part:"
     echo '```'
