@@ -4,11 +4,15 @@
 //! exact figures (heap at the begin, highest heap above it, heap left at the end) come from the
 //! preload library's counters; lines come from the samples inside the region. Pure.
 
+use std::collections::{BTreeMap, HashMap};
+
 use super::filter::Filter;
 use super::profile::{GpuLineCalls, Profile};
 pub use super::sections::{Region, RegionLine};
 use crate::recording::gpu::{GpuPoll, GpuRecording};
-use crate::recording::{ChannelSummary, GpuCalls, Recording, RegionSpan, Tick};
+use crate::recording::{
+    ChannelSummary, GpuCalls, GpuKernelSum, GpuKernelTotal, GpuKernels, Recording, RegionSpan, Tick,
+};
 use crate::symbolize::NativeNames;
 
 mod index;
@@ -344,10 +348,44 @@ fn clip(index: &Index, ci: usize, from: u64, to: u64) -> ChannelSummary {
             copies: at.gpu_copies.whole(&c.gpu_calls.copies, from, to),
             launches: at.gpu_launches.whole(&c.gpu_calls.launches, from, to),
             unmatched_frees: 0,
-            // Kernel time is the run's (not yet cut per region).
-            kernels: Default::default(),
+            kernels: cut_kernels(
+                &c.gpu_calls.kernels,
+                at.gpu_kernels.whole(&c.gpu_calls.kernels.sampled, from, to),
+            ),
         },
         ..c.without_events_or_codes()
+    }
+}
+
+/// A region's kernels: the rows of sampled launches made inside it, their names (only those),
+/// and sums made of them. Kernels are not timed per launch outside the samples, so a region's
+/// GPU time is the samples' estimate (each standing for its launch's weight), not a share of
+/// exact totals.
+fn cut_kernels(k: &GpuKernels, mut sampled: Vec<GpuKernelTotal>) -> GpuKernels {
+    let mut names: Vec<String> = Vec::new();
+    let mut renamed: HashMap<u32, u32> = HashMap::new();
+    let mut sums: BTreeMap<(u32, u32), GpuKernelSum> = BTreeMap::new();
+    for r in &mut sampled {
+        let name = *renamed.entry(r.name).or_insert_with(|| {
+            names.push(k.name(r.name).to_string());
+            (names.len() - 1) as u32
+        });
+        r.name = name;
+        let s = sums.entry((r.device, name)).or_insert(GpuKernelSum {
+            device: r.device,
+            name,
+            ..GpuKernelSum::default()
+        });
+        s.kernels += r.kernels;
+        s.device_ns = s.device_ns.saturating_add(r.device_ns);
+    }
+    GpuKernels {
+        names,
+        all: sums.into_values().collect(),
+        sampled,
+        state: k.state,
+        taken_ns: None,
+        dropped: 0,
     }
 }
 

@@ -341,3 +341,31 @@ fn a_line_launching_kernels_too_small_to_keep_the_gpu_busy_gets_a_hint() {
     let tiny = at(p, script, "tiny").measures.gpu_calls;
     assert!((tiny.gpu_kernel_s - 0.016).abs() < 1e-6, "{tiny:?}");
 }
+
+#[test]
+fn each_region_gets_the_gpu_time_of_the_kernels_launched_inside_it() {
+    let script = "gpu_kernel_regions.py";
+    let (framework, _) = libraries(true);
+    let py = fixture::pythons().last().unwrap();
+    let python_dir = fixture::root().join("python");
+    let run = fixture::profile_args(
+        &[],
+        &[os(&py.exe), os(&fixture::script(script)), os(framework)],
+        &[
+            ("PYTHONPATH", python_dir.to_str().unwrap()),
+            ("MLPROF_GPU_LAUNCH_SAMPLE", "1"),
+        ],
+    );
+    assert!(run.output.status.success());
+    let p = &run.profile;
+    let whole = at(p, script, "launch").measures.gpu_calls;
+    assert!((whole.gpu_kernel_s - 0.4).abs() < 1e-6, "{whole:?}");
+    for (name, seconds) in [("short", 0.1), ("long", 0.3)] {
+        let r = p.regions.iter().find(|r| r.name == name).unwrap();
+        let g = &r.gpu_calls;
+        assert!(
+            (g.gpu_kernel_s - seconds).abs() < 1e-6 && g.gpu_kernels == 100,
+            "region {name}: {g:?}"
+        );
+    }
+}

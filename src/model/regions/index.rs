@@ -31,6 +31,8 @@ pub(super) struct ChannelIndex {
     /// Its rows of CUDA copies and of launches, by their first call.
     pub(super) gpu_copies: Order,
     pub(super) gpu_launches: Order,
+    /// Its rows of kernels of sampled launches, by their first launch.
+    pub(super) gpu_kernels: Order,
 }
 
 impl<'a> Index<'a> {
@@ -50,6 +52,7 @@ impl<'a> Index<'a> {
                 gpu_allocs: Order::new(c.gpu_calls.allocs.iter().map(|a| a.t_ns)),
                 gpu_copies: Order::new(c.gpu_calls.copies.iter().map(|r| r.first_ns)),
                 gpu_launches: Order::new(c.gpu_calls.launches.iter().map(|r| r.first_ns)),
+                gpu_kernels: Order::new(c.gpu_calls.kernels.sampled.iter().map(|r| r.first_ns)),
             })
             .collect();
         Index {
