@@ -99,7 +99,7 @@ extern "C" fn on_fork_child() {
                                              // in `mlprof_region_end`.
     crate::marks::forget_in_child();
     memory::mapped::forget_in_child(); // its inherited mappings are its parent's
-    crate::gpu::cupti::forget(); // no CUDA context crosses a fork
+    crate::gpu::cupti::forget_in_child(); // no CUDA context crosses a fork
     if NO_FOLLOW.load(Ordering::Relaxed) {
         channel::detach();
         heap::detach(HEAP_AT_FORK.load(Ordering::Relaxed));

@@ -13,7 +13,7 @@ use std::hash::Hash;
 
 use mlprof_wire::{gpu_space, GpuCorrelation, GpuKernel};
 
-use super::gpu_kernels::KernelStore;
+use super::gpu_kernels::{KernelStore, Launch};
 
 use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuKernelTotal, GpuLaunchTotal};
 
@@ -85,9 +85,17 @@ impl GpuStore {
                 external,
                 t_ns,
             } => {
-                let stretch = self.stretch;
-                self.kernels
-                    .launch(external, tid, &frames, launches, t_ns, stretch);
+                if external != 0 {
+                    let sampled = Launch {
+                        tid,
+                        frames: frames.clone(),
+                        weight: launches,
+                        t_ns,
+                        stretch: self.stretch,
+                    };
+                    self.kernels
+                        .launch(&mut self.calls.kernels, external, sampled);
+                }
                 self.launch(tid, frames, launches, t_ns)
             }
         }
@@ -100,7 +108,8 @@ impl GpuStore {
 
     /// A correlation record arrived.
     pub fn correlation(&mut self, c: GpuCorrelation) {
-        self.kernels.correlation(c.external, c.correlation);
+        self.kernels
+            .correlation(&mut self.calls.kernels, c.external, c.correlation);
     }
 
     /// A kernel name arrived.

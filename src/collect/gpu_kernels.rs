@@ -19,6 +19,8 @@ pub const MAX_NAMES: usize = 20_000;
 /// Most sampled launches waiting for their correlation, and correlations waiting for their
 /// kernels (a graph launch runs many kernels under one call), each: the oldest go first.
 pub const MAX_PENDING: usize = 1 << 16;
+/// Most (device, name) sums per process; kernels beyond them are counted as dropped.
+pub const MAX_SUMS: usize = 100_000;
 /// The longest a kernel is believed to run (a day).
 const MAX_KERNEL_NS: u64 = 86_400 * 1_000_000_000;
 /// The name every kernel beyond [`MAX_NAMES`] names shares.
@@ -26,14 +28,22 @@ const OTHER_KERNELS: &str = "<other kernels>";
 
 type Frames = Vec<(u32, i32)>;
 
-/// A sampled launch: its thread, stack, weight and time.
+/// A kernel waiting for its call's correlation: its device, name and device time.
+#[derive(Clone, Copy, Debug)]
+struct Ran {
+    device: u32,
+    name: u32,
+    ns: u64,
+}
+
+/// A sampled launch: its thread, stack, weight, time and stretch between region boundaries.
 #[derive(Clone, Debug)]
-struct Launch {
-    tid: u32,
-    frames: Frames,
-    weight: u64,
-    t_ns: u64,
-    stretch: u64,
+pub struct Launch {
+    pub tid: u32,
+    pub frames: Frames,
+    pub weight: u64,
+    pub t_ns: u64,
+    pub stretch: u64,
 }
 
 /// One channel's kernel records.
@@ -45,6 +55,11 @@ pub struct KernelStore {
     launches: Bounded<u64, Launch>,
     /// Sampled launches by CUPTI's id of their call.
     calls: Bounded<u32, Launch>,
+    /// Correlations whose launch sample has not arrived, by the launch's id.
+    early_calls: Bounded<u64, Vec<u32>>,
+    /// Kernels whose call's correlation has not arrived (most never will: their launch was not
+    /// sampled), by CUPTI's id of the call.
+    early_kernels: Bounded<u32, Vec<Ran>>,
     /// The row of `kernels.all` of each (device, name).
     sums: HashMap<(u32, u32), usize>,
     /// The rows of `kernels.sampled`, by thread, stack, device and name.
@@ -55,38 +70,40 @@ pub struct KernelStore {
 
 impl KernelStore {
     /// A launch sample that carried id `external` arrived with its frames.
-    pub fn launch(
-        &mut self,
-        external: u64,
-        tid: u32,
-        frames: &Frames,
-        weight: u64,
-        t_ns: u64,
-        stretch: u64,
-    ) {
+    pub fn launch(&mut self, out: &mut GpuKernels, external: u64, launch: Launch) {
         if external == 0 {
             return;
         }
-        let launch = Launch {
-            tid,
-            frames: frames.clone(),
-            weight,
-            t_ns,
-            stretch,
-        };
+        // Its calls' correlations may have come first (another thread handed CUPTI's buffer
+        // over while this launch's stack was still being read).
+        for correlation in self.early_calls.remove(&external).unwrap_or_default() {
+            self.bind(out, correlation, launch.clone());
+        }
         self.launches.insert(external, launch);
     }
 
-    /// The sampled launch `external` was CUPTI's call `correlation`.
-    pub fn correlation(&mut self, external: u64, correlation: u32) {
-        if let Some(launch) = self.launches.remove(&external) {
-            self.calls.insert(correlation, launch);
+    /// One of the API calls made while the sampled launch `external` had its id pushed was
+    /// CUPTI's call `correlation` (a runtime launch and the driver call inside it each get
+    /// one: every one is kept, so the kernel finds whichever launched it).
+    pub fn correlation(&mut self, out: &mut GpuKernels, external: u64, correlation: u32) {
+        match self.launches.get(&external).cloned() {
+            Some(launch) => self.bind(out, correlation, launch),
+            None => self.early_calls.push(external, correlation),
         }
     }
 
+    /// Call `correlation` was the sampled `launch`: its kernels that came first are its now.
+    fn bind(&mut self, out: &mut GpuKernels, correlation: u32, launch: Launch) {
+        for k in self.early_kernels.remove(&correlation).unwrap_or_default() {
+            self.attribute(out, &launch, k);
+        }
+        self.calls.insert(correlation, launch);
+    }
+
     /// A kernel ran: summed per device and name, and under its launch's stack when that was
-    /// sampled. Returns `false` when it is nonsense (it ended before it began, or ran longer
-    /// than a day).
+    /// sampled (whichever of the kernel and its correlation arrives second makes the join).
+    /// Returns `false` when it is nonsense (it ended before it began, or ran longer than a
+    /// day).
     pub fn kernel(&mut self, out: &mut GpuKernels, k: &GpuKernel) -> bool {
         let Some(ns) = k
             .end_ns
@@ -96,22 +113,42 @@ impl KernelStore {
             return false;
         };
         let name = self.name_index(out, k.name);
-        let sums = &mut self.sums;
-        let all = &mut out.all;
-        let i = *sums.entry((k.device, name)).or_insert_with(|| {
-            all.push(GpuKernelSum {
-                device: k.device,
-                name,
-                ..GpuKernelSum::default()
-            });
-            all.len() - 1
-        });
-        all[i].kernels += 1;
-        all[i].device_ns = all[i].device_ns.saturating_add(ns);
-        let Some(l) = self.calls.get(&k.correlation) else {
-            return true;
+        let key = (k.device, name);
+        let i = match self.sums.get(&key) {
+            Some(&i) => i,
+            None if out.all.len() < MAX_SUMS => {
+                out.all.push(GpuKernelSum {
+                    device: k.device,
+                    name,
+                    ..GpuKernelSum::default()
+                });
+                self.sums.insert(key, out.all.len() - 1);
+                out.all.len() - 1
+            }
+            None => {
+                self.dropped += 1;
+                return true;
+            }
         };
-        let key = ((l.tid, l.frames.clone(), k.device, name), l.stretch);
+        if let Some(sum) = out.all.get_mut(i) {
+            sum.kernels = sum.kernels.saturating_add(1);
+            sum.device_ns = sum.device_ns.saturating_add(ns);
+        }
+        let ran = Ran {
+            device: k.device,
+            name,
+            ns,
+        };
+        match self.calls.get(&k.correlation).cloned() {
+            Some(launch) => self.attribute(out, &launch, ran),
+            None => self.early_kernels.push(k.correlation, ran),
+        }
+        true
+    }
+
+    /// Fold kernel `k` under its sampled `launch`, standing for the launch's weight.
+    fn attribute(&mut self, out: &mut GpuKernels, l: &Launch, k: Ran) {
+        let key = ((l.tid, l.frames.clone(), k.device, k.name), l.stretch);
         let (t, weight) = (l.t_ns, l.weight);
         let made = |(tid, frames, device, name)| GpuKernelTotal {
             tid,
@@ -124,12 +161,11 @@ impl KernelStore {
         match row(&mut self.rows, &mut out.sampled, key, made) {
             Some(r) => {
                 r.kernels = r.kernels.saturating_add(weight);
-                r.device_ns = r.device_ns.saturating_add(ns.saturating_mul(weight));
+                r.device_ns = r.device_ns.saturating_add(k.ns.saturating_mul(weight));
                 r.last_ns = r.last_ns.max(t);
             }
             None => self.dropped += 1,
         }
-        true
     }
 
     /// The name of key `key` arrived (its bytes, cut by the process).
@@ -182,6 +218,20 @@ impl KernelStore {
     }
 }
 
+impl<K: Eq + Hash + Copy, T> Bounded<K, Vec<T>> {
+    /// Add `value` to the list of `key` (a new key counts against the bound).
+    fn push(&mut self, key: K, value: T) {
+        match self.map.get_mut(&key) {
+            Some(list) if list.len() < MAX_PER_KEY => list.push(value),
+            Some(_) => {}
+            None => self.insert(key, vec![value]),
+        }
+    }
+}
+
+/// Most values waiting under one key (a graph launch's kernels under one call).
+const MAX_PER_KEY: usize = 4096;
+
 /// A map of at most [`MAX_PENDING`] entries: the oldest inserted go first.
 #[derive(Clone, Debug)]
 struct Bounded<K, V> {
@@ -231,6 +281,16 @@ impl<K: Eq + Hash + Copy, V> Bounded<K, V> {
 mod tests {
     use super::*;
 
+    fn launch(tid: u32, frames: Frames, weight: u64, t_ns: u64, stretch: u64) -> Launch {
+        Launch {
+            tid,
+            frames,
+            weight,
+            t_ns,
+            stretch,
+        }
+    }
+
     fn kernel(start: u64, end: u64, correlation: u32, name: u64) -> GpuKernel {
         GpuKernel {
             start_ns: start,
@@ -245,10 +305,10 @@ mod tests {
     #[test]
     fn kernels_of_sampled_launches_are_joined_through_their_correlation() {
         let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
-        s.launch(11, 1, &vec![(3, 4)], 64, 100, 0);
-        s.launch(0, 1, &vec![(5, 6)], 64, 110, 0); // carried no id: never joined
-        s.correlation(11, 900);
-        s.correlation(12, 901); // an id no launch sample carried
+        s.launch(&mut out, 11, launch(1, vec![(3, 4)], 64, 100, 0));
+        s.launch(&mut out, 0, launch(1, vec![(5, 6)], 64, 110, 0)); // carried no id: never joined
+        s.correlation(&mut out, 11, 900);
+        s.correlation(&mut out, 12, 901); // an id no launch sample carried
         s.name(&mut out, 0xa, b"gemm");
         assert!(s.kernel(&mut out, &kernel(1000, 1500, 900, 0xa)));
         // A graph launch: many kernels under one call.
@@ -280,6 +340,27 @@ mod tests {
     }
 
     #[test]
+    fn the_join_holds_whatever_order_the_records_arrive_in() {
+        // CUPTI hands buffers over from several threads: a kernel may come before its call's
+        // correlation, a correlation before its launch sample, and one pushed id may pair with
+        // two calls (the runtime's launch and the driver call inside it).
+        let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
+        assert!(s.kernel(&mut out, &kernel(0, 100, 7, 0xa))); // call 7: its correlation later
+        s.correlation(&mut out, 21, 8); // launch 21's driver call: before the launch sample
+        s.correlation(&mut out, 21, 7); // and its runtime call
+        s.launch(&mut out, 21, launch(1, vec![(3, 4)], 1, 50, 0));
+        assert!(s.kernel(&mut out, &kernel(100, 130, 8, 0xa))); // after everything
+        assert!(s.kernel(&mut out, &kernel(130, 140, 9, 0xa))); // an unsampled launch's
+        let rows: Vec<_> = out
+            .sampled
+            .iter()
+            .map(|r| (r.kernels, r.device_ns))
+            .collect();
+        assert_eq!(rows, vec![(2, 130)]);
+        assert_eq!((out.all[0].kernels, out.all[0].device_ns), (3, 140));
+    }
+
+    #[test]
     fn names_are_bounded_and_the_first_told_is_kept() {
         let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
         for key in 1..=(MAX_NAMES as u64 + 10) {
@@ -296,16 +377,17 @@ mod tests {
 
     #[test]
     fn waiting_launches_are_bounded() {
-        let mut s = KernelStore::default();
+        let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
         for id in 1..=(MAX_PENDING as u64 + 100) {
-            s.launch(id, 1, &vec![(1, 1)], 1, 0, 0);
+            s.launch(&mut out, id, launch(1, vec![(1, 1)], 1, 0, 0));
         }
         assert_eq!(s.launches.map.len(), MAX_PENDING);
         assert!(s.launches.get(&1).is_none(), "the oldest went first");
         assert!(s.launches.get(&(MAX_PENDING as u64 + 100)).is_some());
         for id in 1..=(MAX_PENDING as u64 * 3) {
-            s.correlation(id, id as u32);
+            s.correlation(&mut out, id, id as u32);
         }
         assert!(s.launches.order.len() <= 2 * MAX_PENDING);
+        assert!(s.early_calls.map.len() <= MAX_PENDING);
     }
 }

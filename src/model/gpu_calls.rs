@@ -100,7 +100,12 @@ pub fn add(
         totals.totals.add(&sum);
         totals.nvml = nvml_split(rec, channel.pid, calls).or(totals.nvml.take());
         totals.unmatched_frees += calls.unmatched_frees;
-        totals.kernels = gpu_kernels::process(&calls.kernels).or(totals.kernels.take());
+        if let Some(k) = gpu_kernels::process(&calls.kernels) {
+            match &mut totals.kernels {
+                Some(earlier) => gpu_kernels::merge_process(earlier, k),
+                None => totals.kernels = Some(k),
+            }
+        }
         let pinned_peak = gpu_held::pinned(calls).peak().0;
         totals.pinned_peak_bytes = totals.pinned_peak_bytes.max(pinned_peak);
         totals.devices.extend(devices.iter().map(device));

@@ -95,14 +95,16 @@ pub fn top(kernels: HashMap<String, (u64, u64)>) -> Vec<KernelShare> {
 /// A process's kernels in total, by CUPTI's account; `None` when it never looked for CUPTI.
 pub fn process(k: &GpuKernels) -> Option<ProcessKernels> {
     let (state, detail) = k.state?;
-    let total_ns: u64 = k.all.iter().map(|s| s.device_ns).sum();
+    let total_ns = k
+        .all
+        .iter()
+        .fold(0u64, |t, s| t.saturating_add(s.device_ns));
     let sampled = sampled_sums(k);
     let unattributed_ns: u64 = k
         .all
         .iter()
         .filter(|s| sampled.get(&(s.device, s.name)).is_none_or(|x| x.0 == 0))
-        .map(|s| s.device_ns)
-        .sum();
+        .fold(0u64, |t, s| t.saturating_add(s.device_ns));
     let mut top: Vec<KernelShare> = k
         .all
         .iter()
@@ -154,10 +156,26 @@ pub fn process(k: &GpuKernels) -> Option<ProcessKernels> {
         note,
         gpu_kernel_s: total_ns as f64 / 1e9,
         unattributed_s: unattributed_ns as f64 / 1e9,
-        kernels: k.all.iter().map(|s| s.kernels).sum(),
+        kernels: k.all.iter().fold(0u64, |t, s| t.saturating_add(s.kernels)),
         dropped_records: k.dropped,
         top,
     })
+}
+
+/// One process's kernels over its images (a process that `exec`s has a channel per image):
+/// totals summed, the top lists merged, the later state's words kept.
+pub fn merge_process(into: &mut ProcessKernels, other: ProcessKernels) {
+    into.gpu_kernel_s += other.gpu_kernel_s;
+    into.unattributed_s += other.unattributed_s;
+    into.kernels = into.kernels.saturating_add(other.kernels);
+    into.dropped_records = into.dropped_records.saturating_add(other.dropped_records);
+    into.top.extend(other.top);
+    sort(&mut into.top);
+    into.top.truncate(PROCESS_TOP);
+    if into.state != "on" || other.state != "on" {
+        into.state = other.state;
+        into.note = other.note;
+    }
 }
 
 /// Most device time first, then by name.

@@ -2,10 +2,12 @@
  * activity API as its headers define it (cupti_activity.h, CUPTI 12.x/13.x), fed by the fake
  * runtime (fake_cudart.c), which tells it of every kernel it "runs" (`fake_cupti_kernel`). For
  * each one it writes, into the client's buffers, what real CUPTI writes for a traced launch:
- * an external correlation record per kind with an id pushed on the thread, the runtime API
- * record, and the kernel record (CUpti_ActivityKernel9's 208 bytes), with the client's
- * timestamps in CLOCK_REALTIME nanoseconds as CUPTI's default clock. A buffer goes back to the
- * client when the next record does not fit, and on `cuptiActivityFlushAll`. Everything is known
+ * for the runtime's call and the driver's call inside it, an external correlation record per
+ * kind with an id pushed on the thread and the API record; and the kernel record
+ * (CUpti_ActivityKernel9's 208 bytes) carrying the runtime call's id, with timestamps in
+ * CLOCK_REALTIME nanoseconds as CUPTI's default clock. API records and kernels go to separate
+ * buffers, the kernels' handed back first (so a kernel arrives before its call's correlation);
+ * a buffer goes back when the next record does not fit, and on `cuptiActivityFlushAll`. Everything is known
  * by construction: a kernel's device time is the duration the runtime was told. Not
  * thread-safe: the tests launch from one thread. */
 #define _GNU_SOURCE
@@ -37,8 +39,11 @@ static int enabled[KINDS];
 static uint64_t pushed[EXTERNAL_KINDS][STACK];
 static int depth[EXTERNAL_KINDS];
 static uint32_t next_correlation = 1;
-static uint8_t *buffer;
-static size_t buffer_size, buffer_used;
+/* Two buffers at a time, as CUPTI 13's per-thread buffers make it: the API records (and the
+ * external correlations before them) in one, the kernels in the other; the kernels' buffer is
+ * handed back first, so a kernel reaches the client before its call's correlation. */
+struct buf { uint8_t *data; size_t size, used; };
+static struct buf api_buf, kernel_buf;
 static uint64_t clock_base;
 
 static uint64_t realtime_ns(void) {
@@ -118,34 +123,35 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **record
     return SUCCESS;
 }
 
-static void hand_back(void) {
-    if (buffer && completed) completed(NULL, 0, buffer, buffer_size, buffer_used);
-    buffer = NULL;
-    buffer_size = buffer_used = 0;
+static void hand_back(struct buf *b) {
+    if (b->data && completed) completed(NULL, 0, b->data, b->size, b->used);
+    b->data = NULL;
+    b->size = b->used = 0;
 }
 
-/* Room for `bytes` more: the full buffer goes back, a new one is asked for. */
-static uint8_t *room(size_t bytes) {
-    if (buffer && buffer_used + bytes > buffer_size) hand_back();
-    if (!buffer) {
+/* Room for `bytes` more in `b`: the full buffer goes back, a new one is asked for. */
+static uint8_t *room(struct buf *b, size_t bytes) {
+    if (b->data && b->used + bytes > b->size) hand_back(b);
+    if (!b->data) {
         size_t max_records = 0;
         if (!requested) return NULL;
-        requested(&buffer, &buffer_size, &max_records);
-        buffer_used = 0;
-        if (!buffer || buffer_size < bytes) {
-            buffer = NULL;
+        requested(&b->data, &b->size, &max_records);
+        b->used = 0;
+        if (!b->data || b->size < bytes) {
+            b->data = NULL;
             return NULL;
         }
     }
-    uint8_t *at = buffer + buffer_used;
+    uint8_t *at = b->data + b->used;
     memset(at, 0, bytes);
-    buffer_used += bytes;
+    b->used += bytes;
     return at;
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     (void)flag;
-    hand_back();
+    hand_back(&kernel_buf);
+    hand_back(&api_buf);
     return SUCCESS;
 }
 
@@ -174,30 +180,35 @@ __attribute__((constructor)) static void tell_runtime(void) {
  * records, as real CUPTI writes them for the enabled kinds. Kernels run one after another
  * from the first launch on (a device clock of our own, never behind the host's). */
 void fake_cupti_kernel(const char *name, uint64_t ns, uint32_t device, uint32_t stream) {
-    uint32_t correlation = next_correlation++;
-    if (enabled[KIND_RUNTIME] || enabled[KIND_DRIVER]) {
+    /* The runtime's launch calls the driver's inside it: two API calls, two correlation ids,
+     * each with its external correlations; the kernel carries the runtime call's. */
+    uint32_t correlation = next_correlation++, driver = next_correlation++;
+    uint32_t calls[2] = {driver, correlation};
+    int kinds[2] = {KIND_DRIVER, KIND_RUNTIME};
+    for (int c = 0; c < 2; c++) {
+        if (!enabled[kinds[c]]) continue;
         if (enabled[KIND_EXTERNAL_CORRELATION]) {
             for (int kind = 1; kind < EXTERNAL_KINDS; kind++) {
                 if (!depth[kind]) continue;
-                uint8_t *r = room(CORRELATION_BYTES);
+                uint8_t *r = room(&api_buf, CORRELATION_BYTES);
                 if (!r) return;
                 put32(r, 0, KIND_EXTERNAL_CORRELATION);
                 put32(r, 4, (uint32_t)kind);
                 put64(r, 8, pushed[kind][depth[kind] - 1]);
-                put32(r, 16, correlation);
+                put32(r, 16, calls[c]);
             }
         }
-        uint8_t *r = room(API_BYTES);
+        uint8_t *r = room(&api_buf, API_BYTES);
         if (!r) return;
         uint64_t now = realtime_ns();
-        put32(r, 0, enabled[KIND_RUNTIME] ? KIND_RUNTIME : KIND_DRIVER);
-        put32(r, 4, 211); /* cbid: cudaLaunchKernel */
+        put32(r, 0, (uint32_t)kinds[c]);
+        put32(r, 4, c ? 211 : 307); /* cbid: cudaLaunchKernel, cuLaunchKernel */
         put64(r, 8, now);
         put64(r, 16, now + 1000);
-        put32(r, 32, correlation);
+        put32(r, 32, calls[c]);
     }
     if (!enabled[KIND_CONCURRENT_KERNEL] && !enabled[KIND_KERNEL]) return;
-    uint8_t *r = room(KERNEL_BYTES);
+    uint8_t *r = room(&kernel_buf, KERNEL_BYTES);
     if (!r) return;
     uint64_t now = realtime_ns();
     if (clock_base < now) clock_base = now;

@@ -62,6 +62,9 @@ fn runtime_hook(f: Func) -> Option<usize> {
 /// `dlsym(handle, name)` found `found`: our hook when `found` is exactly the CUDA function
 /// (driver or runtime) of that name that our hook forwards to; else `found`.
 pub fn by_exact_name(name: &[u8], found: usize) -> usize {
+    if let Some(ours) = super::cupti::by_exact_name(name, found) {
+        return ours;
+    }
     if let Some(f) = driver::by_exact_name(name) {
         if driver::exported_real(f) == Some(found) {
             return driver::exported_hook(f);

@@ -49,7 +49,14 @@ pub fn cupti() -> Option<*mut c_void> {
             }
         }
     }
-    SONAMES
+    // The loader's search path: the major version of the runtime loaded first.
+    let twelve = loaded_path(b"libcudart.so.12").is_some();
+    let order = if twelve {
+        [SONAMES[1], SONAMES[0]]
+    } else {
+        SONAMES
+    };
+    order
         .iter()
         .find_map(|name| open(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL))
 }

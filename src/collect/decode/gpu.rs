@@ -78,14 +78,20 @@ impl Decoder {
     pub(super) fn gpu_kernels(&mut self, r: &Record, launch_ns: u64) {
         let t_ns = r.ts_ns.saturating_sub(launch_ns);
         let valid = match Kind::from_u16(r.kind) {
-            Some(Kind::GpuKernel) => r.as_gpu_kernel().is_some_and(|k| {
-                let k = GpuKernel {
-                    start_ns: k.start_ns.saturating_sub(launch_ns),
-                    end_ns: k.end_ns.saturating_sub(launch_ns),
-                    ..k
-                };
-                self.out.gpu.kernel(&k)
-            }),
+            Some(Kind::GpuKernel) => r
+                .as_gpu_kernel()
+                .filter(|k| k.end_ns >= k.start_ns)
+                .is_some_and(|k| {
+                    // On the launch clock, its duration kept (one that began before the launch
+                    // starts at 0).
+                    let start_ns = k.start_ns.saturating_sub(launch_ns);
+                    let k = GpuKernel {
+                        start_ns,
+                        end_ns: start_ns.saturating_add(k.end_ns - k.start_ns),
+                        ..k
+                    };
+                    self.out.gpu.kernel(&k)
+                }),
             Some(Kind::GpuCorrelation) => r
                 .as_gpu_correlation()
                 .map(|c| self.out.gpu.correlation(c))

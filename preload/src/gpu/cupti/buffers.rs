@@ -1,0 +1,281 @@
+//! CUPTI's activity buffers: handed out by [`requested`], read back by [`completed`], which
+//! sends each kernel's device time, the pairing of our sampled launches with CUPTI's ids of
+//! their calls, and kernel names (once each) to the collector. Both run in CUPTI's threads or,
+//! with per-thread buffers (CUDA 13), in a CUDA call of the program's, possibly at once on
+//! several threads; never in a signal handler. They keep errno, and mark the thread busy so
+//! that nothing they do is taken for the program's.
+//!
+//! Every buffer we hand out is in [`OURS`]: only those are read and given back by us. While
+//! recording, a buffer is a private mapping (not the program's heap); once recording stops (the
+//! program took CUPTI, or the process is ending) it comes from the real `malloc`, so that a
+//! buffer CUPTI then hands to the program's own callback can be freed by it like its own.
+
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use mlprof_wire::{gpu_trace, GpuCorrelation, GpuKernel, Record, DATA_BYTES, MAX_KERNEL_NAME};
+
+use super::{api, trace, Api, OFFSET_NS};
+use crate::{channel, clock, local};
+
+/// Bytes of each activity buffer handed to CUPTI.
+const BUFFER_BYTES: usize = 1 << 20;
+/// Activity kinds read back.
+const KIND_KERNEL: c_int = 3;
+const KIND_CONCURRENT_KERNEL: c_int = 10;
+const KIND_EXTERNAL_CORRELATION: c_int = 39;
+/// Records CUPTI said it dropped, in all.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The buffers we handed out and CUPTI has not handed back: address | 1 for a mapping, address
+/// for a `malloc` block; 0 free. Past it, CUPTI is given no buffer (it counts what it drops).
+const SLOTS: usize = 1024;
+static OURS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+/// CUPTI asks for a buffer.
+pub unsafe extern "C" fn requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+) {
+    let _errno = crate::errno::Saved::new();
+    let given = local::with(|l| {
+        let _held = l.hold();
+        give()
+    });
+    // SAFETY: CUPTI's out-pointers, valid for the call.
+    unsafe {
+        *buffer = given.map_or(core::ptr::null_mut(), |p| p as *mut u8);
+        *size = if given.is_some() { BUFFER_BYTES } else { 0 };
+        *max_records = 0;
+    }
+}
+
+/// A buffer, recorded in [`OURS`]: a mapping while recording, else a `malloc` block.
+fn give() -> Option<usize> {
+    let slot = OURS.iter().find(|s| s.load(Ordering::Relaxed) == 0)?;
+    let (address, tag) = if super::on() {
+        // SAFETY: an anonymous private mapping through the raw system call (not our `mmap`
+        // hook: the buffer is ours, not the program's).
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                0usize,
+                BUFFER_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1i64,
+                0usize,
+            )
+        };
+        (if p > 0 { p as usize } else { 0 }, 1)
+    } else {
+        (crate::real::malloc(BUFFER_BYTES) as usize, 0)
+    };
+    if address == 0 {
+        return None;
+    }
+    if slot
+        .compare_exchange(0, address | tag, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        // Another thread took the slot meanwhile: give the buffer back, none this time.
+        release(address | tag);
+        return None;
+    }
+    Some(address)
+}
+
+/// Give a buffer of ours back (`entry`: as [`OURS`] holds it).
+fn release(entry: usize) {
+    let address = entry & !1;
+    if entry & 1 == 1 {
+        // SAFETY: the mapping `give` made, of that length; CUPTI is done with it.
+        unsafe { libc::syscall(libc::SYS_munmap, address, BUFFER_BYTES) };
+    } else {
+        // SAFETY: the block `give` took from the real `malloc`.
+        unsafe { crate::real::free(address as *mut c_void) };
+    }
+}
+
+/// CUPTI hands a buffer back: send what it holds, then give it back. A buffer that is not ours
+/// (the program's, handed to us in the instant its callbacks were being replaced) is left
+/// alone.
+pub unsafe extern "C" fn completed(
+    context: *mut c_void,
+    stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    let address = buffer as usize;
+    let Some(slot) = OURS
+        .iter()
+        .find(|s| s.load(Ordering::Acquire) & !1 == address && address != 0)
+    else {
+        return;
+    };
+    let _errno = crate::errno::Saved::new();
+    local::with(|l| {
+        let _held = l.hold();
+        // SAFETY: our buffer, `valid` bytes of it written by CUPTI.
+        unsafe { read_buffer(buffer, valid.min(BUFFER_BYTES)) };
+        count_dropped(context, stream);
+    });
+    let entry = slot.swap(0, Ordering::AcqRel);
+    if entry != 0 {
+        release(entry);
+    }
+}
+
+/// Send the kernels and correlations of a completed buffer.
+///
+/// # Safety
+/// `buffer` holds `valid` bytes of CUPTI's records.
+unsafe fn read_buffer(buffer: *mut u8, valid: usize) {
+    let Some(next) = api(Api::GetNextRecord) else {
+        return;
+    };
+    type F = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> c_int;
+    // SAFETY: CUPTI's `cuptiActivityGetNextRecord`.
+    let next = unsafe { core::mem::transmute::<usize, F>(next) };
+    let mut record: *mut u8 = core::ptr::null_mut();
+    // SAFETY: CUPTI walks its own records in the buffer; each it returns is a whole record
+    // whose layout starts with its kind (the kernel record's first 112 bytes are the same in
+    // every version from 4 on; the external correlation record is 24 bytes).
+    while unsafe { next(buffer, valid, &mut record) } == 0 && !record.is_null() {
+        // SAFETY: offsets inside the record of the kind read first (the kind at 0 is in
+        // every record; the others only read for kinds that have them).
+        let word = |at: usize| unsafe { (record.add(at) as *const u64).read_unaligned() };
+        // SAFETY: as above.
+        let half = |at: usize| unsafe { (record.add(at) as *const u32).read_unaligned() };
+        match half(0) as c_int {
+            KIND_CONCURRENT_KERNEL | KIND_KERNEL => {
+                let (start, end) = (word(16), word(24));
+                if start == 0 || end < start {
+                    continue; // not timed (still running when forced out)
+                }
+                let offset = OFFSET_NS.load(Ordering::Relaxed);
+                let name = word(104);
+                let kernel = GpuKernel {
+                    start_ns: start.saturating_add_signed(offset),
+                    end_ns: end.saturating_add_signed(offset),
+                    device: half(40),
+                    stream: half(48),
+                    correlation: half(92),
+                    name,
+                };
+                if name != 0 && names::first(name) {
+                    // SAFETY: CUPTI's NUL-terminated kernel name, kept as long as the kernel.
+                    let text = unsafe { CStr::from_ptr(name as *const c_char) };
+                    if !send_name(name, text) {
+                        names::forget(name); // no room now: sent with a later kernel
+                    }
+                }
+                channel::send(&Record::gpu_kernel(
+                    clock::tid(),
+                    clock::monotonic_ns(),
+                    kernel,
+                ));
+            }
+            KIND_EXTERNAL_CORRELATION if half(4) as c_int == super::EXTERNAL_KIND => {
+                let c = GpuCorrelation {
+                    external: word(8),
+                    correlation: half(16),
+                };
+                channel::send(&Record::gpu_correlation(
+                    clock::tid(),
+                    clock::monotonic_ns(),
+                    c,
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A kernel's name, cut at [`MAX_KERNEL_NAME`] bytes, in one group of records; `false` when
+/// the channel had no room for it.
+fn send_name(key: u64, name: &CStr) -> bool {
+    let Some(ring) = channel::ring() else {
+        return false;
+    };
+    let bytes = name.to_bytes();
+    let bytes = bytes.get(..MAX_KERNEL_NAME).unwrap_or(bytes);
+    let chunks = bytes.len().div_ceil(DATA_BYTES) as u64;
+    let Some(group) = ring.reserve(1 + chunks) else {
+        return false;
+    };
+    let head = Record::gpu_kernel_name(clock::tid(), clock::monotonic_ns(), key, bytes.len());
+    group.set(0, &head);
+    for (i, chunk) in bytes.chunks(DATA_BYTES).enumerate() {
+        let mut data = [0u8; DATA_BYTES];
+        for (to, from) in data.iter_mut().zip(chunk) {
+            *to = *from;
+        }
+        group.set(1 + i as u64, &Record::data(&data));
+    }
+    true
+}
+
+/// Records CUPTI dropped for want of buffers, told as a running total.
+fn count_dropped(context: *mut c_void, stream: u32) {
+    let Some(f) = api(Api::GetNumDroppedRecords) else {
+        return;
+    };
+    type F = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> c_int;
+    let mut dropped = 0usize;
+    // SAFETY: CUPTI's `cuptiActivityGetNumDroppedRecords(context, stream, &dropped)`.
+    let r = unsafe { core::mem::transmute::<usize, F>(f)(context, stream, &mut dropped) };
+    if r == 0 && dropped > 0 {
+        let total = DROPPED.fetch_add(dropped as u64, Ordering::Relaxed) + dropped as u64;
+        trace(gpu_trace::DROPPED, total);
+    }
+}
+
+/// Kernel names already sent, by the address CUPTI keeps each at (a fixed table; a name that
+/// finds no free slot within a few probes is not sent, and the report shows it unnamed).
+mod names {
+    use core::sync::atomic::{AtomicU64, Ordering};
+
+    const SLOTS: usize = 4096;
+    const PROBES: usize = 64;
+    static SEEN: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+    fn start(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % SLOTS
+    }
+
+    /// Whether `key` (non-zero) is to be sent now (and is now marked sent).
+    pub fn first(key: u64) -> bool {
+        for i in 0..PROBES {
+            let Some(slot) = SEEN.get((start(key) + i) % SLOTS) else {
+                return false;
+            };
+            match slot.load(Ordering::Acquire) {
+                k if k == key => return false,
+                0 => match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return true,
+                    Err(k) if k == key => return false,
+                    Err(_) => {}
+                },
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// `key` could not be sent after all: the next kernel of that name tries again.
+    pub fn forget(key: u64) {
+        for i in 0..PROBES {
+            if let Some(slot) = SEEN.get((start(key) + i) % SLOTS) {
+                if slot
+                    .compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
