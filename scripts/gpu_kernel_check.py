@@ -9,14 +9,7 @@ usage: python scripts/gpu_kernel_check.py PROFILE_JSON TRUTH_JSON PLAIN_JSON MLP
 import json
 import sys
 
-
-def markers(path):
-    out = {}
-    with open(path) as f:
-        for number, text in enumerate(f, 1):
-            if "# @" in text:
-                out[text.split("# @", 1)[1].strip()] = number
-    return out
+from gpu_check import markers
 
 
 def main():

@@ -221,22 +221,12 @@ fn the_html_page_carries_gpu_time_and_shows_its_column_and_kernels() {
         String::from_utf8_lossy(&out.stderr)
     );
     let page = String::from_utf8(out.stdout).unwrap();
-    let doc = scraper::Html::parse_document(&page);
-    let json = scraper::Selector::parse("script[type='application/json']").unwrap();
-    let embedded = doc.select(&json).next().expect("the embedded profile");
-    let p: serde_json::Value = serde_json::from_str(&embedded.inner_html()).unwrap();
-    let large = markers(SCRIPT)["large"];
-    let line = p["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["line"] == large)
-        .expect("@large in the page's profile");
-    let seconds = line["gpu_kernel_s"].as_f64().unwrap_or(0.0);
-    assert!((seconds - 0.4).abs() < 1e-6, "{line}");
-    assert_eq!(line["gpu_kernel_names"][0]["name"], "attention_large");
-    let kernels = &p["processes"][0]["gpu_calls"]["kernels"];
-    assert_eq!(kernels["state"], "on", "{kernels}");
+    let p = crate::gpu_regions::embedded(&page);
+    let line = at(&p, SCRIPT, "large");
+    let seconds = line.measures.gpu_calls.gpu_kernel_s;
+    assert!((seconds - 0.4).abs() < 1e-6, "{line:?}");
+    assert_eq!(line.measures.gpu_kernel_names[0].name, "attention_large");
+    assert_eq!(kernels(&p).state, "on");
     // The page's code draws the column and the process's kernels from those fields.
     for drawn in [
         "GPU time (kernels, by CUPTI)",

@@ -12,7 +12,7 @@ const MIB: u64 = 1 << 20;
 const SCRIPT: &str = "gpu_regions.py";
 
 /// The profile a report page embeds.
-fn embedded(page: &str) -> Profile {
+pub(crate) fn embedded(page: &str) -> Profile {
     let doc = scraper::Html::parse_document(page);
     let json = scraper::Selector::parse("script[type='application/json']").unwrap();
     let text = doc

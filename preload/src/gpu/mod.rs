@@ -13,4 +13,5 @@ pub mod entry;
 pub mod hooks;
 mod locate;
 pub mod real;
+pub mod seen;
 pub mod send;

@@ -205,27 +205,8 @@ fn token(weight: u64) -> u64 {
 /// Whether this is the first launch of `func` in the process (a fixed table of the handles
 /// seen: past it, launches are only sampled by the countdown).
 fn first_launch_of(func: usize) -> bool {
-    const SLOTS: usize = 4096;
-    static SEEN: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
-    let key = (func as u64).max(1);
-    let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-    for i in 0..64 {
-        let Some(slot) = SEEN.get((start + i) % SLOTS) else {
-            return false;
-        };
-        // A plain load first: a kernel seen before costs no locked instruction (launching
-        // threads share the table).
-        match slot.load(Ordering::Acquire) {
-            k if k == key => return false,
-            0 => match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(k) if k == key => return false,
-                Err(_) => {}
-            },
-            _ => {}
-        }
-    }
-    false
+    static SEEN: super::seen::Seen<4096> = super::seen::Seen::new();
+    SEEN.first(func as u64)
 }
 
 /// The launch [`launch_begin`] began returned (`ok`: it succeeded): the id is popped, and a

@@ -128,11 +128,43 @@ pub unsafe extern "C" fn completed(
     }
 }
 
+/// Most time one buffer may wait, in all, for room in the channel (then records are dropped,
+/// and counted, as any writer's).
+const MAX_WAIT_NS: u64 = 2_000_000_000;
+
+/// A buffer holds thousands of records, far more than the program writes meanwhile: before
+/// each, wait (1 ms at a time, up to [`MAX_WAIT_NS`] for the buffer, `waited` so far) until the
+/// channel is at most three quarters full, so that a buffer never crowds out the program's own
+/// samples nor overflows the channel while the collector drains it.
+fn room(n: u64, waited: &mut u64) {
+    let Some(ring) = channel::ring() else { return };
+    while *waited < MAX_WAIT_NS
+        && !channel::collector_gone()
+        && ring.backlog().saturating_add(n) > ring.capacity() / 4 * 3
+    {
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: the raw system call (not our timed `nanosleep` hook: this wait is ours); a
+        // valid timespec.
+        unsafe {
+            libc::syscall(
+                libc::SYS_nanosleep,
+                &pause as *const libc::timespec,
+                core::ptr::null_mut::<libc::timespec>(),
+            )
+        };
+        *waited += 1_000_000;
+    }
+}
+
 /// Send the kernels and correlations of a completed buffer.
 ///
 /// # Safety
 /// `buffer` holds `valid` bytes of CUPTI's records.
 unsafe fn read_buffer(buffer: *mut u8, valid: usize) {
+    let mut waited = 0u64;
     let Some(next) = api(Api::GetNextRecord) else {
         return;
     };
@@ -165,6 +197,7 @@ unsafe fn read_buffer(buffer: *mut u8, valid: usize) {
                     correlation: half(92),
                     name,
                 };
+                room(2 + (MAX_KERNEL_NAME / DATA_BYTES) as u64, &mut waited);
                 if name != 0 && names::first(name) {
                     // SAFETY: CUPTI's NUL-terminated kernel name, kept as long as the kernel.
                     let text = unsafe { CStr::from_ptr(name as *const c_char) };
@@ -179,6 +212,7 @@ unsafe fn read_buffer(buffer: *mut u8, valid: usize) {
                 ));
             }
             KIND_EXTERNAL_CORRELATION if half(4) as c_int == super::EXTERNAL_KIND => {
+                room(1, &mut waited);
                 let c = GpuCorrelation {
                     external: word(8),
                     correlation: half(16),
@@ -234,48 +268,19 @@ fn count_dropped(context: *mut c_void, stream: u32) {
 }
 
 /// Kernel names already sent, by the address CUPTI keeps each at (a fixed table; a name that
-/// finds no free slot within a few probes is not sent, and the report shows it unnamed).
+/// finds no free slot is not sent, and the report shows it unnamed).
 mod names {
-    use core::sync::atomic::{AtomicU64, Ordering};
+    use crate::gpu::seen::Seen;
 
-    const SLOTS: usize = 4096;
-    const PROBES: usize = 64;
-    static SEEN: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    static SENT: Seen<4096> = Seen::new();
 
-    fn start(key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % SLOTS
-    }
-
-    /// Whether `key` (non-zero) is to be sent now (and is now marked sent).
+    /// Whether `key` is to be sent now (and is now marked sent).
     pub fn first(key: u64) -> bool {
-        for i in 0..PROBES {
-            let Some(slot) = SEEN.get((start(key) + i) % SLOTS) else {
-                return false;
-            };
-            match slot.load(Ordering::Acquire) {
-                k if k == key => return false,
-                0 => match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return true,
-                    Err(k) if k == key => return false,
-                    Err(_) => {}
-                },
-                _ => {}
-            }
-        }
-        false
+        SENT.first(key)
     }
 
     /// `key` could not be sent after all: the next kernel of that name tries again.
     pub fn forget(key: u64) {
-        for i in 0..PROBES {
-            if let Some(slot) = SEEN.get((start(key) + i) % SLOTS) {
-                if slot
-                    .compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-        }
+        SENT.forget(key)
     }
 }
