@@ -81,6 +81,7 @@ fn profiled(script: &str, args: &[&Path], env: &[(&str, &str)]) -> (fixture::Run
     let plain = Command::new(&py.exe)
         .arg(fixture::script(script))
         .args(&args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(plain.status.success());
@@ -188,9 +189,16 @@ fn without_cupti_or_when_turned_off_the_report_says_why() {
 
 #[test]
 fn a_program_that_takes_cupti_for_its_own_profiler_keeps_it() {
+    // Linked against CUPTI (Kineto), and through the function looked up with `dlsym` (XLA).
+    for lookup in ["linked", "dlsym"] {
+        program_owns(lookup);
+    }
+}
+
+fn program_owns(lookup: &str) {
     let script = "gpu_own_profiler.py";
     let (framework, profiler) = libraries(true);
-    let (run, ours, plain) = profiled(script, &[framework, profiler], &[]);
+    let (run, ours, plain) = profiled(script, &[framework, profiler], &[("LOOKUP", lookup)]);
     assert_eq!(plain.trim(), "own profiler saw 300 kernels");
     assert_eq!(ours, plain, "its profiler sees what it sees without mlprof");
     let p = &run.profile;

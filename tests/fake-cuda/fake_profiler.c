@@ -1,8 +1,10 @@
 /* A profiler of the program's own, as PyTorch's Kineto is: linked against CUPTI
  * (libcupti.so.13), it registers its own activity buffers and counts the kernel records CUPTI
  * hands it. `prof_start` takes CUPTI (callbacks, then the kernel kind), `prof_stop` flushes and
- * says how many kernels it saw. */
+ * says how many kernels it saw. `prof_start_looked_up` registers through the function looked
+ * up with `dlsym` on a handle of CUPTI, as XLA's profiler does. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,6 +39,16 @@ static void completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, 
 
 int prof_start(void) {
     int r = cuptiActivityRegisterCallbacks(requested, completed);
+    return r ? r : cuptiActivityEnable(10);
+}
+
+int prof_start_looked_up(void) {
+    void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return -1;
+    CUptiResult (*reg)(request_fn, complete_fn) =
+        (CUptiResult(*)(request_fn, complete_fn))dlsym(h, "cuptiActivityRegisterCallbacks");
+    if (!reg) return -2;
+    int r = reg(requested, completed);
     return r ? r : cuptiActivityEnable(10);
 }
 
