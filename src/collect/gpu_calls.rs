@@ -5,25 +5,22 @@
 //! region boundaries (a region's begin or end starts a new stretch, so a region's cut takes
 //! its own rows whole: the store grows with regions that copy, too). Bounded: past
 //! [`MAX_ALLOCS`] allocations, those given back longest ago are dropped first; past
-//! [`MAX_ROWS`] rows, the rows of earlier stretches are folded together (what regions no
+//! `rows::MAX_ROWS` rows, the rows of earlier stretches are folded together (what regions no
 //! longer see apart), then new rows are dropped.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 
 use mlprof_wire::{gpu_space, GpuCorrelation, GpuKernel};
 
 use super::gpu_kernels::{KernelStore, Launch};
+#[cfg(test)]
+use super::rows::MAX_ROWS;
+use super::rows::{row, Rows};
 
-use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuKernelTotal, GpuLaunchTotal};
+use crate::recording::{GpuAllocEvent, GpuCalls, GpuCopyTotal, GpuLaunchTotal};
 
 /// Most allocations held (each is a few dozen bytes and its frames).
 pub const MAX_ALLOCS: usize = 200_000;
-/// Most distinct (thread, stack, kind, stretch) rows of copies and of launches.
-pub const MAX_ROWS: usize = 100_000;
-
-/// The stretch of the rows of earlier stretches folded together to make room.
-const FOLDED: u64 = u64::MAX;
 
 type Frames = Vec<(u32, i32)>;
 
@@ -237,112 +234,6 @@ impl GpuStore {
             .map(|(i, a)| ((gpu_space::key_class(a.space), a.addr), i))
             .collect();
         true
-    }
-}
-
-/// Rows of calls folded together: the sums of both, from the first's time to the last's.
-pub(super) trait Fold {
-    fn fold(&mut self, other: &Self);
-}
-
-impl Fold for GpuCopyTotal {
-    fn fold(&mut self, o: &Self) {
-        self.bytes = self.bytes.saturating_add(o.bytes);
-        self.calls += o.calls;
-        self.synchronous_calls += o.synchronous_calls;
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-    }
-}
-
-impl Fold for GpuKernelTotal {
-    fn fold(&mut self, o: &Self) {
-        self.kernels = self.kernels.saturating_add(o.kernels);
-        self.device_ns = self.device_ns.saturating_add(o.device_ns);
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-    }
-}
-
-impl Fold for GpuLaunchTotal {
-    fn fold(&mut self, o: &Self) {
-        self.launches = self.launches.saturating_add(o.launches);
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-    }
-}
-
-/// Where the rows of a list of folded calls are.
-#[derive(Clone, Debug)]
-pub(super) struct Rows<K> {
-    /// Each row's place in its list, by its calls' identity and stretch.
-    index: HashMap<(K, u64), usize>,
-    /// The stretch in which earlier stretches were last folded (none since: nothing to fold).
-    folded_in: Option<u64>,
-}
-
-impl<K> Default for Rows<K> {
-    fn default() -> Self {
-        Rows {
-            index: HashMap::new(),
-            folded_in: None,
-        }
-    }
-}
-
-/// The row of `key` (its calls' identity and stretch) in `list`, made by `make` when the key
-/// is new. With [`MAX_ROWS`] rows held, the rows of earlier stretches are folded first (once
-/// per stretch: after that, every row is of this stretch or folded); `None` when that left no
-/// room.
-pub(super) fn row<'a, K: Eq + Hash + Clone, R: Fold>(
-    rows: &mut Rows<K>,
-    list: &'a mut Vec<R>,
-    key: (K, u64),
-    make: impl FnOnce(K) -> R,
-) -> Option<&'a mut R> {
-    let index = &mut rows.index;
-    if list.len() >= MAX_ROWS && !index.contains_key(&key) && rows.folded_in != Some(key.1) {
-        fold_earlier(index, list, key.1);
-        rows.folded_in = Some(key.1);
-    }
-    let i = match index.get(&key) {
-        Some(&i) => i,
-        None if list.len() < MAX_ROWS => {
-            list.push(make(key.0.clone()));
-            index.insert(key, list.len() - 1);
-            list.len() - 1
-        }
-        None => return None,
-    };
-    list.get_mut(i)
-}
-
-/// Fold the rows of every stretch but `current` into one per identity (stretch [`FOLDED`]):
-/// their calls stay counted, but a region's cut no longer takes them apart (a folded row
-/// spans several stretches, and a region takes only rows wholly inside it).
-fn fold_earlier<K: Eq + Hash + Clone, R: Fold>(
-    index: &mut HashMap<(K, u64), usize>,
-    list: &mut Vec<R>,
-    current: u64,
-) {
-    let mut keys: Vec<Option<(K, u64)>> = vec![None; list.len()];
-    for (key, i) in index.drain() {
-        if let Some(slot) = keys.get_mut(i) {
-            *slot = Some(key);
-        }
-    }
-    for (row, key) in std::mem::take(list).into_iter().zip(keys) {
-        let Some((identity, stretch)) = key else {
-            continue;
-        };
-        let stretch = if stretch == current { current } else { FOLDED };
-        match index.get(&(identity.clone(), stretch)) {
-            Some(&i) => list[i].fold(&row),
-            None => {
-                index.insert((identity, stretch), list.len());
-                list.push(row);
-            }
-        }
     }
 }
 

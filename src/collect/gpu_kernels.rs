@@ -11,7 +11,7 @@ use std::hash::Hash;
 
 use mlprof_wire::{gpu_trace, GpuKernel};
 
-use super::gpu_calls::{row, Rows};
+use super::rows::{row, Rows};
 use crate::recording::{GpuKernelSum, GpuKernelTotal, GpuKernels};
 
 /// Most distinct kernel names kept per process; later ones share one row.

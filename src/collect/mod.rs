@@ -14,6 +14,7 @@ mod mapping;
 mod perf;
 pub mod procfs;
 mod remote;
+mod rows;
 mod sigbus;
 mod space;
 mod waits;
