@@ -367,3 +367,58 @@ fn each_region_gets_the_gpu_time_of_the_kernels_launched_inside_it() {
         );
     }
 }
+
+#[test]
+fn sweep_fits_the_growth_of_each_lines_gpu_time() {
+    // One kernel per line, so each line's GPU time is exact whatever the sampling: the
+    // exponents are exact too.
+    let script = "gpu_kernel_sweep.py";
+    let (framework, _) = libraries(true);
+    let py = fixture::pythons().last().unwrap();
+    let out = fixture::mlprof()
+        .args(["sweep", "--param", "N=2,4,8", "--json", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(script))
+        .arg(framework)
+        .arg("{N}")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: mlprof::model::sweep::Sweep = serde_json::from_slice(&out.stdout).unwrap();
+    let m = markers(script);
+    let line = |name: &str| s.lines.iter().find(|l| l.line == m[name]).unwrap();
+    let exact = |k: Option<f64>, want: f64| k.is_some_and(|k| (k - want).abs() < 1e-6);
+    assert!(
+        exact(line("linear").gpu_time_exponent, 1.0),
+        "{:?}",
+        line("linear")
+    );
+    assert!(
+        exact(line("square").gpu_time_exponent, 2.0),
+        "{:?}",
+        line("square")
+    );
+    let seconds: Vec<f64> = line("square")
+        .gpu_kernel_s
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(seconds.len(), 3);
+    assert!((seconds[2] - 0.064).abs() < 1e-9, "{seconds:?}");
+    // The text document names the line whose GPU time grows faster than linearly.
+    let out = fixture::mlprof()
+        .args(["sweep", "--param", "N=2,4,8", "--width", "0", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(script))
+        .arg(framework)
+        .arg("{N}")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("takes GPU time growing as N^2.00"), "{text}");
+}

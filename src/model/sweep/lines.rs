@@ -1,6 +1,6 @@
 //! One line of a sweep: its figures in each run and the growth law of each (bytes held at the
-//! heap peak, bytes allocated, time; and through CUDA calls, device memory held at the GPU peak
-//! and reserved). Pure.
+//! heap peak, bytes allocated, time; through CUDA calls, device memory held at the GPU peak
+//! and reserved; and the GPU time of the kernels it launched). Pure.
 
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +66,15 @@ pub struct LineGrowth {
     /// Device memory held at the GPU peak projected to the `--project` value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projected_gpu_peak_bytes: Option<u64>,
+    /// Exponent of its GPU time (device seconds of the kernels it launched, CUPTI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time_exponent: Option<f64>,
+    /// R² of that fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time_r2: Option<f64>,
+    /// GPU time, per value (null for a failed run; empty when the line had none in any run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_kernel_s: Vec<Option<f64>>,
 }
 
 impl LineGrowth {
@@ -132,7 +141,7 @@ pub fn line(
     ok: &dyn Fn(&Outcome) -> bool,
     project: Option<f64>,
 ) -> LineGrowth {
-    let [mut peak, mut alloc, mut cpu, mut gpu_peak, mut gpu_reserved] =
+    let [mut peak, mut alloc, mut cpu, mut gpu_peak, mut gpu_reserved, mut gpu_time] =
         std::array::from_fn(|_| Series::default());
     for o in outcomes {
         let p = match (&o.profile, ok(o)) {
@@ -144,6 +153,7 @@ pub fn line(
                     &mut cpu,
                     &mut gpu_peak,
                     &mut gpu_reserved,
+                    &mut gpu_time,
                 ] {
                     s.failed();
                 }
@@ -168,11 +178,15 @@ pub fn line(
         // Exact figures: every byte is a measure.
         gpu_peak.add(x, m.gpu_calls.gpu_peak_bytes as f64, 1.0);
         gpu_reserved.add(x, m.gpu_calls.gpu_reserved_bytes as f64, 1.0);
+        // A kernel's device time is measured to the nanosecond: every run with some is a point.
+        gpu_time.add(x, m.gpu_calls.gpu_kernel_s, 1e-9);
     }
     let (mem, al, c) = (peak.fit(), alloc.fit(), cpu.fit());
     let (gpu_held, gpu_res) = (gpu_peak.fit(), gpu_reserved.fit());
     let any_gpu = gpu_reserved.per_run.iter().flatten().any(|&b| b > 0.0);
     let gpu_bytes = |s: &Series| if any_gpu { s.bytes() } else { Vec::new() };
+    let gpu_t = gpu_time.fit();
+    let any_gpu_time = gpu_time.per_run.iter().flatten().any(|&t| t > 0.0);
     LineGrowth {
         file: first.file.clone(),
         line: first.line,
@@ -199,6 +213,13 @@ pub fn line(
         projected_gpu_peak_bytes: project
             .and_then(|x| gpu_held.at(x))
             .map(|v| v.round() as u64),
+        gpu_time_exponent: gpu_t.exponent,
+        gpu_time_r2: gpu_t.r2,
+        gpu_kernel_s: if any_gpu_time {
+            gpu_time.per_run
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -251,6 +272,15 @@ mod tests {
                 },
             ),
             line(6, GpuLineCalls::default()),
+            // Line 7 launches kernels whose GPU time grows as N^1.5.
+            line(
+                7,
+                GpuLineCalls {
+                    gpu_kernel_s: 0.001 * (n as f64).powf(1.5),
+                    gpu_kernels: n,
+                    ..GpuLineCalls::default()
+                },
+            ),
         ];
         Outcome {
             text: n.to_string(),
@@ -283,5 +313,9 @@ mod tests {
         assert!(at(6).gpu_peak_bytes.is_empty() && at(6).gpu_reserved_exponent.is_none());
         // Largest held (projected) first: the square line.
         assert_eq!(s.lines[0].line, 4);
+        // GPU time gets its own law; a line without any has none.
+        assert!(near(at(7).gpu_time_exponent, 1.5), "{:?}", at(7));
+        assert_eq!(at(7).gpu_kernel_s.len(), 3);
+        assert!(at(6).gpu_kernel_s.is_empty() && at(6).gpu_time_exponent.is_none());
     }
 }

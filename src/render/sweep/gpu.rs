@@ -1,6 +1,7 @@
 //! The GPU part of a sweep's documents: how the device memory held through CUDA calls grows,
-//! for the tree (its GPU peak) and per line (held at the GPU peak, reserved). Nothing is said
-//! of a sweep whose runs made no CUDA call.
+//! for the tree (its GPU peak) and per line (held at the GPU peak, reserved), and which lines'
+//! GPU time grows faster than linearly. Nothing is said of a sweep whose runs made no CUDA
+//! call.
 
 use super::{law, place, r2, value, Figure, SHOWN};
 use crate::model::sweep::{LineGrowth, Sweep};
@@ -32,9 +33,10 @@ pub(super) fn peak(s: &Sweep) -> Option<String> {
     ))
 }
 
-/// One sentence per line whose GPU memory held at the peak grows.
+/// One sentence per line whose GPU memory held at the peak grows, and per line whose GPU time
+/// grows faster than linearly.
 pub(super) fn sentences(s: &Sweep) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = time_sentences(s);
     for l in shown(s) {
         let Some(k) = l.gpu_peak_exponent else {
             continue;
@@ -61,6 +63,26 @@ pub(super) fn sentences(s: &Sweep) -> Vec<String> {
         out.push(line);
     }
     out
+}
+
+/// "train.py:12 `loss = model(x)` takes GPU time growing as N^1.50 (R² 1.00)": lines whose
+/// GPU time (CUPTI) grows faster than linearly, the largest first, at most [`SHOWN`].
+fn time_sentences(s: &Sweep) -> Vec<String> {
+    s.lines
+        .iter()
+        .filter(|l| l.gpu_time_exponent.is_some_and(|k| k >= 1.2))
+        .filter(|l| l.gpu_time_r2.unwrap_or(0.0) >= 0.8)
+        .take(SHOWN)
+        .map(|l| {
+            format!(
+                "{} `{}` takes GPU time growing as {} (R² {})",
+                place(l),
+                clean(l.source.trim()),
+                law(&s.param, l.gpu_time_exponent),
+                r2(l.gpu_time_r2)
+            )
+        })
+        .collect()
 }
 
 /// The device memory a line held at the GPU peak, as a plot draws it.
