@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::Arc;
 
 use mlprof_wire::{gpu_trace, GpuKernel};
 
@@ -16,9 +17,12 @@ use crate::recording::{GpuKernelSum, GpuKernelTotal, GpuKernels};
 
 /// Most distinct kernel names kept per process; later ones share one row.
 pub const MAX_NAMES: usize = 20_000;
-/// Most sampled launches waiting for their correlation, and correlations waiting for their
-/// kernels (a graph launch runs many kernels under one call), each: the oldest go first.
+/// Most keys each waiting map holds (sampled launches by id, calls by correlation, early
+/// correlations, early kernels): the oldest go first.
 pub const MAX_PENDING: usize = 1 << 16;
+/// Most (device, name) sums of kernels waiting for their call's correlation, over all calls:
+/// past it the oldest calls' go first (a graph replay parks one per kernel it ran).
+pub const MAX_EARLY: usize = 1 << 20;
 /// Most (device, name) sums per process; kernels beyond them are counted as dropped.
 pub const MAX_SUMS: usize = 100_000;
 /// The longest a kernel is believed to run (a day).
@@ -28,11 +32,13 @@ const OTHER_KERNELS: &str = "<other kernels>";
 
 type Frames = Vec<(u32, i32)>;
 
-/// A kernel waiting for its call's correlation: its device, name and device time.
+/// Kernels of one device and name waiting for their call's correlation: how many and their
+/// device time.
 #[derive(Clone, Copy, Debug)]
 struct Ran {
     device: u32,
     name: u32,
+    count: u64,
     ns: u64,
 }
 
@@ -51,15 +57,17 @@ pub struct Launch {
 pub struct KernelStore {
     /// Index in `kernels.names` of each name key seen.
     names: HashMap<u64, u32>,
-    /// Sampled launches by the id they carry, until their correlation arrives.
-    launches: Bounded<u64, Launch>,
+    /// Sampled launches by the id they carry (each id may pair with several calls).
+    launches: Bounded<u64, Arc<Launch>>,
     /// Sampled launches by CUPTI's id of their call.
-    calls: Bounded<u32, Launch>,
+    calls: Bounded<u32, Arc<Launch>>,
     /// Correlations whose launch sample has not arrived, by the launch's id.
     early_calls: Bounded<u64, Vec<u32>>,
     /// Kernels whose call's correlation has not arrived (most never will: their launch was not
     /// sampled), by CUPTI's id of the call.
     early_kernels: Bounded<u32, Vec<Ran>>,
+    /// The sums in `early_kernels`, in all.
+    early: usize,
     /// The row of `kernels.all` of each (device, name).
     sums: HashMap<(u32, u32), usize>,
     /// The rows of `kernels.sampled`, by thread, stack, device and name.
@@ -74,10 +82,11 @@ impl KernelStore {
         if external == 0 {
             return;
         }
+        let launch = Arc::new(launch);
         // Its calls' correlations may have come first (another thread handed CUPTI's buffer
         // over while this launch's stack was still being read).
         for correlation in self.early_calls.remove(&external).unwrap_or_default() {
-            self.bind(out, correlation, launch.clone());
+            self.bind(out, correlation, Arc::clone(&launch));
         }
         self.launches.insert(external, launch);
     }
@@ -93,8 +102,10 @@ impl KernelStore {
     }
 
     /// Call `correlation` was the sampled `launch`: its kernels that came first are its now.
-    fn bind(&mut self, out: &mut GpuKernels, correlation: u32, launch: Launch) {
-        for k in self.early_kernels.remove(&correlation).unwrap_or_default() {
+    fn bind(&mut self, out: &mut GpuKernels, correlation: u32, launch: Arc<Launch>) {
+        let waiting = self.early_kernels.remove(&correlation).unwrap_or_default();
+        self.early = self.early.saturating_sub(waiting.len());
+        for k in waiting {
             self.attribute(out, &launch, k);
         }
         self.calls.insert(correlation, launch);
@@ -137,13 +148,44 @@ impl KernelStore {
         let ran = Ran {
             device: k.device,
             name,
+            count: 1,
             ns,
         };
         match self.calls.get(&k.correlation).cloned() {
             Some(launch) => self.attribute(out, &launch, ran),
-            None => self.early_kernels.push(k.correlation, ran),
+            None => self.wait(k.correlation, ran),
         }
         true
+    }
+
+    /// Kernel `ran` waits for call `correlation`'s correlation: summed with its kind there.
+    fn wait(&mut self, correlation: u32, ran: Ran) {
+        if let Some(list) = self.early_kernels.get_mut(&correlation) {
+            match list
+                .iter_mut()
+                .find(|r| r.device == ran.device && r.name == ran.name)
+            {
+                Some(r) => {
+                    r.count = r.count.saturating_add(ran.count);
+                    r.ns = r.ns.saturating_add(ran.ns);
+                }
+                None => {
+                    list.push(ran);
+                    self.early += 1;
+                }
+            }
+        } else {
+            self.early += 1;
+            if let Some(gone) = self.early_kernels.insert(correlation, vec![ran]) {
+                self.early = self.early.saturating_sub(gone.len());
+            }
+        }
+        while self.early > MAX_EARLY {
+            match self.early_kernels.pop_oldest() {
+                Some(gone) => self.early = self.early.saturating_sub(gone.len()),
+                None => break,
+            }
+        }
     }
 
     /// Fold kernel `k` under its sampled `launch`, standing for the launch's weight.
@@ -160,7 +202,7 @@ impl KernelStore {
         };
         match row(&mut self.rows, &mut out.sampled, key, made) {
             Some(r) => {
-                r.kernels = r.kernels.saturating_add(weight);
+                r.kernels = r.kernels.saturating_add(k.count.saturating_mul(weight));
                 r.device_ns = r.device_ns.saturating_add(k.ns.saturating_mul(weight));
                 r.last_ns = r.last_ns.max(t);
             }
@@ -222,21 +264,25 @@ impl<K: Eq + Hash + Copy, T> Bounded<K, Vec<T>> {
     /// Add `value` to the list of `key` (a new key counts against the bound).
     fn push(&mut self, key: K, value: T) {
         match self.map.get_mut(&key) {
-            Some(list) if list.len() < MAX_PER_KEY => list.push(value),
+            Some((_, list)) if list.len() < MAX_PER_KEY => list.push(value),
             Some(_) => {}
-            None => self.insert(key, vec![value]),
+            None => {
+                self.insert(key, vec![value]);
+            }
         }
     }
 }
 
-/// Most values waiting under one key (a graph launch's kernels under one call).
-const MAX_PER_KEY: usize = 4096;
+/// Most correlations waiting under one launch id (a launch's runtime and driver calls).
+const MAX_PER_KEY: usize = 64;
 
-/// A map of at most [`MAX_PENDING`] entries: the oldest inserted go first.
+/// A map of at most [`MAX_PENDING`] keys: the oldest inserted go first. Each key's insertion
+/// is numbered, so that a key removed and inserted again is evicted by its new number only.
 #[derive(Clone, Debug)]
 struct Bounded<K, V> {
-    map: HashMap<K, V>,
-    order: VecDeque<K>,
+    map: HashMap<K, (u64, V)>,
+    order: VecDeque<(K, u64)>,
+    next: u64,
 }
 
 impl<K, V> Default for Bounded<K, V> {
@@ -244,36 +290,56 @@ impl<K, V> Default for Bounded<K, V> {
         Bounded {
             map: HashMap::new(),
             order: VecDeque::new(),
+            next: 0,
         }
     }
 }
 
 impl<K: Eq + Hash + Copy, V> Bounded<K, V> {
-    fn insert(&mut self, key: K, value: V) {
-        if self.map.insert(key, value).is_none() {
-            self.order.push_back(key);
-        }
+    /// Insert `value` under `key`; returns what an eviction took to make room, if anything.
+    fn insert(&mut self, key: K, value: V) -> Option<V> {
+        let number = self.next;
+        self.next += 1;
+        // A key inserted again: its earlier place in `order` is stale now.
+        self.map.insert(key, (number, value));
+        self.order.push_back((key, number));
+        let mut gone = None;
         while self.map.len() > MAX_PENDING {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.map.remove(&old);
-                }
+            match self.pop_oldest() {
+                Some(v) => gone = Some(v),
                 None => break,
             }
         }
-        // Keys removed by hand stay in `order` until they come up: keep it bounded too.
+        // Places of keys removed or replaced stay in `order` until they come up: keep it
+        // bounded too.
         if self.order.len() > 2 * MAX_PENDING {
             let map = &self.map;
-            self.order.retain(|k| map.contains_key(k));
+            self.order
+                .retain(|(k, n)| map.get(k).is_some_and(|(m, _)| m == n));
         }
+        gone
+    }
+
+    /// Take the oldest key's value out.
+    fn pop_oldest(&mut self) -> Option<V> {
+        while let Some((key, number)) = self.order.pop_front() {
+            if self.map.get(&key).is_some_and(|(n, _)| *n == number) {
+                return self.map.remove(&key).map(|(_, v)| v);
+            }
+        }
+        None
     }
 
     fn remove(&mut self, key: &K) -> Option<V> {
-        self.map.remove(key)
+        self.map.remove(key).map(|(_, v)| v)
     }
 
     fn get(&self, key: &K) -> Option<&V> {
-        self.map.get(key)
+        self.map.get(key).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.map.get_mut(key).map(|(_, v)| v)
     }
 }
 
@@ -358,6 +424,52 @@ mod tests {
             .collect();
         assert_eq!(rows, vec![(2, 130)]);
         assert_eq!((out.all[0].kernels, out.all[0].device_ns), (3, 140));
+    }
+
+    #[test]
+    fn a_graphs_kernels_wait_summed_and_waiting_kernels_are_bounded() {
+        let (mut s, mut out) = (KernelStore::default(), GpuKernels::default());
+        // One call (a graph replay) runs 1000 kernels of two names before its correlation.
+        for i in 0..1000u64 {
+            assert!(s.kernel(&mut out, &kernel(i * 10, i * 10 + 4, 5, 0xa + i % 2)));
+        }
+        assert_eq!(s.early, 2, "summed per device and name");
+        s.correlation(&mut out, 9, 5);
+        s.launch(&mut out, 9, launch(1, vec![(2, 2)], 3, 0, 0));
+        let rows: Vec<_> = out
+            .sampled
+            .iter()
+            .map(|r| (r.kernels, r.device_ns))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![(1500, 6000), (1500, 6000)],
+            "each standing for weight 3"
+        );
+        assert_eq!(s.early, 0);
+        // Unsampled calls' kernels never claimed: bounded in all.
+        for c in 0..(MAX_PENDING as u32 + 10) {
+            assert!(s.kernel(&mut out, &kernel(0, 1, 1000 + c, 0xa)));
+        }
+        assert!(s.early <= MAX_PENDING && s.early_kernels.map.len() <= MAX_PENDING);
+    }
+
+    #[test]
+    fn a_key_inserted_again_is_evicted_by_its_new_place() {
+        let mut b: Bounded<u32, u32> = Bounded::default();
+        b.insert(1, 10);
+        b.remove(&1);
+        b.insert(1, 11);
+        for k in 2..=(MAX_PENDING as u32) {
+            b.insert(k, k);
+        }
+        assert_eq!(
+            b.get(&1),
+            Some(&11),
+            "still within the bound by its new place"
+        );
+        b.insert(0, 0);
+        assert_eq!(b.get(&1), None, "now the oldest");
     }
 
     #[test]

@@ -169,7 +169,19 @@ pub fn merge_process(into: &mut ProcessKernels, other: ProcessKernels) {
     into.unattributed_s += other.unattributed_s;
     into.kernels = into.kernels.saturating_add(other.kernels);
     into.dropped_records = into.dropped_records.saturating_add(other.dropped_records);
-    into.top.extend(other.top);
+    for t in other.top {
+        match into
+            .top
+            .iter_mut()
+            .find(|u| u.name == t.name && u.device == t.device)
+        {
+            Some(u) => {
+                u.gpu_s += t.gpu_s;
+                u.kernels = u.kernels.saturating_add(t.kernels);
+            }
+            None => into.top.push(t),
+        }
+    }
     sort(&mut into.top);
     into.top.truncate(PROCESS_TOP);
     if into.state != "on" || other.state != "on" {

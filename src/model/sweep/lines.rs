@@ -118,6 +118,9 @@ impl Series {
     }
 }
 
+/// GPU time below this is too small to fit (seconds).
+const GPU_TIME_FLOOR_S: f64 = 0.001;
+
 /// Figures below these are too small to fit (too few samples): bytes, seconds.
 fn floors(p: &Profile) -> (f64, f64) {
     let m = if p.memory_sample_bytes > 0 {
@@ -178,8 +181,9 @@ pub fn line(
         // Exact figures: every byte is a measure.
         gpu_peak.add(x, m.gpu_calls.gpu_peak_bytes as f64, 1.0);
         gpu_reserved.add(x, m.gpu_calls.gpu_reserved_bytes as f64, 1.0);
-        // A kernel's device time is measured to the nanosecond: every run with some is a point.
-        gpu_time.add(x, m.gpu_calls.gpu_kernel_s, 1e-9);
+        // A line's GPU time is its share of exact totals by sampled launches (exact for a
+        // kernel only it launches): below 1 ms a share is too noisy to fit.
+        gpu_time.add(x, m.gpu_calls.gpu_kernel_s, GPU_TIME_FLOOR_S);
     }
     let (mem, al, c) = (peak.fit(), alloc.fit(), cpu.fit());
     let (gpu_held, gpu_res) = (gpu_peak.fit(), gpu_reserved.fit());

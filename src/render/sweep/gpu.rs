@@ -66,7 +66,8 @@ pub(super) fn sentences(s: &Sweep) -> Vec<String> {
 }
 
 /// "train.py:12 `loss = model(x)` takes GPU time growing as N^1.50 (R² 1.00)": lines whose
-/// GPU time (CUPTI) grows faster than linearly, the largest first, at most [`SHOWN`].
+/// GPU time (CUPTI) grows faster than linearly, in the sweep's order of lines (the most
+/// memory first), at most [`SHOWN`].
 fn time_sentences(s: &Sweep) -> Vec<String> {
     s.lines
         .iter()

@@ -5,10 +5,10 @@
 //! several threads; never in a signal handler. They keep errno, and mark the thread busy so
 //! that nothing they do is taken for the program's.
 //!
-//! Every buffer we hand out is in [`OURS`]: only those are read and given back by us. While
-//! recording, a buffer is a private mapping (not the program's heap); once recording stops (the
-//! program took CUPTI, or the process is ending) it comes from the real `malloc`, so that a
-//! buffer CUPTI then hands to the program's own callback can be freed by it like its own.
+//! Every buffer we hand out is in [`OURS`]: only those are read and given back by us; a buffer
+//! of the program's that reaches our callback (in the instant its callbacks replace ours) goes
+//! to the program's own callback. Buffers come from the real `malloc` (not counted as the
+//! program's heap), so that one CUPTI hands to the program's callback can be freed by it.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,10 +27,12 @@ const KIND_EXTERNAL_CORRELATION: c_int = 39;
 /// Records CUPTI said it dropped, in all.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// The buffers we handed out and CUPTI has not handed back: address | 1 for a mapping, address
-/// for a `malloc` block; 0 free. Past it, CUPTI is given no buffer (it counts what it drops).
+/// The buffers we handed out and CUPTI has not handed back (0: a free slot; [`TAKEN`]: one
+/// being filled). Past it, CUPTI is given no buffer (it counts what it drops).
 const SLOTS: usize = 1024;
 static OURS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// A slot reserved while its buffer is allocated (no aligned address is 1).
+const TAKEN: usize = 1;
 
 /// CUPTI asks for a buffer.
 pub unsafe extern "C" fn requested(
@@ -51,68 +53,41 @@ pub unsafe extern "C" fn requested(
     }
 }
 
-/// A buffer, recorded in [`OURS`]: a mapping while recording, else a `malloc` block.
+/// A buffer from the real `malloc`, recorded in [`OURS`] (a slot reserved first, so that two
+/// threads asking at once both get one).
 fn give() -> Option<usize> {
-    let slot = OURS.iter().find(|s| s.load(Ordering::Relaxed) == 0)?;
-    let (address, tag) = if super::on() {
-        // SAFETY: an anonymous private mapping through the raw system call (not our `mmap`
-        // hook: the buffer is ours, not the program's).
-        let p = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                0usize,
-                BUFFER_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1i64,
-                0usize,
-            )
-        };
-        (if p > 0 { p as usize } else { 0 }, 1)
-    } else {
-        (crate::real::malloc(BUFFER_BYTES) as usize, 0)
-    };
+    let slot = OURS.iter().find(|s| {
+        s.compare_exchange(0, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    let address = crate::real::malloc(BUFFER_BYTES) as usize;
     if address == 0 {
+        slot.store(0, Ordering::Release);
         return None;
     }
-    if slot
-        .compare_exchange(0, address | tag, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-    {
-        // Another thread took the slot meanwhile: give the buffer back, none this time.
-        release(address | tag);
-        return None;
-    }
+    slot.store(address, Ordering::Release);
     Some(address)
 }
 
-/// Give a buffer of ours back (`entry`: as [`OURS`] holds it).
-fn release(entry: usize) {
-    let address = entry & !1;
-    if entry & 1 == 1 {
-        // SAFETY: the mapping `give` made, of that length; CUPTI is done with it.
-        unsafe { libc::syscall(libc::SYS_munmap, address, BUFFER_BYTES) };
-    } else {
-        // SAFETY: the block `give` took from the real `malloc`.
-        unsafe { crate::real::free(address as *mut c_void) };
-    }
-}
-
-/// CUPTI hands a buffer back: send what it holds, then give it back. A buffer that is not ours
-/// (the program's, handed to us in the instant its callbacks were being replaced) is left
-/// alone.
+/// CUPTI hands a buffer back: send what it holds, then free it. A buffer that is not ours goes
+/// to the program's own callback (it registered while ours were in place).
 pub unsafe extern "C" fn completed(
     context: *mut c_void,
     stream: u32,
     buffer: *mut u8,
-    _size: usize,
+    size: usize,
     valid: usize,
 ) {
     let address = buffer as usize;
-    let Some(slot) = OURS
+    let slot = OURS
         .iter()
-        .find(|s| s.load(Ordering::Acquire) & !1 == address && address != 0)
-    else {
+        .find(|s| address > TAKEN && s.load(Ordering::Acquire) == address);
+    let Some(slot) = slot else {
+        if address != 0 {
+            // SAFETY: the program's buffer, handed to the program's callback with CUPTI's
+            // arguments as they came.
+            unsafe { super::handover::to_program(context, stream, buffer, size, valid) };
+        }
         return;
     };
     let _errno = crate::errno::Saved::new();
@@ -122,26 +97,44 @@ pub unsafe extern "C" fn completed(
         unsafe { read_buffer(buffer, valid.min(BUFFER_BYTES)) };
         count_dropped(context, stream);
     });
-    let entry = slot.swap(0, Ordering::AcqRel);
-    if entry != 0 {
-        release(entry);
+    // Released by whoever empties the slot from this address: never twice.
+    if slot
+        .compare_exchange(address, 0, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        // SAFETY: the block `give` took from the real `malloc`; CUPTI is done with it.
+        unsafe { crate::real::free(address as *mut c_void) };
     }
 }
 
 /// Most time one buffer may wait, in all, for room in the channel (then records are dropped,
 /// and counted, as any writer's).
 const MAX_WAIT_NS: u64 = 2_000_000_000;
+/// A reader that has not taken a record for this long is not draining: no wait for it.
+const STALL_NS: u64 = 100_000_000;
+/// The reader's position when it was last seen not draining (0: not stalled).
+static STALLED_AT: AtomicU64 = AtomicU64::new(0);
 
 /// A buffer holds thousands of records, far more than the program writes meanwhile: before
 /// each, wait (1 ms at a time, up to [`MAX_WAIT_NS`] for the buffer, `waited` so far) until the
 /// channel is at most three quarters full, so that a buffer never crowds out the program's own
-/// samples nor overflows the channel while the collector drains it.
+/// samples nor overflows the channel while the collector drains it. No wait once the collector
+/// is gone, nor while its reader stands still (a channel it gave up on, a collector killed):
+/// from the moment the reader has not moved for [`STALL_NS`] until it moves again.
 fn room(n: u64, waited: &mut u64) {
     let Some(ring) = channel::ring() else { return };
-    while *waited < MAX_WAIT_NS
-        && !channel::collector_gone()
-        && ring.backlog().saturating_add(n) > ring.capacity() / 4 * 3
-    {
+    let reader = || ring.header().tail.0.load(Ordering::Acquire).max(1);
+    let full = || ring.backlog().saturating_add(n) > ring.capacity() / 4 * 3;
+    if !full() || channel::collector_gone() {
+        return;
+    }
+    match STALLED_AT.load(Ordering::Relaxed) {
+        0 => {}
+        at if at == reader() => return,
+        _ => STALLED_AT.store(0, Ordering::Relaxed),
+    }
+    let (mut last, mut still) = (reader(), 0u64);
+    while *waited < MAX_WAIT_NS && full() && !channel::collector_gone() {
         let pause = libc::timespec {
             tv_sec: 0,
             tv_nsec: 1_000_000,
@@ -156,6 +149,16 @@ fn room(n: u64, waited: &mut u64) {
             )
         };
         *waited += 1_000_000;
+        let now = reader();
+        if now != last {
+            (last, still) = (now, 0);
+        } else {
+            still += 1_000_000;
+            if still >= STALL_NS {
+                STALLED_AT.store(now, Ordering::Relaxed);
+                return;
+            }
+        }
     }
 }
 
@@ -268,15 +271,15 @@ fn count_dropped(context: *mut c_void, stream: u32) {
 }
 
 /// Kernel names already sent, by the address CUPTI keeps each at (a fixed table; a name that
-/// finds no free slot is not sent, and the report shows it unnamed).
+/// finds no room in it is sent with every kernel of it, and the collector keeps the first).
 mod names {
     use crate::gpu::seen::Seen;
 
     static SENT: Seen<4096> = Seen::new();
 
-    /// Whether `key` is to be sent now (and is now marked sent).
+    /// Whether `key` is to be sent now (new, or no room to remember it).
     pub fn first(key: u64) -> bool {
-        SENT.first(key)
+        SENT.check(key) != Some(false)
     }
 
     /// `key` could not be sent after all: the next kernel of that name tries again.

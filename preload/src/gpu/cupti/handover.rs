@@ -5,12 +5,12 @@
 //! the call unchanged. Its callbacks are kept, so that a set-up of ours racing with it can give
 //! CUPTI back to them.
 
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use mlprof_wire::gpu_trace;
 
-use super::{api, stop, trace, Api, Complete, Request, OFF, ON, STATE};
+use super::{api, flush, stop, trace, Api, Complete, Request, OFF, ON, STATE};
 use crate::gpu::dl;
 use crate::gpu::real::ours;
 
@@ -81,12 +81,13 @@ pub(super) fn register(request: Request, complete: Complete) -> c_int {
 }
 
 /// After our registration: if the program registered meanwhile (its call came while ours was
-/// being made), CUPTI goes back to its callbacks. Returns whether it did.
+/// being made), our buffers come back to us, and CUPTI goes back to its callbacks (the kinds
+/// it may have enabled meanwhile left on). Returns whether it did.
 pub(super) fn give_back_if_taken() -> bool {
-    if !PROGRAM_REGISTERED.load(Ordering::Acquire) {
+    if !PROGRAM_REGISTERED.load(Ordering::SeqCst) {
         return false;
     }
-    stop();
+    flush();
     let (request, complete) = (
         PROGRAM_REQUEST.load(Ordering::Acquire),
         PROGRAM_COMPLETE.load(Ordering::Acquire),
@@ -104,6 +105,28 @@ pub(super) fn give_back_if_taken() -> bool {
     true
 }
 
+/// A buffer of the program's that CUPTI handed to our callback (it registered while ours were
+/// in place): to the program's own callback, if it told us one; else left alone.
+///
+/// # Safety
+/// CUPTI's arguments to a buffer-completed callback.
+pub(super) unsafe fn to_program(
+    context: *mut c_void,
+    stream: u32,
+    buffer: *mut u8,
+    size: usize,
+    valid: usize,
+) {
+    let complete = PROGRAM_COMPLETE.load(Ordering::Acquire);
+    if complete == 0 || ours(complete) {
+        return;
+    }
+    // SAFETY: the program's own callback, stored from its call with this signature.
+    let complete = unsafe { core::mem::transmute::<usize, Complete>(complete) };
+    // SAFETY: forwarded as CUPTI gave them.
+    unsafe { complete(context, stream, buffer, size, valid) };
+}
+
 /// `cuptiActivityRegisterCallbacks`, interposed: the program takes CUPTI's activity buffers.
 ///
 /// # Safety
@@ -114,13 +137,13 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     request: Request,
     complete: Complete,
 ) -> c_int {
-    {
+    let real = {
         let _errno = crate::errno::Saved::new();
         PROGRAM_REQUEST.store(request as usize, Ordering::Release);
         PROGRAM_COMPLETE.store(complete as usize, Ordering::Release);
-        PROGRAM_REGISTERED.store(true, Ordering::Release);
+        PROGRAM_REGISTERED.store(true, Ordering::SeqCst);
         if STATE
-            .compare_exchange(ON, OFF, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(ON, OFF, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
             crate::local::with(|l| {
@@ -129,6 +152,15 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
             });
             trace(gpu_trace::PROGRAM_OWNS, 0);
         }
+        real()
+    };
+    match real {
+        // SAFETY: CUPTI's own function of this signature, forwarded as given.
+        Some(f) => unsafe {
+            core::mem::transmute::<usize, unsafe extern "C" fn(Request, Complete) -> c_int>(f)(
+                request, complete,
+            )
+        },
+        None => 999, // CUPTI_ERROR_UNKNOWN: there is no CUPTI to forward to
     }
-    register(request, complete)
 }

@@ -105,11 +105,22 @@ pub fn ensure() {
         return;
     }
     let _errno = crate::errno::Saved::new();
-    let state = local::with(|l| {
+    local::with(|l| {
         let _held = l.hold();
-        set_up()
+        let state = set_up();
+        STATE.store(state, Ordering::SeqCst);
+        // The program may have registered its own just before we stored ON (its hand-over
+        // found us still setting up): it keeps CUPTI.
+        if state == ON
+            && handover::PROGRAM_REGISTERED.load(Ordering::SeqCst)
+            && STATE
+                .compare_exchange(ON, OFF, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            handover::give_back_if_taken();
+            trace(gpu_trace::PROGRAM_OWNS, 0);
+        }
     });
-    STATE.store(state, Ordering::Release);
 }
 
 /// Whether kernels are being recorded (launch ids are worth pushing).
@@ -178,6 +189,15 @@ pub fn forget_in_child() {
     }
 }
 
+/// Every buffer handed back, complete or not (to the callbacks registered now).
+fn flush() {
+    if let Some(f) = api(Api::FlushAll) {
+        type F = unsafe extern "C" fn(u32) -> c_int;
+        // SAFETY: CUPTI's `cuptiActivityFlushAll(flag)`.
+        unsafe { core::mem::transmute::<usize, F>(f)(FLUSH_FORCED) };
+    }
+}
+
 /// Stop recording: our kinds off first, so that nothing new is written for us, then every
 /// buffer handed back, complete or not (they come to our callback, registered still).
 fn stop() {
@@ -193,11 +213,7 @@ fn stop() {
             unsafe { core::mem::transmute::<usize, F>(f)(kind) };
         }
     }
-    if let Some(f) = api(Api::FlushAll) {
-        type F = unsafe extern "C" fn(u32) -> c_int;
-        // SAFETY: CUPTI's `cuptiActivityFlushAll(flag)`; the buffers come to `completed`.
-        unsafe { core::mem::transmute::<usize, F>(f)(FLUSH_FORCED) };
-    }
+    flush();
 }
 
 /// Find CUPTI, take its functions, register our buffers and enable the kinds; tell the
