@@ -149,10 +149,11 @@ pub fn copy(bytes: usize, direction: u8, synchronous: bool) {
     });
 }
 
-/// The id bits of a launch token ([`launch_begin`]); bit 63 says the sample stands for itself.
-const ID_MASK: u64 = (1 << 62) - 1;
-/// The id of a sampled launch when none was pushed to CUPTI.
-const NO_ID: u64 = ID_MASK;
+/// A launch token ([`launch_begin`]): bit 62 marks a sampled launch (so a token is never 0),
+/// bit 63 one that stands for itself, the bits below the id pushed to CUPTI (0: none).
+const SAMPLED: u64 = 1 << 62;
+const ITSELF: u64 = 1 << 63;
+const ID_MASK: u64 = SAMPLED - 1;
 
 /// A kernel (or graph) launch of `func` (the kernel's or graph's handle) begins: set CUPTI up
 /// at the process's first. The first launch of each `func` is sampled standing for itself
@@ -193,13 +194,10 @@ pub fn launch_begin(call: &Call, func: usize) -> u64 {
 }
 
 /// A sampled launch standing for `weight` launches: its id pushed to CUPTI, and the token
-/// [`launch_end`] reads (the weight in the top bits, the id below).
+/// [`launch_end`] reads.
 fn token(weight: u64) -> u64 {
-    let id = match super::cupti::push() {
-        0 => NO_ID,
-        id => id & ID_MASK,
-    };
-    (u64::from(weight == 1) << 63) | id
+    let itself = if weight == 1 { ITSELF } else { 0 };
+    SAMPLED | itself | (super::cupti::push() & ID_MASK)
 }
 
 /// Whether this is the first launch of `func` in the process (a fixed table of the handles
@@ -217,13 +215,13 @@ pub fn launch_end(token: u64, ok: bool) {
         return;
     }
     let id = token & ID_MASK;
-    if id != NO_ID {
+    if id != 0 {
         super::cupti::pop();
     }
     if !ok {
         return;
     }
-    let weight = if token >> 63 == 1 {
+    let weight = if token & ITSELF != 0 {
         1
     } else {
         LAUNCH_MEAN.load(Ordering::Relaxed).max(1)
@@ -232,7 +230,7 @@ pub fn launch_end(token: u64, ok: bool) {
         let launch = GpuLaunch {
             weight,
             depth: depth as u32,
-            external: if id == NO_ID { 0 } else { id },
+            external: id,
         };
         Record::gpu_launch(tid, ts_ns, launch)
     });
