@@ -209,7 +209,15 @@ fn program_owns(lookup: &str) {
     assert_eq!(k.kernels, 500, "{k:?}");
     let before = at(p, script, "before").measures.gpu_calls;
     assert!((before.gpu_kernel_s - 0.005).abs() < 1e-6, "{before:?}");
-    assert_eq!(at(p, script, "after").measures.gpu_calls.gpu_kernel_s, 0.0);
+    // Nothing after it: the line may hold no sample at all (its launches are sampled and its
+    // 3 ms of CPU may fall between ticks), and if it is there it holds no GPU time.
+    let file = fixture::script(script);
+    let after = p
+        .lines
+        .iter()
+        .find(|l| l.file == file.to_str().unwrap() && l.line == markers(script)["after"]);
+    let seconds = after.map_or(0.0, |l| l.measures.gpu_calls.gpu_kernel_s);
+    assert_eq!(seconds, 0.0, "{after:?}");
 }
 
 #[test]
