@@ -297,6 +297,10 @@ pub(super) struct RunArgs {
     /// Do not record GPU kernel time (CUPTI is then never loaded into the program).
     #[arg(long)]
     pub(super) no_gpu_time: bool,
+    /// Do not trace PyTorch's CUDA allocator (no start-up hook on PYTHONPATH, no tensors at
+    /// the GPU peak: the report keeps the CUDA calls' segment view).
+    #[arg(long)]
+    pub(super) no_gpu_tensors: bool,
     /// GPU polls per second (NVML), 1 to 100.
     #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = gpu_rate)]
     pub(super) gpu_rate: f64,

@@ -216,6 +216,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         copy_sample_bytes: args.copy_sample_bytes,
         follow: !args.no_follow,
         gpu_time: !args.no_gpu_time,
+        gpu_tensors: !args.no_gpu_tensors,
     };
     let gpu = collect::gpu::GpuPoller::start(
         &collect::gpu::GpuOptions {

@@ -305,6 +305,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
         warnings,
         labels: super::labels(),
         gpu: Default::default(),
+        gpu_tensors: Vec::new(),
         setup: crate::recording::Setup {
             cpus: super::cpus(),
             attached: true,

@@ -10,6 +10,7 @@ pub(crate) mod events;
 pub mod gpu;
 pub(crate) mod gpu_calls;
 mod gpu_kernels;
+mod gpu_tensors;
 mod mapping;
 mod perf;
 pub mod procfs;
@@ -336,6 +337,8 @@ pub fn record(
         warnings.push(outlived_note(&running, &summaries, outlive_wait));
     }
     warnings.extend(c.space.warning(session.dir()));
+    let (gpu_tensors, unread) = gpu_tensors::read(session.dir());
+    warnings.extend(unread);
     Ok(Recording {
         command: Vec::new(),
         wall_ns,
@@ -347,6 +350,7 @@ pub fn record(
         warnings,
         labels: labels(),
         gpu: Default::default(),
+        gpu_tensors,
         setup: c.setup,
     })
 }
@@ -506,6 +510,7 @@ impl Collector {
                 warnings,
                 labels: labels(),
                 gpu: Default::default(),
+                gpu_tensors: Vec::new(),
                 setup: self.setup,
             },
             events,

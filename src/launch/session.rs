@@ -7,7 +7,7 @@
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -73,7 +73,25 @@ impl Session {
     pub fn preload_path(&self) -> &Path {
         &self.preload
     }
+
+    /// The directory holding mlprof's Python start-up hook (`startup/sitecustomize.py`,
+    /// docs/design/gpu-tensors.md), written on first use: private (0700, the file 0600) inside
+    /// the run's directory, so nobody else can put code on the program's path.
+    pub fn startup_hook(&self) -> Result<PathBuf> {
+        let dir = self.dir.join("startup");
+        if !dir.is_dir() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+            write_private(&dir.join("sitecustomize.py"), STARTUP_HOOK.as_bytes())?;
+        }
+        Ok(dir)
+    }
 }
+
+/// The start-up hook's source (`src/launch/startup/sitecustomize.py`).
+static STARTUP_HOOK: &str = include_str!("startup/sitecustomize.py");
 
 impl Drop for Session {
     fn drop(&mut self) {

@@ -65,6 +65,10 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
                 .add(&calls.totals);
         }
     }
+    let mut tensors = super::gpu_tensors::add(rec, filter, &mut places);
+    for p in &mut processes {
+        p.gpu_tensors = tensors.remove(&p.pid);
+    }
     let (lines, functions) = super::places::summarise(places, rec.wall_ns);
     let (stack_frames, stacks, samples) = super::stacks::build(rec, natives, &counted, &donors);
     if !processes
@@ -223,6 +227,7 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         peak_mapped_bytes: images.iter().map(|i| i.mapped.peak).max().unwrap_or(0),
         peak_gpu_memory_bytes: 0, // from the GPU polls, in `attribute`
         gpu_calls: None,          // from the CUDA calls, in `attribute`
+        gpu_tensors: None,        // from the allocator's trace, in `attribute`
         still_running: last.is_some_and(|l| l.still_running),
         local_rank: last.and_then(|l| l.rank).and_then(|r| r.local_rank),
         waiting_for_children_s: 0.0, // from the launcher waits, in `attribute`

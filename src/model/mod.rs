@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod gpu_calls;
 pub mod gpu_held;
 pub mod gpu_kernels;
+pub mod gpu_tensors;
 pub mod idle;
 pub mod invariants;
 pub mod leaks;

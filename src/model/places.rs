@@ -77,6 +77,8 @@ pub struct Acc {
     pub gpu_calls: super::profile::GpuLineCalls,
     /// Device nanoseconds and count of the kernels launched here, by name (`gpu_kernels`).
     pub kernels: HashMap<String, (u64, u64)>,
+    /// Bytes of tensors allocated here and live at their process's GPU peak (`gpu_tensors`).
+    pub gpu_tensor_bytes: u64,
 }
 
 impl Acc {
@@ -103,6 +105,7 @@ impl Acc {
         self.gpu_memory_bytes += other.gpu_memory_bytes;
         self.gpu_calls.add(&other.gpu_calls);
         super::gpu_kernels::merge(&mut self.kernels, other.kernels);
+        self.gpu_tensor_bytes += other.gpu_tensor_bytes;
     }
 }
 
@@ -189,6 +192,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.mapped_peak_bytes += acc.mapped_peak_bytes;
     m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;
     m.gpu_calls.add(&acc.gpu_calls);
+    m.gpu_tensor_peak_bytes += acc.gpu_tensor_bytes;
 }
 
 /// "GPU busy while this line ran": the utilisation averaged over the line's sampled time.

@@ -4,10 +4,12 @@
 use serde::{Deserialize, Serialize};
 
 mod gpu_calls;
+mod gpu_tensors;
 pub use gpu_calls::{
     GpuCallPeak, GpuHeldSample, GpuLineCalls, KernelShare, NvmlSplit, ProcessGpuCalls,
     ProcessKernels,
 };
+pub use gpu_tensors::{DeviceTensors, ProcessTensors, TensorLine, TensorOom};
 
 /// Schema identifier written into every profile; bumped when a field is renamed or removed.
 pub const SCHEMA: &str = "mlprof/1";
@@ -362,6 +364,10 @@ pub struct Process {
     /// What its CUDA runtime calls did, in total (absent without any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_calls: Option<ProcessGpuCalls>,
+    /// Its PyTorch tensors on the GPU at its allocator's peak (absent when its allocator was
+    /// not traced: no PyTorch on CUDA, or `--no-gpu-tensors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_tensors: Option<ProcessTensors>,
     /// Still running when mlprof stopped collecting (it outlived the command by more than
     /// `--wait-children`); its figures cover the time until then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -648,6 +654,10 @@ pub struct Measures {
     /// What its CUDA calls did (exact; all zero without CUDA, and then left out of the JSON).
     #[serde(flatten)]
     pub gpu_calls: GpuLineCalls,
+    /// Bytes of PyTorch tensors allocated here and live at their process's peak of allocated
+    /// GPU memory, summed over its devices (the allocator's trace; exact within it).
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub gpu_tensor_peak_bytes: u64,
     /// Native functions that ran under this line.
     pub native: Vec<NativeFrame>,
     /// The kernels this line launched that took most device time (at most 5; estimated from
@@ -674,4 +684,8 @@ pub struct NativeFrame {
     pub library: String,
     /// CPU seconds.
     pub cpu_s: f64,
+}
+
+fn is_zero_bytes(v: &u64) -> bool {
+    *v == 0
 }

@@ -266,6 +266,8 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         warnings: Vec::new(),
         labels: rec.labels.clone(),
         gpu: gpu_between(index, from, to),
+        // The allocator's trace is of the whole run, its peak of the whole run's.
+        gpu_tensors: Vec::new(),
         setup: rec.setup,
     }
 }

@@ -14,6 +14,7 @@ mod exit;
 pub mod gpu;
 mod gpu_calls;
 mod gpu_kernels;
+pub mod gpu_tensors;
 pub mod mapped;
 pub mod maps;
 
@@ -45,6 +46,8 @@ pub struct Recording {
     pub labels: BTreeMap<String, String>,
     /// What the NVML poller saw.
     pub gpu: gpu::GpuRecording,
+    /// PyTorch's CUDA allocator traces, one per process that wrote one.
+    pub gpu_tensors: Vec<gpu_tensors::TensorTrace>,
     /// How it was recorded: what the profile reports beside its figures.
     pub setup: Setup,
 }

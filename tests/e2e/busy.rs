@@ -87,7 +87,12 @@ fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
         // thread's CPU here (a C loop without mlprof shows it too), so that straddling sample
         // is as large as the largest the run had, not a mean gap.
         let gap = fixture::mean_gap(&run.profile);
-        let largest = run.profile.samples.iter().map(|s| s.cpu_s).fold(0.0, f64::max);
+        let largest = run
+            .profile
+            .samples
+            .iter()
+            .map(|s| s.cpu_s)
+            .fold(0.0, f64::max);
         let lost = largest.max(2.0 * gap);
         let total = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
         let samples = (total / gap.max(1e-4)).max(1.0);
@@ -109,5 +114,7 @@ fn faults_and_kernel_s(stdout: &[u8]) -> (u64, f64) {
     let mut words = text.split_whitespace();
     let faults = words.next().and_then(|w| w.parse().ok());
     let kernel = words.next().and_then(|w| w.parse().ok());
-    faults.zip(kernel).unwrap_or_else(|| panic!("the script printed {text:?}"))
+    faults
+        .zip(kernel)
+        .unwrap_or_else(|| panic!("the script printed {text:?}"))
 }

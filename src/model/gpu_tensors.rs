@@ -1,0 +1,342 @@
+//! Tensors at the GPU peak (docs/design/gpu-tensors.md): each process's CUDA allocator trace
+//! replayed per device — blocks allocated and given back, segments taken and returned — to the
+//! moment the most bytes of tensors were allocated at once; the blocks live then charged to the
+//! lines whose Python stacks allocated them (the innermost frame in a profiled file), the
+//! reserved bytes beside them as cache slack, and the same at the last allocation that failed.
+//! Pure.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::filter::Filter;
+use super::places::{Acc, Place, OUTSIDE};
+use super::profile::{DeviceTensors, ProcessTensors, TensorLine, TensorOom};
+use crate::recording::gpu_tensors::{Action, DeviceTrace, TensorTrace, TraceState};
+use crate::recording::{CodeInfo, Recording};
+
+/// Lines listed per device (at the peak, at an out-of-memory error).
+const TOP: usize = 10;
+
+/// Add every traced process's tensors at its peak to `places`; returns each pid's account.
+pub fn add(
+    rec: &Recording,
+    filter: &Filter,
+    places: &mut HashMap<Place, Acc>,
+) -> BTreeMap<u32, ProcessTensors> {
+    let mut out = BTreeMap::new();
+    for trace in &rec.gpu_tensors {
+        let codes = Codes::of(rec, trace.pid);
+        let mut resolve = Resolver {
+            trace,
+            filter,
+            codes,
+            cache: HashMap::new(),
+        };
+        let account = match &trace.state {
+            TraceState::Done => {
+                let devices: Vec<DeviceTensors> = trace
+                    .devices
+                    .iter()
+                    .map(|d| device(d, &mut resolve, places))
+                    .collect();
+                let note = notes(trace, &devices);
+                ProcessTensors {
+                    state: "on".into(),
+                    note,
+                    torch: trace.torch.clone(),
+                    devices,
+                }
+            }
+            TraceState::Recording => ProcessTensors {
+                state: "unread".into(),
+                note: "the process ended without running its exit handlers (os._exit, or a \
+                       signal), so its allocator's trace was never read: its GPU memory is \
+                       shown by its CUDA calls' segments only"
+                    .into(),
+                torch: trace.torch.clone(),
+                devices: Vec::new(),
+            },
+            TraceState::Failed(why) => ProcessTensors {
+                state: "failed".into(),
+                note: format!("{why}: its GPU memory is shown by its CUDA calls' segments only"),
+                torch: trace.torch.clone(),
+                devices: Vec::new(),
+            },
+        };
+        out.insert(trace.pid, account);
+    }
+    out
+}
+
+/// What a device's trace says at its peak (its lines added to `places`) and at its last
+/// out-of-memory error.
+fn device(
+    d: &DeviceTrace,
+    resolve: &mut Resolver<'_>,
+    places: &mut HashMap<Place, Acc>,
+) -> DeviceTensors {
+    let replay = Replay::new(d);
+    let (peak_at, peak_bytes, reserved) = replay.peak();
+    let live = replay.live_after(peak_at);
+    let mut before = 0;
+    let mut by_place: HashMap<Place, (u64, u64)> = HashMap::new();
+    for &(size, stack) in live.values() {
+        match stack {
+            Some(s) => {
+                let e = by_place.entry(resolve.place(s)).or_default();
+                (e.0, e.1) = (e.0 + size, e.1 + 1);
+            }
+            None => before += size,
+        }
+    }
+    for (place, &(bytes, _)) in &by_place {
+        places.entry(place.clone()).or_default().gpu_tensor_bytes += bytes;
+    }
+    let oom = replay.last_oom().map(|(i, requested, free, stack)| {
+        let live = replay.live_after(Some(i));
+        let mut held: HashMap<Place, (u64, u64)> = HashMap::new();
+        for &(size, stack) in live.values() {
+            if let Some(s) = stack {
+                let e = held.entry(resolve.place(s)).or_default();
+                (e.0, e.1) = (e.0 + size, e.1 + 1);
+            }
+        }
+        TensorOom {
+            requested_bytes: requested,
+            device_free_bytes: free,
+            allocated_bytes: live.values().map(|b| b.0).sum(),
+            at: stack.map(|s| line(resolve.place(s), 0, 0)),
+            top: top(held),
+        }
+    });
+    DeviceTensors {
+        device: d.device,
+        peak_allocated_bytes: peak_bytes,
+        reserved_at_peak_bytes: reserved,
+        cache_slack_bytes: reserved.saturating_sub(peak_bytes),
+        before_trace_bytes: before,
+        torch_max_allocated_bytes: d.max_allocated,
+        events: d.events.len() as u64,
+        top: top(by_place),
+        oom,
+    }
+}
+
+fn line(place: Place, bytes: u64, blocks: u64) -> TensorLine {
+    TensorLine {
+        file: place.file,
+        line: place.line,
+        function: place.function,
+        bytes,
+        blocks,
+    }
+}
+
+fn top(by_place: HashMap<Place, (u64, u64)>) -> Vec<TensorLine> {
+    let mut lines: Vec<TensorLine> = by_place
+        .into_iter()
+        .map(|(place, (bytes, blocks))| line(place, bytes, blocks))
+        .collect();
+    lines.sort_by(|a, b| (b.bytes, &a.file, a.line).cmp(&(a.bytes, &b.file, b.line)));
+    lines.truncate(TOP);
+    lines
+}
+
+/// Why a process's figures are partial, if they are.
+fn notes(trace: &TensorTrace, devices: &[DeviceTensors]) -> String {
+    let mut notes = Vec::new();
+    for d in devices {
+        let wrapped = trace.entries > 0 && d.events >= trace.entries;
+        let torch_peak = d.torch_max_allocated_bytes.unwrap_or(0);
+        // PyTorch's own peak above the replayed one (by more than a block's rounding): the
+        // peak came before the oldest event the ring kept.
+        if wrapped && torch_peak > d.peak_allocated_bytes + (d.peak_allocated_bytes >> 7) {
+            notes.push(format!(
+                "device {}: the allocator's peak ({} bytes by PyTorch's count) came before the \
+                 {} events its trace keeps; shown is the highest within them \
+                 (MLPROF_GPU_TRACE_ENTRIES keeps more)",
+                d.device, torch_peak, trace.entries
+            ));
+        }
+    }
+    notes.join("; ")
+}
+
+/// One device's events, replayed from the state before the first: the blocks live then are
+/// those live at the end that no event allocated, and those freed that no event allocated.
+struct Replay<'t> {
+    d: &'t DeviceTrace,
+    /// Blocks live before the first event: address → (bytes, stack).
+    start: HashMap<u64, (u64, Option<u32>)>,
+    /// Bytes reserved before the first event.
+    start_reserved: u64,
+}
+
+impl<'t> Replay<'t> {
+    fn new(d: &'t DeviceTrace) -> Replay<'t> {
+        let mut allocated: std::collections::HashSet<u64> = Default::default();
+        let mut start: HashMap<u64, (u64, Option<u32>)> = HashMap::new();
+        let mut reserved_delta: i128 = 0;
+        for e in &d.events {
+            match e.action {
+                Action::Alloc => {
+                    allocated.insert(e.addr);
+                }
+                Action::Free if !allocated.contains(&e.addr) => {
+                    start.entry(e.addr).or_insert((e.size, None));
+                }
+                Action::SegmentAlloc => reserved_delta += i128::from(e.size),
+                Action::SegmentFree => reserved_delta -= i128::from(e.size),
+                _ => {}
+            }
+        }
+        for &(addr, size, stack) in &d.live {
+            if !allocated.contains(&addr) {
+                start.entry(addr).or_insert((size, stack));
+            }
+        }
+        let start_reserved = (i128::from(d.reserved) - reserved_delta).max(0) as u64;
+        Replay {
+            d,
+            start,
+            start_reserved,
+        }
+    }
+
+    /// The event after which the most was allocated (`None`: before the first), the bytes
+    /// allocated and reserved then.
+    fn peak(&self) -> (Option<usize>, u64, u64) {
+        let mut live: HashMap<u64, u64> = self.start.iter().map(|(&a, b)| (a, b.0)).collect();
+        let mut level: u64 = live.values().sum();
+        let mut reserved = self.start_reserved;
+        let mut best = (None, level, reserved.max(level));
+        for (i, e) in self.d.events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    let old = live.insert(e.addr, e.size).unwrap_or(0);
+                    level = level.saturating_sub(old) + e.size;
+                }
+                Action::Free => level = level.saturating_sub(live.remove(&e.addr).unwrap_or(0)),
+                Action::SegmentAlloc => reserved += e.size,
+                Action::SegmentFree => reserved = reserved.saturating_sub(e.size),
+                Action::Oom => {}
+            }
+            if level > best.1 {
+                best = (Some(i), level, reserved.max(level));
+            }
+        }
+        best
+    }
+
+    /// The blocks live after event `at` (`None`: before the first).
+    fn live_after(&self, at: Option<usize>) -> HashMap<u64, (u64, Option<u32>)> {
+        let mut live = self.start.clone();
+        let Some(at) = at else { return live };
+        for e in self.d.events.iter().take(at + 1) {
+            match e.action {
+                Action::Alloc => {
+                    live.insert(e.addr, (e.size, e.stack));
+                }
+                Action::Free => {
+                    live.remove(&e.addr);
+                }
+                _ => {}
+            }
+        }
+        live
+    }
+
+    /// The last out-of-memory error: (event index, bytes asked, bytes CUDA had free, stack).
+    fn last_oom(&self) -> Option<(usize, u64, u64, Option<u32>)> {
+        let (i, e) = self
+            .d
+            .events
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, e)| e.action == Action::Oom)?;
+        Some((i, e.size, e.addr, e.stack))
+    }
+}
+
+/// The code objects a process sent, by file (for the qualified name and first line of a
+/// traced frame's function).
+struct Codes<'r> {
+    by_file: HashMap<&'r str, Vec<&'r CodeInfo>>,
+}
+
+impl<'r> Codes<'r> {
+    fn of(rec: &'r Recording, pid: u32) -> Codes<'r> {
+        let mut by_file: HashMap<&str, Vec<&CodeInfo>> = HashMap::new();
+        for c in rec.channels.iter().filter(|c| c.pid == pid) {
+            for info in c.codes.values() {
+                by_file
+                    .entry(info.filename.as_str())
+                    .or_default()
+                    .push(info);
+            }
+        }
+        Codes { by_file }
+    }
+
+    /// The code object of function `name` in `file` that starts last at or before `line`.
+    fn find(&self, file: &str, line: u32, name: &str) -> Option<&'r CodeInfo> {
+        self.by_file
+            .get(file)?
+            .iter()
+            .filter(|c| {
+                (c.qualname == name || c.qualname.rsplit('.').next() == Some(name))
+                    && c.firstlineno.max(0) as u32 <= line
+            })
+            .max_by_key(|c| c.firstlineno)
+            .copied()
+    }
+}
+
+/// Stack → place, as `places::place_of` does for sampled stacks: the innermost frame in a
+/// profiled file.
+struct Resolver<'a> {
+    trace: &'a TensorTrace,
+    filter: &'a Filter,
+    codes: Codes<'a>,
+    cache: HashMap<u32, Place>,
+}
+
+impl Resolver<'_> {
+    fn place(&mut self, stack: u32) -> Place {
+        if let Some(p) = self.cache.get(&stack) {
+            return p.clone();
+        }
+        let place = self
+            .trace
+            .frames_of(stack)
+            .find(|(file, _, _)| self.filter.profiles(file))
+            .map_or_else(
+                || Place {
+                    file: OUTSIDE.to_string(),
+                    line: 0,
+                    function: OUTSIDE.to_string(),
+                    first_line: 0,
+                },
+                |(file, line, name)| match self.codes.find(file, *line, name) {
+                    Some(code) => Place {
+                        file: file.clone(),
+                        line: *line,
+                        function: code.qualname.clone(),
+                        first_line: code.firstlineno.max(0) as u32,
+                    },
+                    None => Place {
+                        file: file.clone(),
+                        line: *line,
+                        function: name.clone(),
+                        first_line: 0,
+                    },
+                },
+            );
+        self.cache.insert(stack, place.clone());
+        place
+    }
+}
+
+#[cfg(test)]
+#[path = "gpu_tensors_tests.rs"]
+mod tests;
