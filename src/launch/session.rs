@@ -74,11 +74,11 @@ impl Session {
         &self.preload
     }
 
-    /// The directory holding mlprof's Python start-up hook (`startup/sitecustomize.py`,
+    /// The directory holding mlprof's Python start-up hook (`mlprof-startup/sitecustomize.py`,
     /// docs/design/gpu-tensors.md), written on first use: private (0700, the file 0600) inside
     /// the run's directory, so nobody else can put code on the program's path.
     pub fn startup_hook(&self) -> Result<PathBuf> {
-        let dir = self.dir.join("startup");
+        let dir = self.dir.join(crate::recording::gpu_tensors::STARTUP_DIR);
         if !dir.is_dir() {
             std::fs::DirBuilder::new()
                 .mode(0o700)

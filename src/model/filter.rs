@@ -34,6 +34,13 @@ fn is_library(file: &str) -> bool {
     if file.split('/').any(|dir| dir.starts_with("torchinductor_")) {
         return true;
     }
+    // mlprof's own start-up hook (docs/design/gpu-tensors.md).
+    if file
+        .split('/')
+        .any(|dir| dir == crate::recording::gpu_tensors::STARTUP_DIR)
+    {
+        return true;
+    }
     if file.contains("/site-packages/") || file.contains("/dist-packages/") {
         return true;
     }
@@ -58,6 +65,7 @@ mod tests {
         assert!(!f.profiles("/venv/lib/python3.12/site-packages/numpy/core/numeric.py"));
         assert!(!f.profiles("/tmp/torchinductor_ana/kt/cktreaotpjatue3xqymqz5.py"));
         assert!(!f.profiles("<frozen importlib._bootstrap>"));
+        assert!(!f.profiles("/tmp/mlprof-x1/mlprof-startup/sitecustomize.py"));
         assert!(Filter {
             all: true,
             ..Filter::default()

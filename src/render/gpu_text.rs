@@ -4,7 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::model::profile::{GpuLineCalls, KernelShare, ProcessGpuCalls, ProcessKernels};
+use crate::model::profile::{
+    GpuLineCalls, KernelShare, ProcessGpuCalls, ProcessKernels, ProcessTensors, TensorLine,
+};
 use crate::model::Profile;
 use crate::units::{bytes, seconds};
 
@@ -24,8 +26,14 @@ fn copies(g: &GpuLineCalls) -> Option<String> {
 
 /// What a line's CUDA calls did, in one row's words, with the kernels that took most of its
 /// GPU time by name (`kernels`); `None` when they did nothing.
-pub fn line_row(g: &GpuLineCalls, kernels: &[KernelShare]) -> Option<String> {
+pub fn line_row(g: &GpuLineCalls, kernels: &[KernelShare], tensors: u64) -> Option<String> {
     let mut parts = Vec::new();
+    if tensors > 0 {
+        parts.push(format!(
+            "{} of tensors live at the GPU peak",
+            bytes(tensors)
+        ));
+    }
     if g.gpu_reserved_bytes > 0 {
         let mut held = format!(
             "reserved {} in {} call{}, {} held at the GPU peak",
@@ -139,6 +147,80 @@ fn traffic(g: &GpuLineCalls) -> Vec<String> {
     parts
 }
 
+/// One summary per process whose allocator was traced (`pid 12: device 0: 32.0 MiB of
+/// tensors at the peak ...`), for the header.
+pub fn tensors_summary(p: &Profile) -> Vec<String> {
+    p.processes
+        .iter()
+        .filter_map(|process| {
+            let t = process.gpu_tensors.as_ref()?;
+            Some(format!("pid {}: {}", process.pid, tensors_words(t)))
+        })
+        .collect()
+}
+
+fn tensors_words(t: &ProcessTensors) -> String {
+    let mut parts: Vec<String> = t
+        .devices
+        .iter()
+        .map(|d| {
+            let mut words = format!(
+                "device {}: {} of tensors at the peak ({} reserved, {} cache slack)",
+                d.device,
+                bytes(d.peak_allocated_bytes),
+                bytes(d.reserved_at_peak_bytes),
+                bytes(d.cache_slack_bytes)
+            );
+            if !d.top.is_empty() {
+                let _ = write!(words, ", held by {}", held_by(&d.top));
+            }
+            if d.before_trace_bytes > 0 {
+                let _ = write!(
+                    words,
+                    ", {} allocated before the trace began",
+                    bytes(d.before_trace_bytes)
+                );
+            }
+            if let Some(oom) = &d.oom {
+                let at = oom
+                    .at
+                    .as_ref()
+                    .map_or_else(String::new, |l| format!(" at {}", place(l)));
+                let _ = write!(
+                    words,
+                    "; out of memory{at} asking {} with {} free and {} of tensors held",
+                    bytes(oom.requested_bytes),
+                    bytes(oom.device_free_bytes),
+                    bytes(oom.allocated_bytes)
+                );
+                if !oom.top.is_empty() {
+                    let _ = write!(words, " by {}", held_by(&oom.top));
+                }
+            }
+            words
+        })
+        .collect();
+    if !t.note.is_empty() {
+        parts.push(t.note.clone());
+    }
+    parts.join("; ")
+}
+
+/// "train.py:21 16.0 MiB, train.py:16 8.0 MiB" (the first 3 lines).
+fn held_by(lines: &[TensorLine]) -> String {
+    lines
+        .iter()
+        .take(3)
+        .map(|l| format!("{} {}", place(l), bytes(l.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn place(l: &TensorLine) -> String {
+    let file = l.file.rsplit('/').next().unwrap_or(&l.file);
+    format!("{file}:{}", l.line)
+}
+
 /// One summary per process with CUDA calls (`pid 12: device 0 peak ...`), for the header.
 pub fn summary(p: &Profile) -> Vec<String> {
     p.processes
@@ -191,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_line_row_names_only_what_its_calls_did() {
-        assert_eq!(line_row(&GpuLineCalls::default(), &[]), None);
+        assert_eq!(line_row(&GpuLineCalls::default(), &[], 0), None);
         let g = GpuLineCalls {
             gpu_reserved_bytes: 3 << 20,
             gpu_reserved_calls: 1,
@@ -200,7 +282,7 @@ mod tests {
             gpu_wait_s: 0.25,
             ..GpuLineCalls::default()
         };
-        let row = line_row(&g, &[]).unwrap();
+        let row = line_row(&g, &[], 0).unwrap();
         assert!(
             row.starts_with("GPU: reserved 3.0 MiB in 1 call, 3.0 MiB held"),
             "{row}"
@@ -217,7 +299,7 @@ mod tests {
             ..GpuLineCalls::default()
         };
         assert_eq!(
-            line_row(&pinned, &[]).unwrap(),
+            line_row(&pinned, &[], 0).unwrap(),
             "GPU: pinned 80.0 MiB in 20 calls, 40.0 MiB held at the end"
         );
     }

@@ -18,7 +18,7 @@ import os as _os
 import sys as _sys
 
 # Allocator events kept (a ring: the oldest are overwritten): MLPROF_GPU_TRACE_ENTRIES.
-_ENTRIES = 200_000
+_ENTRIES = 50_000
 # Frames kept per stack, innermost first.
 _FRAMES = 48
 # Trace actions the collector replays, and their codes in the file.

@@ -24,6 +24,7 @@ fn shown(l: &LineStats, whole_s: f64, whole_bytes: u64) -> bool {
         || m.copy_bytes > 0
         || m.mapped_peak_bytes > 0
         || !m.gpu_calls.is_empty()
+        || m.gpu_tensor_peak_bytes > 0
 }
 
 /// Whether the line tables get GPU columns: only when GPU figures were attributed to lines.
@@ -207,7 +208,9 @@ fn under(doc: &mut Doc, layout: &Layout, line: &LineStats, whole: f64) {
         .or_else(|| layout.end_of(LINE))
         .unwrap_or(0);
     let lead = |share: &str| format!("{}   ", pad(share, at, true));
-    if let Some(row) = super::super::gpu_text::line_row(&m.gpu_calls, &m.gpu_kernel_names) {
+    if let Some(row) =
+        super::super::gpu_text::line_row(&m.gpu_calls, &m.gpu_kernel_names, m.gpu_tensor_peak_bytes)
+    {
         doc.wrap(Tone::Plain, at + 3, &row, at + 5);
     }
     if m.waiting_for_workers_s >= MIN_SHARE * whole {

@@ -104,6 +104,9 @@ pub(super) fn header(doc: &mut Doc, p: &Profile) {
     for calls in super::super::gpu_text::summary(p) {
         field(doc, "CUDA calls", &calls);
     }
+    for tensors in super::super::gpu_text::tensors_summary(p) {
+        field(doc, "GPU tensors", &tensors);
+    }
     field(doc, "dropped events", &p.dropped_events.to_string());
 }
 

@@ -557,7 +557,7 @@ pub(super) fn regions(doc: &mut Doc, p: &Profile) {
     for (r, row) in shown.iter().zip(&rows) {
         emit(doc, &layout, std::slice::from_ref(row), |_, _| None);
         // What the region's CUDA calls did, under its row.
-        if let Some(gpu) = super::super::gpu_text::line_row(&r.gpu_calls, &[]) {
+        if let Some(gpu) = super::super::gpu_text::line_row(&r.gpu_calls, &[], 0) {
             doc.wrap(Tone::Plain, 4, &gpu, 6);
         }
     }

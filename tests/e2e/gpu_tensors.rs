@@ -1,0 +1,179 @@
+//! Tensors at the GPU peak (issue 35), without a GPU: a stand-in for PyTorch's CUDA allocator
+//! and its memory history (`tests/fake-torch`, the snapshot format PyTorch documents) under
+//! `tests/scripts/gpu_tensors.py`, whose tensors per line and peak are known by construction.
+//! With real PyTorch on the CPU, the start-up hook never initialises CUDA.
+
+use std::process::Command;
+
+use mlprof::model::profile::{DeviceTensors, Profile};
+
+use crate::cpu::markers;
+use crate::fixture::{self, os};
+
+const SCRIPT: &str = "gpu_tensors.py";
+const MIB: u64 = 1 << 20;
+
+fn fake_torch() -> String {
+    fixture::root()
+        .join("tests/fake-torch")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Bytes of tensors at the peak of the script's line `@name` (0 when the line is absent).
+fn at(p: &Profile, name: &str) -> u64 {
+    let file = fixture::script(SCRIPT);
+    let line = markers(SCRIPT)[name];
+    p.lines
+        .iter()
+        .filter(|l| l.file == file.to_str().unwrap() && l.line == line)
+        .map(|l| l.measures.gpu_tensor_peak_bytes)
+        .sum()
+}
+
+fn device(p: &Profile) -> &DeviceTensors {
+    let t = p.processes[0]
+        .gpu_tensors
+        .as_ref()
+        .expect("the process's allocator was traced");
+    assert_eq!((t.state.as_str(), t.note.as_str()), ("on", ""), "{t:?}");
+    &t.devices[0]
+}
+
+#[test]
+fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
+    let torch = fake_torch();
+    for py in fixture::pythons() {
+        let v = &py.minor;
+        let env = [("PYTHONPATH", torch.as_str())];
+        let plain = Command::new(&py.exe)
+            .arg(fixture::script(SCRIPT))
+            .env("PYTHONPATH", &torch)
+            .output()
+            .unwrap();
+        let run = fixture::profile_script(py, SCRIPT, &[], &env);
+        // The program's own sitecustomize ran, its path is the path it has without mlprof,
+        // its allocations and its out-of-memory error are its own.
+        let plain = String::from_utf8_lossy(&plain.stdout);
+        assert!(
+            plain.starts_with("the program's own sitecustomize ran\n"),
+            "{v}: {plain}"
+        );
+        assert_eq!(String::from_utf8_lossy(&run.output.stdout), plain, "{v}");
+        let p = &run.profile;
+        for (name, mib) in [
+            ("tmp", 0),
+            ("weights", 8),
+            ("act", 16),
+            ("kept", 8),
+            ("after", 0),
+        ] {
+            assert_eq!(at(p, name), mib * MIB, "{v}: @{name}");
+        }
+        let d = device(p);
+        assert_eq!(d.peak_allocated_bytes, 32 * MIB, "{v}: {d:?}");
+        assert_eq!(d.torch_max_allocated_bytes, Some(32 * MIB), "{v}");
+        assert_eq!(
+            (d.reserved_at_peak_bytes, d.cache_slack_bytes),
+            (38 * MIB, 6 * MIB)
+        );
+        assert_eq!(d.before_trace_bytes, 0);
+        let kept = d
+            .top
+            .iter()
+            .find(|l| l.line == markers(SCRIPT)["kept"])
+            .unwrap();
+        assert_eq!(
+            (kept.bytes, kept.blocks),
+            (8 * MIB, 4),
+            "{v}: one block a step"
+        );
+        let oom = d.oom.as_ref().expect("the failed allocation");
+        assert_eq!(oom.requested_bytes, 1 << 40);
+        assert_eq!(oom.at.as_ref().unwrap().line, markers(SCRIPT)["oom"]);
+        assert_eq!(oom.allocated_bytes, 20 * MIB, "{v}: {oom:?}");
+        let held: Vec<(u32, u64)> = oom.top.iter().map(|l| (l.line, l.bytes)).collect();
+        let m = markers(SCRIPT);
+        assert_eq!(
+            held,
+            [
+                (m["weights"], 8 * MIB),
+                (m["kept"], 8 * MIB),
+                (m["after"], 4 * MIB)
+            ],
+            "{v}"
+        );
+        // mlprof's own hook is no line of the program.
+        assert!(
+            p.lines.iter().all(|l| !l.file.contains("mlprof-startup")),
+            "{v}: {:?}",
+            p.lines.iter().map(|l| &l.file).collect::<Vec<_>>()
+        );
+        // The text report names them.
+        let text = mlprof::render::text::render(p);
+        assert!(
+            text.contains(
+                "32.0 MiB of tensors at the peak (38.0 MiB reserved, 6.0 MiB cache slack)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("16.0 MiB of tensors live at the GPU peak"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn turned_off_or_ended_without_exit_handlers_the_report_says_what_it_has() {
+    let torch = fake_torch();
+    let py = fixture::pythons().last().unwrap();
+    let env = [("PYTHONPATH", torch.as_str())];
+    // `--no-gpu-tensors`: no hook, no trace; the program runs as without mlprof.
+    let script = fixture::script(SCRIPT);
+    let argv = [os(&py.exe), os(&script)];
+    let run = fixture::profile_args(&["--no-gpu-tensors"], &argv, &env);
+    assert!(run.output.status.success());
+    assert!(run.profile.processes[0].gpu_tensors.is_none());
+    assert!(run
+        .profile
+        .lines
+        .iter()
+        .all(|l| l.measures.gpu_tensor_peak_bytes == 0));
+    // `os._exit`: the trace was switched on and never read; the report says so.
+    let run = fixture::profile_script(py, SCRIPT, &["exit"], &env);
+    let t = run.profile.processes[0].gpu_tensors.as_ref().unwrap();
+    assert_eq!(t.state, "unread", "{t:?}");
+    assert!(t.note.contains("os._exit"), "{t:?}");
+    let text = mlprof::render::text::render(&run.profile);
+    assert!(text.contains("never read"), "{text}");
+}
+
+#[test]
+fn pytorch_on_the_cpu_never_initialises_cuda_because_of_the_hook() {
+    let python = fixture::root().join("target/torch-venv/bin/python");
+    let has_torch = Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_torch {
+        fixture::skipped("skipped: no torch in target/torch-venv (see bench/README.md)");
+        return;
+    }
+    let code = "import torch\n\
+                x = torch.ones(256, 256)\n\
+                print(float((x @ x).sum()), torch.cuda.is_initialized())";
+    let plain = Command::new(&python).args(["-c", code]).output().unwrap();
+    let run = fixture::profile(&[os(&python), os("-c"), os(code)]);
+    assert!(run.output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&run.output.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    assert!(String::from_utf8_lossy(&plain.stdout).ends_with("False\n"));
+    assert!(run
+        .profile
+        .processes
+        .iter()
+        .all(|p| p.gpu_tensors.is_none()));
+}

@@ -1,0 +1,9 @@
+"""A stand-in for PyTorch (see ../README.md): tensors are blocks of a fake CUDA device."""
+__version__ = "0.0+fake"
+
+from . import cuda  # noqa: E402
+
+
+def empty(nbytes, device="cuda"):
+    """A tensor of `nbytes` on the fake device, allocated by the calling line."""
+    return cuda._allocate(int(nbytes))
