@@ -174,6 +174,10 @@ pub(super) struct GateArgs {
     /// any device, or if no CUDA call was seen.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
     pub(super) max_gpu_reserved: Option<u64>,
+    /// Fail if one process's PyTorch tensors on any device peak above SIZE (its CUDA
+    /// allocator's trace), or if no allocator was traced.
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_limit)]
+    pub(super) max_gpu_allocated: Option<u64>,
 }
 
 impl GateArgs {
@@ -187,6 +191,7 @@ impl GateArgs {
                     max_leak_bytes: self.max_leak,
                     max_gpu_memory_bytes: self.max_gpu_memory,
                     max_gpu_reserved_bytes: self.max_gpu_reserved,
+                    max_gpu_allocated_bytes: self.max_gpu_allocated,
                     ..Default::default()
                 },
             )?,

@@ -12,10 +12,13 @@
 //! "model.py::forward" = "3GiB"
 //! [files]
 //! "data.py" = "1GiB"
+//! [gpu-lines]              # bytes of PyTorch tensors a line may hold at the GPU peak
+//! "train.py:42" = "4GiB"
 //! ```
 //!
 //! Also (at the top, before any table): `max-copy = "20GiB"` (bytes copied by the tree),
-//! `max-cpu = 3600` (CPU seconds of the tree), `ignore = ["tests/*"]` (lines no budget counts).
+//! `max-cpu = 3600` (CPU seconds of the tree), `ignore = ["tests/*"]` (lines no budget counts),
+//! `max-gpu-allocated = "40GiB"` (PyTorch tensors of one process on one device at once).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -95,8 +98,8 @@ fn located(origin: &str, text: &str, e: &toml::de::Error) -> Error {
 
 /// The keys of a budget table, for the message about an unknown one.
 const KEYS: &str =
-    "max-peak, max-rss, max-leak, max-gpu-memory, max-gpu-reserved, max-copy, max-cpu, ignore, lines, \
-     functions, files";
+    "max-peak, max-rss, max-leak, max-gpu-memory, max-gpu-reserved, max-gpu-allocated, max-copy, \
+     max-cpu, ignore, lines, functions, files, gpu-lines";
 
 /// A `pyproject.toml`: only `[tool.mlprof]` is read, anything else in it is left alone.
 #[derive(serde::Deserialize)]
@@ -144,6 +147,10 @@ impl<'de> Visitor<'de> for TableVisitor {
                 Key::MaxGpuReserved => {
                     b.max_gpu_reserved_bytes = Some(map.next_value_seed(size("max-gpu-reserved"))?)
                 }
+                Key::MaxGpuAllocated => {
+                    b.max_gpu_allocated_bytes =
+                        Some(map.next_value_seed(size("max-gpu-allocated"))?)
+                }
                 Key::MaxCopy => b.max_copy_bytes = Some(map.next_value_seed(size("max-copy"))?),
                 Key::MaxCpu => b.max_cpu_s = Some(map.next_value_seed(Seconds)?),
                 Key::Ignore => b.ignore = map.next_value_seed(Patterns)?,
@@ -153,6 +160,7 @@ impl<'de> Visitor<'de> for TableVisitor {
                         Place::Line => b.lines = places,
                         Place::Function => b.functions = places,
                         Place::File => b.files = places,
+                        Place::GpuLine => b.gpu_lines = places,
                     }
                 }
             }
@@ -168,6 +176,7 @@ enum Key {
     MaxLeak,
     MaxGpuMemory,
     MaxGpuReserved,
+    MaxGpuAllocated,
     MaxCopy,
     MaxCpu,
     Ignore,
@@ -189,12 +198,14 @@ impl<'de> Deserialize<'de> for Key {
                     "max-leak" => Key::MaxLeak,
                     "max-gpu-memory" => Key::MaxGpuMemory,
                     "max-gpu-reserved" => Key::MaxGpuReserved,
+                    "max-gpu-allocated" => Key::MaxGpuAllocated,
                     "max-copy" => Key::MaxCopy,
                     "max-cpu" => Key::MaxCpu,
                     "ignore" => Key::Ignore,
                     "lines" => Key::Places(Place::Line),
                     "functions" => Key::Places(Place::Function),
                     "files" => Key::Places(Place::File),
+                    "gpu-lines" => Key::Places(Place::GpuLine),
                     other => {
                         return Err(E::custom(format!(
                             "unknown key '{}' ({KEYS})",
@@ -214,6 +225,7 @@ enum Place {
     Line,
     Function,
     File,
+    GpuLine,
 }
 
 impl Place {
@@ -222,6 +234,7 @@ impl Place {
             Place::Line => "lines",
             Place::Function => "functions",
             Place::File => "files",
+            Place::GpuLine => "gpu-lines",
         }
     }
 
@@ -229,7 +242,7 @@ impl Place {
     /// `file.py::qualname`, or a non-empty file name or path suffix.
     fn check(self, key: &str) -> std::result::Result<(), String> {
         let ok = match self {
-            Place::Line => key.rsplit_once(':').is_some_and(|(file, line)| {
+            Place::Line | Place::GpuLine => key.rsplit_once(':').is_some_and(|(file, line)| {
                 !file.is_empty()
                     && !file.ends_with(':')
                     && line.bytes().all(|c| c.is_ascii_digit())
@@ -244,7 +257,7 @@ impl Place {
             return Ok(());
         }
         let like = match self {
-            Place::Line => "FILE:LINE, like \"train.py:88\"",
+            Place::Line | Place::GpuLine => "FILE:LINE, like \"train.py:88\"",
             Place::Function => "FILE::FUNCTION, like \"model.py::forward\"",
             Place::File => "a file name or path suffix, like \"data.py\"",
         };
@@ -277,6 +290,9 @@ impl<'de> Visitor<'de> for Places {
                 f.write_str("[functions] as a table, like \"model.py::forward\" = \"3GiB\"")
             }
             Place::File => f.write_str("[files] as a table, like \"data.py\" = \"1GiB\""),
+            Place::GpuLine => {
+                f.write_str("[gpu-lines] as a table, like \"train.py:42\" = \"4GiB\"")
+            }
         }
     }
 

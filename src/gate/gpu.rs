@@ -47,6 +47,81 @@ pub fn reserved_verdict(p: &Profile, limit: u64) -> Option<Violation> {
     Some(v)
 }
 
+/// The `max-gpu-allocated` verdict: one process's tensors at its allocator's peak on one
+/// device above `limit`, naming the lines holding most then; not checked (no allocator was
+/// traced) is a failure too.
+pub fn allocated_verdict(p: &Profile, limit: u64) -> Option<Violation> {
+    let peaks = p.processes.iter().flat_map(|process| {
+        let devices = process.gpu_tensors.iter().flat_map(|t| &t.devices);
+        devices.map(move |d| (process.pid, d))
+    });
+    let Some((pid, d)) = peaks.max_by_key(|(_, d)| d.peak_allocated_bytes) else {
+        let mut v = violation(Budget::GpuAllocated, "GPU tensors allocated", limit, 0, "");
+        v.message = "budget not checked: GPU tensors allocated (no PyTorch CUDA allocator was \
+                     traced: no PyTorch on CUDA, its trace unread, or --no-gpu-tensors)"
+            .into();
+        return Some(v);
+    };
+    if d.peak_allocated_bytes <= limit {
+        return None;
+    }
+    let held: Vec<String> = d
+        .top
+        .iter()
+        .take(3)
+        .map(|l| format!("{} held {}", place(&l.file, l.line), bytes(l.bytes)))
+        .collect();
+    let what = format!("GPU tensors allocated by pid {pid} on device {}", d.device);
+    let mut v = violation(
+        Budget::GpuAllocated,
+        &what,
+        limit,
+        d.peak_allocated_bytes,
+        &held.join(", "),
+    );
+    if let Some(l) = d.top.first() {
+        v.file = Some(l.file.clone());
+        v.line = Some(l.line);
+    }
+    Some(v)
+}
+
+/// A budget file's `[gpu-lines]`: each line's tensors at its process's GPU peak.
+pub fn line_verdicts(p: &Profile, b: &super::Budgets) -> Vec<Violation> {
+    let matches = |file: &str, want: &str| file == want || file.ends_with(&format!("/{want}"));
+    let mut out = Vec::new();
+    for (key, &limit) in &b.gpu_lines {
+        let Some((file, line)) = key
+            .rsplit_once(':')
+            .and_then(|(f, l)| Some((f, l.parse::<u32>().ok()?)))
+        else {
+            continue;
+        };
+        let of = |l: &&crate::model::LineStats| l.line == line && matches(&l.file, file);
+        let held: u64 = p
+            .lines
+            .iter()
+            .filter(of)
+            .map(|l| l.measures.gpu_tensor_peak_bytes)
+            .sum();
+        if held > limit {
+            let mut v = violation(
+                Budget::GpuLine,
+                &format!("{key} held on the GPU"),
+                limit,
+                held,
+                "",
+            );
+            if let Some(l) = p.lines.iter().find(of) {
+                v.file = Some(l.file.clone());
+                v.line = Some(l.line);
+            }
+            out.push(v);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,11 @@ pub struct Budgets {
     pub max_gpu_memory_bytes: Option<u64>,
     /// Device memory one process held through its CUDA calls, on any one device.
     pub max_gpu_reserved_bytes: Option<u64>,
+    /// Bytes of PyTorch tensors one process had allocated at once on any one device (its
+    /// allocator's trace).
+    pub max_gpu_allocated_bytes: Option<u64>,
+    /// Bytes of tensors a line (`file.py:88`) may hold at its process's GPU peak.
+    pub gpu_lines: BTreeMap<String, u64>,
     /// Bytes a line (`file.py:88`, file name or path suffix) may hold at the heap peak.
     pub lines: BTreeMap<String, u64>,
     /// Bytes a function's lines (`file.py::qualname`) may hold at the heap peak.
@@ -76,6 +81,8 @@ impl Budgets {
             || self.max_leak_bytes.is_some()
             || self.max_gpu_memory_bytes.is_some()
             || self.max_gpu_reserved_bytes.is_some()
+            || self.max_gpu_allocated_bytes.is_some()
+            || !self.gpu_lines.is_empty()
             || !(self.lines.is_empty() && self.functions.is_empty() && self.files.is_empty())
             || self.max_copy_bytes.is_some()
             || self.max_cpu_s.is_some()
@@ -88,6 +95,9 @@ impl Budgets {
         self.max_leak_bytes = flags.max_leak_bytes.or(self.max_leak_bytes);
         self.max_gpu_memory_bytes = flags.max_gpu_memory_bytes.or(self.max_gpu_memory_bytes);
         self.max_gpu_reserved_bytes = flags.max_gpu_reserved_bytes.or(self.max_gpu_reserved_bytes);
+        self.max_gpu_allocated_bytes = flags
+            .max_gpu_allocated_bytes
+            .or(self.max_gpu_allocated_bytes);
         self
     }
 }
@@ -127,6 +137,10 @@ pub fn verdicts(p: &Profile, b: &Budgets) -> Vec<Violation> {
     if let Some(limit) = b.max_gpu_reserved_bytes {
         out.extend(gpu::reserved_verdict(p, limit));
     }
+    if let Some(limit) = b.max_gpu_allocated_bytes {
+        out.extend(gpu::allocated_verdict(p, limit));
+    }
+    out.extend(gpu::line_verdicts(p, b));
     if let Some(limit) = b.max_leak_bytes {
         let leaking: Vec<(String, u64)> = p
             .lines

@@ -130,6 +130,11 @@ pub enum Budget {
     /// `max-gpu-reserved`: device memory one process held through its CUDA calls, per device
     /// (also when no call was seen).
     GpuReserved,
+    /// `max-gpu-allocated`: bytes of tensors one process had allocated at once on one device
+    /// (also when no allocator was traced).
+    GpuAllocated,
+    /// A budget file's `[gpu-lines]` entry: bytes of tensors a line held at the GPU peak.
+    GpuLine,
     /// `max-leak`: the bytes of likely leaks.
     Leaks,
     /// `max-copy`: the bytes copied.
@@ -156,6 +161,8 @@ impl Budget {
             Budget::PeakRss => "peak_rss",
             Budget::PeakGpuMemory => "peak_gpu_memory",
             Budget::GpuReserved => "gpu_reserved",
+            Budget::GpuAllocated => "gpu_allocated",
+            Budget::GpuLine => "gpu_line",
             Budget::Leaks => "leaks",
             Budget::Copy => "copy",
             Budget::Cpu => "cpu",

@@ -177,3 +177,53 @@ fn pytorch_on_the_cpu_never_initialises_cuda_because_of_the_hook() {
         .iter()
         .all(|p| p.gpu_tensors.is_none()));
 }
+
+#[test]
+fn gpu_allocated_budgets_fail_the_run_naming_the_lines_and_say_when_they_cannot_be_checked() {
+    let torch = fake_torch();
+    let env = [("PYTHONPATH", torch.as_str())];
+    let py = fixture::pythons().last().unwrap();
+    let script = fixture::script(SCRIPT);
+    let argv = [os(&py.exe), os(&script)];
+    let m = markers(SCRIPT);
+    // The peak is 32 MiB, @act holding 16 MiB of it.
+    let over = fixture::profile_args(&["--max-gpu-allocated", "31MiB"], &argv, &env);
+    assert_eq!(over.output.status.code(), Some(97), "exceeded: exit 97");
+    let v = &over.profile.violations;
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].budget.as_str(), "gpu_allocated");
+    assert_eq!(v[0].line, Some(m["act"]), "{}", v[0].message);
+    assert!(
+        v[0].message.contains("32.0 MiB > 31.0 MiB"),
+        "{}",
+        v[0].message
+    );
+    let within = fixture::profile_args(&["--max-gpu-allocated", "32MiB"], &argv, &env);
+    assert_eq!(within.output.status.code(), Some(0));
+    // A budget file's [gpu-lines]: @kept holds 8 MiB at the peak.
+    let dir = fixture::tempdir();
+    for (limit, fails) in [("7MiB", true), ("8MiB", false)] {
+        let file = dir.join(format!("mlprof-{limit}.toml"));
+        let text = format!(
+            "[gpu-lines]\n\"gpu_tensors.py:{}\" = \"{limit}\"\n",
+            m["kept"]
+        );
+        std::fs::write(&file, text).unwrap();
+        let run = fixture::profile_args(&["--budget", file.to_str().unwrap()], &argv, &env);
+        let v = &run.profile.violations;
+        assert_eq!(v.len(), usize::from(fails), "{limit}: {v:?}");
+        if fails {
+            assert_eq!(v[0].budget.as_str(), "gpu_line");
+            assert_eq!(v[0].line, Some(m["kept"]));
+        }
+    }
+    // No allocator traced: the budget is not passed silently.
+    let run = fixture::profile_args(
+        &["--no-gpu-tensors", "--max-gpu-allocated", "1GiB"],
+        &argv,
+        &env,
+    );
+    assert_eq!(run.output.status.code(), Some(97));
+    let v = &run.profile.violations;
+    assert!(v[0].message.starts_with("budget not checked"), "{v:?}");
+}
