@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::filter::Filter;
 use super::places::{Acc, Place, OUTSIDE};
-use super::profile::{DeviceTensors, ProcessTensors, TensorLine, TensorOom};
+use super::profile::{DeviceTensors, ProcessTensors, TensorLine, TensorOom, GROWTH_POINTS};
 use crate::recording::gpu_tensors::{Action, DeviceTrace, TensorTrace, TraceState};
 use crate::recording::{CodeInfo, Recording};
 
@@ -76,6 +76,7 @@ fn device(
 ) -> DeviceTensors {
     let replay = Replay::new(d);
     let (peak_at, peak_bytes, reserved) = replay.peak();
+    let growing = growing(&replay, peak_at, resolve);
     let live = replay.live_after(peak_at);
     let mut before = 0;
     let mut by_place: HashMap<Place, (u64, u64)> = HashMap::new();
@@ -117,8 +118,53 @@ fn device(
         torch_max_allocated_bytes: d.max_allocated,
         events: d.events.len() as u64,
         top: top(by_place),
+        growing,
         oom,
     }
+}
+
+/// The lines whose live tensors never fell and rose at least `GROWTH_POINTS / 2` times over
+/// [`GROWTH_POINTS`] moments evenly spaced up to the peak, and at least doubled from the
+/// moment a third of the way there to the peak (steps that keep what earlier steps made: a
+/// list of losses holding their autograd graphs).
+fn growing(
+    replay: &Replay<'_>,
+    peak_at: Option<usize>,
+    resolve: &mut Resolver<'_>,
+) -> Vec<TensorLine> {
+    let Some(peak) = peak_at else {
+        return Vec::new();
+    };
+    let moments: Vec<usize> = (1..=GROWTH_POINTS)
+        .map(|k| peak * k / GROWTH_POINTS)
+        .collect();
+    let mut series: HashMap<Place, Vec<u64>> = HashMap::new();
+    let mut blocks: HashMap<Place, u64> = HashMap::new();
+    for (k, &at) in moments.iter().enumerate() {
+        for &(size, stack) in replay.live_after(Some(at)).values() {
+            let Some(s) = stack else { continue };
+            let place = resolve.place(s);
+            let row = series
+                .entry(place.clone())
+                .or_insert_with(|| vec![0; GROWTH_POINTS]);
+            row[k] += size;
+            if k + 1 == GROWTH_POINTS {
+                *blocks.entry(place).or_default() += 1;
+            }
+        }
+    }
+    let mut out: HashMap<Place, (u64, u64)> = HashMap::new();
+    for (place, row) in series {
+        let rises = row.windows(2).filter(|w| w[1] > w[0]).count();
+        let falls = row.windows(2).any(|w| w[1] < w[0]);
+        let third = row[GROWTH_POINTS / 3];
+        let last = row[GROWTH_POINTS - 1];
+        if !falls && rises >= GROWTH_POINTS / 2 && last >= 2 * third.max(1) {
+            let n = blocks.get(&place).copied().unwrap_or(0);
+            out.insert(place, (last, n));
+        }
+    }
+    top(out)
 }
 
 fn line(place: Place, bytes: u64, blocks: u64) -> TensorLine {

@@ -9,7 +9,7 @@ pub use gpu_calls::{
     GpuCallPeak, GpuHeldSample, GpuLineCalls, KernelShare, NvmlSplit, ProcessGpuCalls,
     ProcessKernels,
 };
-pub use gpu_tensors::{DeviceTensors, ProcessTensors, TensorLine, TensorOom};
+pub use gpu_tensors::{DeviceTensors, ProcessTensors, TensorLine, TensorOom, GROWTH_POINTS};
 
 /// Schema identifier written into every profile; bumped when a field is renamed or removed.
 pub const SCHEMA: &str = "mlprof/1";

@@ -76,6 +76,12 @@ pub enum HintKind {
     /// A line launching many kernels too small to keep the GPU busy: the CPU takes longer to
     /// launch them than the GPU to run them (`"small_kernels"`).
     SmallKernels,
+    /// A line whose tensors on the GPU pile up step after step until the peak
+    /// (`"gpu_growing"`).
+    GpuGrowing,
+    /// A device whose caching allocator held much more than its tensors at the peak
+    /// (`"gpu_cache_slack"`).
+    GpuCacheSlack,
 }
 
 impl HintKind {
@@ -95,6 +101,8 @@ impl HintKind {
             HintKind::ElementCopies => "element_copies",
             HintKind::Spin => "spin",
             HintKind::SmallKernels => "small_kernels",
+            HintKind::GpuGrowing => "gpu_growing",
+            HintKind::GpuCacheSlack => "gpu_cache_slack",
         }
     }
 }
@@ -272,6 +280,8 @@ mod tests {
             HintKind::ElementCopies,
             HintKind::Spin,
             HintKind::SmallKernels,
+            HintKind::GpuGrowing,
+            HintKind::GpuCacheSlack,
         ] {
             assert_eq!(name(serde_json::to_value(kind).unwrap()), kind.as_str());
         }

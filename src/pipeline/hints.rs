@@ -41,6 +41,7 @@ pub fn of(p: &Profile) -> Vec<Hint> {
     out.extend(threads(p));
     out.extend(super::native_hints::spin(p, &real, whole_s));
     out.extend(fork_inherits(p));
+    out.extend(super::tensor_hints::of(p));
     out.sort_by(|a, b| {
         b.saving_bytes
             .unwrap_or(0)

@@ -8,6 +8,7 @@
 mod gpu_hints;
 pub mod hints;
 mod native_hints;
+mod tensor_hints;
 
 use crate::gate::Gate;
 use crate::model::{self, Filter, Profile};

@@ -227,3 +227,44 @@ fn gpu_allocated_budgets_fail_the_run_naming_the_lines_and_say_when_they_cannot_
     let v = &run.profile.violations;
     assert!(v[0].message.starts_with("budget not checked"), "{v:?}");
 }
+
+#[test]
+fn tensors_piling_up_and_cache_slack_make_hints_and_their_fixes_do_not() {
+    let torch = fake_torch();
+    let env = [
+        ("PYTHONPATH", torch.as_str()),
+        ("FAKE_CUDA_CAPACITY", "68719476736"),
+    ];
+    let py = fixture::pythons().last().unwrap();
+    let script = "gpu_tensor_hints.py";
+    let m = markers(script);
+    let kinds = |p: &Profile| -> Vec<String> {
+        p.hints
+            .iter()
+            .map(|h| h.kind.as_str().to_string())
+            .collect()
+    };
+    let run = fixture::profile_script(py, script, &[], &env);
+    let p = &run.profile;
+    let growing = p.hints.iter().find(|h| h.kind.as_str() == "gpu_growing");
+    let growing = growing.unwrap_or_else(|| panic!("{:?}", kinds(p)));
+    assert_eq!(growing.line, Some(m["forward"]));
+    assert!(
+        growing.evidence.contains("1.5 GiB in 6 blocks"),
+        "{}",
+        growing.evidence
+    );
+    assert!(growing.suggestion.contains("losses.append(loss)"));
+    let slack = p
+        .hints
+        .iter()
+        .find(|h| h.kind.as_str() == "gpu_cache_slack");
+    let slack = slack.unwrap_or_else(|| panic!("{:?}", kinds(p)));
+    assert_eq!(slack.saving_bytes, Some(1 << 30), "{}", slack.evidence);
+    let run = fixture::profile_script(py, script, &["fixed"], &env);
+    let k = kinds(&run.profile);
+    assert!(
+        !k.iter().any(|k| k.starts_with("gpu_")),
+        "the fixed loop makes no GPU hint: {k:?}"
+    );
+}

@@ -42,6 +42,11 @@ pub struct DeviceTensors {
     pub events: u64,
     /// The lines holding most of the peak, most first (at most 10).
     pub top: Vec<TensorLine>,
+    /// Lines whose tensors live on the device rose at every one of [`GROWTH_POINTS`] evenly
+    /// spaced moments up to the peak and at least doubled over its later part: their memory
+    /// piles up (most first, at most 10; `bytes` at the peak).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub growing: Vec<TensorLine>,
     /// The last allocation that failed for want of memory, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<TensorOom>,
@@ -77,6 +82,10 @@ pub struct TensorOom {
     /// The lines holding most then, most first (at most 10).
     pub top: Vec<TensorLine>,
 }
+
+/// Moments of the trace, up to the peak, at which each line's live tensors are counted to tell
+/// growing ones.
+pub const GROWTH_POINTS: usize = 8;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
