@@ -149,6 +149,9 @@ pub struct Figures {
     /// Device seconds of the kernels it launched (CUPTI's GPU time).
     #[serde(default)]
     pub gpu_kernel_s: f64,
+    /// Bytes of its PyTorch tensors live at its process's GPU peak (the allocator's trace).
+    #[serde(default)]
+    pub gpu_tensor_peak_bytes: u64,
 }
 
 impl Figures {
@@ -168,6 +171,7 @@ impl Figures {
                 + m.gpu_calls.gpu_d2h_bytes
                 + m.gpu_calls.gpu_d2d_bytes,
             gpu_kernel_s: m.gpu_calls.gpu_kernel_s,
+            gpu_tensor_peak_bytes: m.gpu_tensor_peak_bytes,
         }
     }
 }
@@ -243,9 +247,13 @@ pub struct LineDiff {
     /// Change of GPU time (device seconds of the kernels it launched).
     #[serde(default)]
     pub gpu_kernel_s_delta: f64,
+    /// Change of its tensors at the GPU peak (the allocator's trace: exact, any change is
+    /// meaningful).
+    #[serde(default)]
+    pub gpu_tensor_peak_bytes_delta: i64,
     /// Which of the deltas are beyond noise (`"peak_bytes"`, `"alloc_bytes"`, `"copy_bytes"`,
     /// `"mapped_peak_bytes"`, `"cpu_s"`, `"gpu_memory_bytes"`, `"gpu_peak_bytes"`,
-    /// `"gpu_copy_bytes"`, `"gpu_kernel_s"`).
+    /// `"gpu_copy_bytes"`, `"gpu_kernel_s"`, `"gpu_tensor_peak_bytes"`).
     pub meaningful: Vec<String>,
     /// The noise floor each figure's delta was held against (same names, bytes or seconds).
     pub noise: Noise,
@@ -573,6 +581,7 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
             gpu_peak_bytes_delta: delta(b.gpu_peak_bytes, n.gpu_peak_bytes),
             gpu_copy_bytes_delta: delta(b.gpu_copy_bytes, n.gpu_copy_bytes),
             gpu_kernel_s_delta: n.gpu_kernel_s - b.gpu_kernel_s,
+            gpu_tensor_peak_bytes_delta: delta(b.gpu_tensor_peak_bytes, n.gpu_tensor_peak_bytes),
             file: p.file,
             line: p.line,
             base_line: p.base_line,
@@ -614,6 +623,9 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
         if d.gpu_kernel_s_delta.abs() > d.noise.gpu_kernel_s {
             meaningful.push("gpu_kernel_s");
         }
+        if d.gpu_tensor_peak_bytes_delta != 0 {
+            meaningful.push("gpu_tensor_peak_bytes");
+        }
         if meaningful.is_empty() {
             unchanged += 1;
             continue;
@@ -633,7 +645,7 @@ impl LineDiff {
     }
 
     /// The sort key: each meaningful delta's size, peak bytes first.
-    fn weight(&self) -> [f64; 7] {
+    fn weight(&self) -> [f64; 8] {
         let w = |figure: &str, v: f64| {
             if self.is_meaningful(figure) {
                 v.abs()
@@ -644,6 +656,10 @@ impl LineDiff {
         [
             w("peak_bytes", self.peak_bytes_delta as f64),
             w("gpu_peak_bytes", self.gpu_peak_bytes_delta as f64),
+            w(
+                "gpu_tensor_peak_bytes",
+                self.gpu_tensor_peak_bytes_delta as f64,
+            ),
             w("alloc_bytes", self.alloc_bytes_delta as f64),
             w("copy_bytes", self.copy_bytes_delta as f64),
             w("gpu_copy_bytes", self.gpu_copy_bytes_delta as f64),

@@ -270,6 +270,7 @@ fn add_measures(into: &mut Measures, m: &Measures) {
     into.gpu_util_pct = into.gpu_util_pct.max(m.gpu_util_pct);
     into.gpu_memory_bytes += m.gpu_memory_bytes;
     into.gpu_calls.add(&m.gpu_calls);
+    into.gpu_tensor_peak_bytes += m.gpu_tensor_peak_bytes;
     for n in &m.native {
         match into
             .native

@@ -50,6 +50,7 @@ fn cell(l: &LineDiff, figure: &str) -> String {
         "gpu_peak_bytes" => signed_bytes(l.gpu_peak_bytes_delta),
         "gpu_copy_bytes" => signed_bytes(l.gpu_copy_bytes_delta),
         "gpu_kernel_s" => signed_seconds(l.gpu_kernel_s_delta),
+        "gpu_tensor_peak_bytes" => signed_bytes(l.gpu_tensor_peak_bytes_delta),
         _ => signed_seconds(l.cpu_s_delta),
     }
 }
@@ -193,6 +194,9 @@ fn section(
         .iter()
         .any(|l| l.is_meaningful("gpu_peak_bytes") || l.is_meaningful("gpu_copy_bytes"));
     let gpu_time = rows.iter().any(|l| l.is_meaningful("gpu_kernel_s"));
+    let tensors = rows
+        .iter()
+        .any(|l| l.is_meaningful("gpu_tensor_peak_bytes"));
     let mut figures = vec!["peak_bytes", "alloc_bytes", "copy_bytes", "cpu_s"];
     let mut columns = vec![
         Column::right("held", 12, Keep::Lead(0)),
@@ -210,6 +214,10 @@ fn section(
     if gpu_time {
         figures.push("gpu_kernel_s");
         columns.push(Column::right("GPU time", 10, Keep::Extra(3)));
+    }
+    if tensors {
+        figures.push("gpu_tensor_peak_bytes");
+        columns.push(Column::right("GPU tensors", 12, Keep::Extra(4)));
     }
     let shown = &rows[..rows.len().min(SHOWN)];
     let cells_of: Vec<Vec<String>> = shown

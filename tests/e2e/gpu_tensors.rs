@@ -268,3 +268,82 @@ fn tensors_piling_up_and_cache_slack_make_hints_and_their_fixes_do_not() {
         "the fixed loop makes no GPU hint: {k:?}"
     );
 }
+
+#[test]
+fn diff_and_sweep_follow_each_lines_tensors_at_the_peak() {
+    let torch = fake_torch();
+    let py = fixture::pythons().last().unwrap();
+    let script = "gpu_tensor_sweep.py";
+    let m = markers(script);
+    let dir = fixture::tempdir();
+    let run = |n: &str| {
+        let out = dir.join(format!("n{n}.json"));
+        let path = fixture::script(script);
+        let program = [os(&py.exe), os(&path), os(n)];
+        fixture::run_to(&out, &program, &[("PYTHONPATH", torch.as_str())]);
+        out
+    };
+    let (base, new) = (run("2"), run("4"));
+    let out = fixture::mlprof()
+        .args(["diff", "--json"])
+        .args([&base, &new])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let delta = |name: &str| -> Option<i64> {
+        diff["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["line"] == m[name])
+            .filter(|l| {
+                l["meaningful"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f == "gpu_tensor_peak_bytes")
+            })
+            .map(|l| l["gpu_tensor_peak_bytes_delta"].as_i64().unwrap())
+    };
+    assert_eq!(delta("linear"), Some(2 * MIB as i64), "{diff}");
+    assert_eq!(delta("square"), Some(12 * MIB as i64));
+    assert_eq!(delta("constant"), None, "an unchanged line is no change");
+    // The sweep fits each line's exponent exactly (exact figures).
+    let out = fixture::mlprof()
+        .args(["sweep", "--param", "N=2,4,8", "--json", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(script))
+        .arg("{N}")
+        .env("PYTHONPATH", &torch)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: mlprof::model::sweep::Sweep = serde_json::from_slice(&out.stdout).unwrap();
+    let line = |name: &str| s.lines.iter().find(|l| l.line == m[name]).unwrap();
+    let exact = |k: Option<f64>, want: f64| k.is_some_and(|k| (k - want).abs() < 1e-9);
+    assert!(
+        exact(line("linear").gpu_tensor_exponent, 1.0),
+        "{:?}",
+        line("linear")
+    );
+    assert!(exact(line("square").gpu_tensor_exponent, 2.0));
+    assert!(exact(line("constant").gpu_tensor_exponent, 0.0));
+    assert_eq!(
+        line("square").gpu_tensor_peak_bytes,
+        [Some(4 * MIB), Some(16 * MIB), Some(64 * MIB)]
+    );
+    let text = mlprof::render::sweep::sentences(&s).join("\n");
+    assert!(
+        text.contains("holds GPU tensors growing as N^2.00"),
+        "{text}"
+    );
+}

@@ -75,6 +75,16 @@ pub struct LineGrowth {
     /// GPU time, per value (null for a failed run; empty when the line had none in any run).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_kernel_s: Vec<Option<f64>>,
+    /// Exponent of its PyTorch tensors at the GPU peak (the allocator's trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_tensor_exponent: Option<f64>,
+    /// R² of that fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_tensor_r2: Option<f64>,
+    /// Its tensors at the GPU peak, per value (null for a failed run; empty when the line had
+    /// none in any run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_tensor_peak_bytes: Vec<Option<u64>>,
 }
 
 impl LineGrowth {
@@ -85,6 +95,7 @@ impl LineGrowth {
         };
         most(self.projected_peak_bytes, &self.peak_bytes)
             .max(most(self.projected_gpu_peak_bytes, &self.gpu_peak_bytes))
+            .max(most(None, &self.gpu_tensor_peak_bytes))
     }
 }
 
@@ -144,7 +155,7 @@ pub fn line(
     ok: &dyn Fn(&Outcome) -> bool,
     project: Option<f64>,
 ) -> LineGrowth {
-    let [mut peak, mut alloc, mut cpu, mut gpu_peak, mut gpu_reserved, mut gpu_time] =
+    let [mut peak, mut alloc, mut cpu, mut gpu_peak, mut gpu_reserved, mut gpu_time, mut tensors] =
         std::array::from_fn(|_| Series::default());
     for o in outcomes {
         let p = match (&o.profile, ok(o)) {
@@ -157,6 +168,7 @@ pub fn line(
                     &mut gpu_peak,
                     &mut gpu_reserved,
                     &mut gpu_time,
+                    &mut tensors,
                 ] {
                     s.failed();
                 }
@@ -184,7 +196,11 @@ pub fn line(
         // A line's GPU time is its share of exact totals by sampled launches (exact for a
         // kernel only it launches): below 1 ms a share is too noisy to fit.
         gpu_time.add(x, m.gpu_calls.gpu_kernel_s, GPU_TIME_FLOOR_S);
+        // Exact: the allocator's block sizes.
+        tensors.add(x, m.gpu_tensor_peak_bytes as f64, 1.0);
     }
+    let tensor_fit = tensors.fit();
+    let any_tensors = tensors.per_run.iter().flatten().any(|&b| b > 0.0);
     let (mem, al, c) = (peak.fit(), alloc.fit(), cpu.fit());
     let (gpu_held, gpu_res) = (gpu_peak.fit(), gpu_reserved.fit());
     let any_gpu = gpu_reserved.per_run.iter().flatten().any(|&b| b > 0.0);
@@ -221,6 +237,13 @@ pub fn line(
         gpu_time_r2: gpu_t.r2,
         gpu_kernel_s: if any_gpu_time {
             gpu_time.per_run
+        } else {
+            Vec::new()
+        },
+        gpu_tensor_exponent: tensor_fit.exponent,
+        gpu_tensor_r2: tensor_fit.r2,
+        gpu_tensor_peak_bytes: if any_tensors {
+            tensors.bytes()
         } else {
             Vec::new()
         },

@@ -37,6 +37,7 @@ pub(super) fn peak(s: &Sweep) -> Option<String> {
 /// grows faster than linearly.
 pub(super) fn sentences(s: &Sweep) -> Vec<String> {
     let mut out = time_sentences(s);
+    out.extend(tensor_sentences(s));
     for l in shown(s) {
         let Some(k) = l.gpu_peak_exponent else {
             continue;
@@ -81,6 +82,26 @@ fn time_sentences(s: &Sweep) -> Vec<String> {
                 clean(l.source.trim()),
                 law(&s.param, l.gpu_time_exponent),
                 r2(l.gpu_time_r2)
+            )
+        })
+        .collect()
+}
+
+/// "train.py:12 `h = model(x)` holds GPU tensors growing as N^1.00 (R² 1.00)": lines whose
+/// PyTorch tensors at the GPU peak (the allocator's trace) grow, at most [`SHOWN`].
+fn tensor_sentences(s: &Sweep) -> Vec<String> {
+    s.lines
+        .iter()
+        .filter(|l| l.gpu_tensor_exponent.is_some_and(|k| k >= 0.5))
+        .filter(|l| l.gpu_tensor_r2.unwrap_or(0.0) >= 0.8)
+        .take(SHOWN)
+        .map(|l| {
+            format!(
+                "{} `{}` holds GPU tensors growing as {} (R² {})",
+                place(l),
+                clean(l.source.trim()),
+                law(&s.param, l.gpu_tensor_exponent),
+                r2(l.gpu_tensor_r2)
             )
         })
         .collect()
