@@ -125,6 +125,44 @@ function gpuKernels() {
   }
 }
 
+// Each process's PyTorch tensors at its allocator's peak, per device: the lines holding them,
+// the cache slack, and the lines holding memory when an allocation failed.
+function gpuTensors() {
+  const box = $("gpu-tensors");
+  const table = (lines) => {
+    const t = el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "tensors"), el("th", {}, "blocks"), el("th", { class: "src" }, "allocated at"))));
+    const body = el("tbody");
+    for (const l of lines) {
+      body.append(el("tr", {}, el("td", {}, bytes(l.bytes)), el("td", {}, String(l.blocks)),
+        el("td", { class: "src" }, `${l.file}:${l.line} (${l.function})`)));
+    }
+    t.append(body);
+    return t;
+  };
+  for (const p of P.processes) {
+    const t = p.gpu_tensors;
+    if (!t) continue;
+    $("gpu-tensors-part").hidden = false;
+    if (t.note) box.append(el("div", { class: "warn" }, `pid ${p.pid}: ${t.note}`));
+    for (const d of t.devices) {
+      const at = d.at_s === undefined ? "" : ` at ${secs(d.at_s)}`;
+      box.append(el("p", {}, `pid ${p.pid}, device ${d.device}: ${bytes(d.peak_allocated_bytes)} of tensors at the peak${at} ` +
+        `(${bytes(d.reserved_at_peak_bytes)} reserved, ${bytes(d.cache_slack_bytes)} cache slack` +
+        (d.before_trace_bytes ? `, ${bytes(d.before_trace_bytes)} allocated before the trace began` : "") + ")"));
+      if (d.top.length) box.append(table(d.top));
+      if (d.growing && d.growing.length) {
+        box.append(el("p", {}, "Rising step after step until the peak:"), table(d.growing));
+      }
+      if (d.oom) {
+        const o = d.oom, where = o.at ? ` at ${o.at.file}:${o.at.line}` : "";
+        box.append(el("p", { class: "warn" }, `Out of memory${where}${o.at_s === undefined ? "" : ` (${secs(o.at_s)})`}: ` +
+          `asked ${bytes(o.requested_bytes)} with ${bytes(o.device_free_bytes)} free and ${bytes(o.allocated_bytes)} of tensors held by:`));
+        if (o.top.length) box.append(table(o.top));
+      }
+    }
+  }
+}
+
 // Device memory held through CUDA calls (exact, from the calls): one step line per process and
 // device, its peak marked; dashed after the last call (held from then on, while the process
 // lived).
@@ -154,6 +192,13 @@ function gpuHeld() {
       fill: "none", stroke: color, "stroke-width": 1, "stroke-dasharray": "4 3" });
     const mark = add("text", { x: x(s.d.at_s) - 4, y: y(s.d.peak_bytes) - 4, fill: color }, "▲");
     svgAdder(mark)("title", {}, `peak ${bytes(s.d.peak_bytes)} at ${secs(s.d.at_s)}`);
+    // The peak of the process's tensors on this device (its allocator's trace), when timed.
+    const proc = P.processes.find((p) => p.pid === s.pid);
+    const td = proc && proc.gpu_tensors && proc.gpu_tensors.devices.find((t) => t.device === s.d.device);
+    if (td && td.at_s !== undefined) {
+      const tm = add("text", { x: x(td.at_s) - 4, y: y(td.peak_allocated_bytes) + 12, fill: color }, "▼");
+      svgAdder(tm)("title", {}, `tensors' peak ${bytes(td.peak_allocated_bytes)} at ${secs(td.at_s)}`);
+    }
     const device = s.d.device === null || s.d.device === undefined ? "device ?" : `device ${s.d.device}`;
     $("gpu-calls-legend").append(el("span", {}, el("i", { class: "sw", style: `background:${color}` }),
       `pid ${s.pid} ${device}: peak ${bytes(s.d.peak_bytes)} at ${secs(s.d.at_s)}, ${bytes(s.d.end_bytes)} at the end`));
@@ -173,6 +218,9 @@ const gpuCopied = (l) => (l.gpu_h2d_bytes || 0) + (l.gpu_d2h_bytes || 0) + (l.gp
 const callLines = P.lines.some((l) => (l.gpu_reserved_bytes || 0) > 0 || gpuCopied(l) > 0 || (l.gpu_wait_s || 0) > 0 || (l.gpu_launches || 0) > 0);
 // The device time of the kernels each line launched (CUPTI): a column only when some line has it.
 const kernelLines = P.lines.some((l) => (l.gpu_kernel_s || 0) > 0);
+// Tensors each line held at its process's GPU peak (PyTorch's allocator trace): a column only
+// when some line has them.
+const tensorLines = P.lines.some((l) => (l.gpu_tensor_peak_bytes || 0) > 0);
 const kernelNames = (l) => (l.gpu_kernel_names || []).map((k) => `${k.name}: ${secs(k.gpu_s)} in ${k.kernels} kernels`).join("\n");
 
 function lines() {
@@ -181,7 +229,7 @@ function lines() {
   const heldMax = Math.max(1, ...P.lines.map((l) => l.peak_bytes));
   const byFile = new Map();
   for (const l of P.lines) {
-    const calls = (l.gpu_reserved_bytes || 0) + gpuCopied(l) + (l.gpu_launches || 0) + (l.gpu_pinned_bytes || 0) + (l.gpu_kernel_s || 0) > 0;
+    const calls = (l.gpu_reserved_bytes || 0) + gpuCopied(l) + (l.gpu_launches || 0) + (l.gpu_pinned_bytes || 0) + (l.gpu_kernel_s || 0) + (l.gpu_tensor_peak_bytes || 0) > 0;
     if (cpu(l) < 0.002 * whole && l.alloc_bytes === 0 && l.copy_bytes === 0 && !(l.mapped_peak_bytes > 0) && !calls) continue;
     if (!byFile.has(l.file)) byFile.set(l.file, []);
     byFile.get(l.file).push(l);
@@ -194,12 +242,14 @@ function lines() {
     ...(rankLines ? [(l) => (l.ranks ? l.ranks.max_s - l.ranks.median_s : 0)] : []),
     (l) => (l.leak ? l.leak.likelihood : 0), ...(gpuLines ? [(l) => l.gpu_util_pct, (l) => l.gpu_memory_bytes] : []),
     ...(kernelLines ? [(l) => l.gpu_kernel_s || 0] : []),
+    ...(tensorLines ? [(l) => l.gpu_tensor_peak_bytes || 0] : []),
     ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
   const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
     ...(mappedLines ? ["mapped at its peak"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
     ...(kernelLines ? ["GPU time"] : []),
+    ...(tensorLines ? ["GPU tensors at the peak"] : []),
     ...(callLines ? ["GPU held at its peak", "GPU reserved", "GPU copied", "GPU wait", "kernel launches"] : []), "source"];
   for (const [file, ls] of byFile) {
     box.append(el("div", { class: "file" }, file));
@@ -239,6 +289,7 @@ function lineRows(l, whole, heldMax, scale) {
     el("td", {}, leak),
     ...(gpuLines ? [el("td", {}, `${l.gpu_util_pct.toFixed(0)}%`), el("td", {}, bytes(l.gpu_memory_bytes))] : []),
     ...(kernelLines ? [el("td", { title: kernelNames(l) }, secs(l.gpu_kernel_s || 0))] : []),
+    ...(tensorLines ? [el("td", {}, bytes(l.gpu_tensor_peak_bytes || 0))] : []),
     ...(callLines ? [el("td", {}, bytes(l.gpu_peak_bytes || 0)), el("td", {}, bytes(l.gpu_reserved_bytes || 0)),
       el("td", { title: `host→device ${bytes(l.gpu_h2d_bytes || 0)}, device→host ${bytes(l.gpu_d2h_bytes || 0)}, device→device ${bytes(l.gpu_d2d_bytes || 0)}` }, bytes(gpuCopied(l))),
       el("td", {}, secs(l.gpu_wait_s || 0)), el("td", {}, String(l.gpu_launches || 0))] : []),
@@ -246,7 +297,7 @@ function lineRows(l, whole, heldMax, scale) {
   for (const n of l.native.slice(0, 3)) {
     if (n.cpu_s < 0.005 * whole) continue;
     rows.push(el("tr", { class: "natives" }, el("td"), el("td", {}, pct(n.cpu_s, whole)),
-      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (kernelLines ? 1 : 0) + (callLines ? 5 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
+      el("td", { class: "name", colspan: 7 + (gpuLines ? 2 : 0) + (kernelLines ? 1 : 0) + (tensorLines ? 1 : 0) + (callLines ? 5 : 0) + (mappedLines ? 1 : 0) + (rankLines ? 1 : 0) }, `${n.symbol} (${n.library})`)));
   }
   return rows;
 }
@@ -394,6 +445,7 @@ timeline();
 gpuTimeline();
 gpuHeld();
 gpuKernels();
+gpuTensors();
 ranks();
 processChooser();
 showProcess("");

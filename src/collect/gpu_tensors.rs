@@ -14,8 +14,9 @@ use crate::recording::gpu_tensors::{Action, DeviceTrace, TensorTrace, TraceEvent
 /// The largest trace file read (200,000 events take about 10 MB).
 const MAX_FILE_BYTES: u64 = 512 << 20;
 
-/// Every process's trace in `dir`, by pid, and a warning for each file that would not read.
-pub fn read(dir: &Path) -> (Vec<TensorTrace>, Vec<String>) {
+/// Every process's trace in `dir`, by pid, and a warning for each file that would not read;
+/// event times from launch (`launch_ns` on `CLOCK_MONOTONIC`).
+pub fn read(dir: &Path, launch_ns: u64) -> (Vec<TensorTrace>, Vec<String>) {
     let mut traces = Vec::new();
     let mut warnings = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -31,7 +32,7 @@ pub fn read(dir: &Path) -> (Vec<TensorTrace>, Vec<String>) {
         .collect();
     files.sort();
     for (pid, path) in files {
-        match read_one(&path, pid) {
+        match read_one(&path, pid, launch_ns) {
             Ok(trace) => traces.push(trace),
             Err(why) => warnings.push(format!(
                 "the trace of PyTorch's CUDA allocator in process {pid} could not be read \
@@ -58,6 +59,9 @@ struct File {
     stacks: Vec<Vec<u32>>,
     #[serde(default)]
     devices: Vec<Device>,
+    /// (Unix ns, CLOCK_MONOTONIC ns) read together at the dump.
+    #[serde(default)]
+    clock: Option<(u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -73,7 +77,7 @@ struct Device {
     max_allocated: Option<i64>,
 }
 
-fn read_one(path: &Path, pid: u32) -> Result<TensorTrace, String> {
+fn read_one(path: &Path, pid: u32, launch_ns: u64) -> Result<TensorTrace, String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -94,10 +98,20 @@ fn read_one(path: &Path, pid: u32) -> Result<TensorTrace, String> {
     if raw.pid != pid {
         return Err(format!("it names process {}", raw.pid));
     }
-    Ok(convert(raw))
+    Ok(convert(raw, launch_ns))
 }
 
-fn convert(raw: File) -> TensorTrace {
+fn convert(raw: File, launch_ns: u64) -> TensorTrace {
+    // A Unix-microsecond stamp → ns from launch: (unix − unix_then) + monotonic_then − launch.
+    let clock = raw.clock;
+    let from_launch = move |time_us: u64| -> Option<u64> {
+        let (unix, mono) = clock?;
+        let unix_at = i128::from(time_us.checked_mul(1000)?);
+        let t = unix_at - i128::from(unix) + i128::from(mono) - i128::from(launch_ns);
+        (time_us > 0 && t >= 0)
+            .then(|| u64::try_from(t).ok())
+            .flatten()
+    };
     let state = match raw.state.as_str() {
         "done" => TraceState::Done,
         "recording" => TraceState::Recording,
@@ -128,7 +142,7 @@ fn convert(raw: File) -> TensorTrace {
                         addr,
                         size,
                         stack: stack(s),
-                        time_us,
+                        t_ns: from_launch(time_us),
                     })
                 })
                 .collect(),
@@ -184,7 +198,7 @@ mod tests {
             dir.join("gpu-tensors-11.json"),
         )
         .unwrap();
-        let (traces, warnings) = read(&dir);
+        let (traces, warnings) = read(&dir, 0);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(traces.len(), 1, "{warnings:?}");
         let t = &traces[0];

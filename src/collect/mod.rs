@@ -337,7 +337,7 @@ pub fn record(
         warnings.push(outlived_note(&running, &summaries, outlive_wait));
     }
     warnings.extend(c.space.warning(session.dir()));
-    let (gpu_tensors, unread) = gpu_tensors::read(session.dir());
+    let (gpu_tensors, unread) = gpu_tensors::read(session.dir(), launch_ns);
     warnings.extend(unread);
     Ok(Recording {
         command: Vec::new(),

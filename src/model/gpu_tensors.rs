@@ -103,6 +103,7 @@ fn device(
         }
         TensorOom {
             requested_bytes: requested,
+            at_s: seconds(d.events.get(i).and_then(|e| e.t_ns)),
             device_free_bytes: free,
             allocated_bytes: live.values().map(|b| b.0).sum(),
             at: stack.map(|s| line(resolve.place(s), 0, 0)),
@@ -112,6 +113,7 @@ fn device(
     DeviceTensors {
         device: d.device,
         peak_allocated_bytes: peak_bytes,
+        at_s: seconds(peak_at.and_then(|i| d.events.get(i)).and_then(|e| e.t_ns)),
         reserved_at_peak_bytes: reserved,
         cache_slack_bytes: reserved.saturating_sub(peak_bytes),
         before_trace_bytes: before,
@@ -165,6 +167,10 @@ fn growing(
         }
     }
     top(out)
+}
+
+fn seconds(ns: Option<u64>) -> Option<f64> {
+    ns.map(|ns| ns as f64 / 1e9)
 }
 
 fn line(place: Place, bytes: u64, blocks: u64) -> TensorLine {

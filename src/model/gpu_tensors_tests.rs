@@ -11,7 +11,7 @@ fn ev(action: Action, addr: u64, size: u64, stack: Option<u32>) -> TraceEvent {
         addr,
         size,
         stack,
-        time_us: 0,
+        t_ns: None,
     }
 }
 

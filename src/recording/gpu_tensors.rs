@@ -66,8 +66,9 @@ pub struct TraceEvent {
     pub size: u64,
     /// The allocation's stack (allocations and out-of-memory errors).
     pub stack: Option<u32>,
-    /// PyTorch's timestamp, microseconds (0: none).
-    pub time_us: u64,
+    /// When, in nanoseconds from launch (PyTorch's Unix-time stamp mapped to the run's clock),
+    /// if known.
+    pub t_ns: Option<u64>,
 }
 
 /// The allocator's actions that change what is allocated or reserved.

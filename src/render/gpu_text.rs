@@ -164,8 +164,11 @@ fn tensors_words(t: &ProcessTensors) -> String {
         .devices
         .iter()
         .map(|d| {
+            let at = d
+                .at_s
+                .map_or_else(String::new, |t| format!(" at {}", seconds(t)));
             let mut words = format!(
-                "device {}: {} of tensors at the peak ({} reserved, {} cache slack)",
+                "device {}: {} of tensors at the peak{at} ({} reserved, {} cache slack)",
                 d.device,
                 bytes(d.peak_allocated_bytes),
                 bytes(d.reserved_at_peak_bytes),

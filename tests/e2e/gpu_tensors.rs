@@ -111,12 +111,8 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
         );
         // The text report names them.
         let text = mlprof::render::text::render(p);
-        assert!(
-            text.contains(
-                "32.0 MiB of tensors at the peak (38.0 MiB reserved, 6.0 MiB cache slack)"
-            ),
-            "{text}"
-        );
+        assert!(text.contains("32.0 MiB of tensors at the peak at "), "{text}");
+        assert!(text.contains("(38.0 MiB reserved, 6.0 MiB cache slack)"), "{text}");
         assert!(
             text.contains("16.0 MiB of tensors live at the GPU peak"),
             "{text}"
@@ -346,4 +342,39 @@ fn diff_and_sweep_follow_each_lines_tensors_at_the_peak() {
         text.contains("holds GPU tensors growing as N^2.00"),
         "{text}"
     );
+}
+
+#[test]
+fn the_html_page_carries_the_tensors_at_the_peak_and_shows_their_section_and_column() {
+    let torch = fake_torch();
+    let py = fixture::pythons().last().unwrap();
+    let out = fixture::mlprof()
+        .args(["run", "--html", "--"])
+        .arg(&py.exe)
+        .arg(fixture::script(SCRIPT))
+        .env("PYTHONPATH", &torch)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8(out.stdout).unwrap();
+    let p = crate::gpu_regions::embedded(&page);
+    let d = device(&p);
+    assert_eq!(d.peak_allocated_bytes, 32 * MIB);
+    // PyTorch's stamps mapped to the run's clock: the peak came within the run.
+    let when = d.at_s.expect("the peak's time");
+    assert!(when > 0.0 && when <= p.wall_s, "{when} of {}", p.wall_s);
+    assert_eq!(at(&p, "act"), 16 * MIB);
+    // The page's code draws the section, the column and the peak's mark from those fields.
+    for drawn in [
+        "GPU tensors at the peak (PyTorch's allocator)",
+        "\"GPU tensors at the peak\"",
+        "gpu_tensor_peak_bytes",
+        "tensors' peak",
+    ] {
+        assert!(page.contains(drawn), "{drawn}");
+    }
 }

@@ -25,6 +25,18 @@ _FRAMES = 48
 _ACTIONS = {"alloc": 0, "free_completed": 1, "segment_alloc": 2, "segment_free": 3, "oom": 4}
 
 
+def _time_ns():
+    import time
+
+    return time.time_ns()
+
+
+def _monotonic_ns():
+    import time
+
+    return time.monotonic_ns()
+
+
 def _write(run_dir, pid, data):
     import json
 
@@ -86,6 +98,8 @@ def _reduce(torch, snapshot, pid, entries):
         "version": 1,
         "pid": pid,
         "state": "done",
+        # PyTorch stamps events in Unix microseconds; this pair maps them to the run's clock.
+        "clock": [_time_ns(), _monotonic_ns()],
         "torch": str(getattr(torch, "__version__", "")),
         "entries": entries,
         "frames": [list(k) for k in frames],

@@ -28,6 +28,9 @@ pub struct DeviceTensors {
     pub device: u32,
     /// The most bytes of tensors allocated at once, within the trace.
     pub peak_allocated_bytes: u64,
+    /// Seconds from launch when it was first reached, when PyTorch's clock could be mapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
     /// What the allocator held from CUDA at that moment.
     pub reserved_at_peak_bytes: u64,
     /// Of it, reserved but holding no tensor: the cache's slack.
@@ -72,6 +75,9 @@ pub struct TensorLine {
 pub struct TensorOom {
     /// Bytes asked for.
     pub requested_bytes: u64,
+    /// Seconds from launch, when PyTorch's clock could be mapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
     /// What CUDA still had free, by PyTorch's account.
     pub device_free_bytes: u64,
     /// Bytes of tensors allocated then.
