@@ -4,7 +4,9 @@
 # own truth (torch's allocator reserve around each line, bytes copied, perf_counter around the
 # waits), and prints a table of mlprof's figures against it and NVML's view; then GPU time per
 # line (CUPTI) against torch.profiler's CUDA time for the same steps, with the loop's overhead
-# (tests/scripts/gpu_kernels_train.py, scripts/gpu_kernel_check.py); with the device, driver and
+# (tests/scripts/gpu_kernels_train.py, scripts/gpu_kernel_check.py); tensors at the GPU peak per
+# line against PyTorch's own snapshot at that peak (tests/scripts/gpu_tensors_train.py,
+# scripts/gpu_tensor_check.py); with the device, driver and
 # date, for docs/gpu-verification.md. Needs target/release (cargo build --release).
 # usage: scripts/gpu_check.sh [OUT_DIR]   (PYTHON: the Python with torch; default python3)
 set -euo pipefail
@@ -52,6 +54,18 @@ fi
         || echo "mlprof run failed: see $out/kernels-mlprof.log"
     "$py" scripts/gpu_kernel_check.py "$out/gpu-kernels.json" "$out/kernels-truth.json" \
         "$out/kernels-plain.json" "$out/kernels-mlprof.json" tests/scripts/gpu_kernels_train.py || true
+    echo
+    # Tensors at the GPU peak per line (the allocator's trace) against PyTorch's own snapshot
+    # at that peak, and the training loop's overhead with the trace on.
+    echo "Tensors at the GPU peak against PyTorch's snapshot (tests/scripts/gpu_tensors_train.py):"
+    echo
+    "$py" tests/scripts/gpu_tensors_train.py "$out/tensors-plain.json" 50 \
+        > "$out/tensors-plain.log" 2>&1 || echo "the bare run failed: see $out/tensors-plain.log"
+    "$mlprof" run -q -o "$out/gpu-tensors.json" -- "$py" tests/scripts/gpu_tensors_train.py \
+        "$out/tensors-truth.json" 50 > "$out/tensors-mlprof.log" 2>&1 \
+        || echo "mlprof run failed: see $out/tensors-mlprof.log"
+    "$py" scripts/gpu_tensor_check.py "$out/gpu-tensors.json" "$out/tensors-truth.json" \
+        "$out/tensors-plain.json" tests/scripts/gpu_tensors_train.py || true
     echo
     echo "The text report's GPU part:"
     echo '```'

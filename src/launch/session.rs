@@ -85,13 +85,16 @@ impl Session {
                 .create(&dir)
                 .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
             write_private(&dir.join("sitecustomize.py"), STARTUP_HOOK.as_bytes())?;
+            write_private(&dir.join("mlprof_gpu_trace.py"), STARTUP_TRACE.as_bytes())?;
         }
         Ok(dir)
     }
 }
 
-/// The start-up hook's source (`src/launch/startup/sitecustomize.py`).
+/// The start-up hook's source (`src/launch/startup/sitecustomize.py`), and its tracing half,
+/// loaded only when the program imports `torch`.
 static STARTUP_HOOK: &str = include_str!("startup/sitecustomize.py");
+static STARTUP_TRACE: &str = include_str!("startup/mlprof_gpu_trace.py");
 
 impl Drop for Session {
     fn drop(&mut self) {

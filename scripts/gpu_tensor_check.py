@@ -1,0 +1,51 @@
+"""Compares mlprof's tensors at the GPU peak per line for tests/scripts/gpu_tensors_train.py
+with PyTorch's own snapshot taken at that peak (the script writes it, by line), the device
+peak with PyTorch's max_memory_allocated, and the training loop's wall time under mlprof with
+a bare run's; prints a Markdown table (scripts/gpu_check.sh runs both). Bar: each line within
+1% of PyTorch's.
+
+usage: python scripts/gpu_tensor_check.py PROFILE_JSON TRUTH_JSON PLAIN_JSON TRAIN_SCRIPT
+"""
+import json
+import sys
+
+from gpu_check import markers, mib
+
+
+def main():
+    profile, truth, plain = (json.load(open(p)) for p in sys.argv[1:4])
+    marks = {number: name for name, number in markers(sys.argv[4]).items()}
+    ours = {l["line"]: l.get("gpu_tensor_peak_bytes", 0) for l in profile["lines"]
+            if l["file"].endswith("gpu_tensors_train.py")}
+    failed = 0
+    print("| line | PyTorch's snapshot at the peak | mlprof | within 1% |")
+    print("|---|--:|--:|---|")
+    for number, expected in sorted((int(k), v) for k, v in truth["lines"].items()):
+        got = ours.get(number, 0)
+        ok = abs(got - expected) <= 0.01 * expected
+        failed += 0 if ok else 1
+        name = "@" + marks[number] if number in marks else f"line {number}"
+        print(f"| {name} | {mib(expected)} | {mib(got)} | {'yes' if ok else 'NO'} |")
+    for p in profile["processes"]:
+        t = p.get("gpu_tensors")
+        if not t:
+            continue
+        print(f"\npid {p['pid']}: state {t['state']}{'; ' + t['note'] if t.get('note') else ''}")
+        for d in t["devices"]:
+            same = d["peak_allocated_bytes"] == truth["max_allocated"]
+            failed += 0 if same else 1
+            print(f"device {d['device']}: peak {mib(d['peak_allocated_bytes'])} (PyTorch's "
+                  f"max_memory_allocated {mib(truth['max_allocated'])}: "
+                  f"{'equal' if same else 'DIFFERENT'}), reserved {mib(d['reserved_at_peak_bytes'])}, "
+                  f"cache slack {mib(d['cache_slack_bytes'])}, {d['events']} events")
+    if not truth["peak_here"]:
+        print("\nThe snapshot was not taken at the peak (memory_allocated < max): no truth.")
+        failed += 1
+    print(f"\nTraining loop: {plain['loop_s']:.3f} s bare, {truth['loop_s']:.3f} s under mlprof "
+          f"({truth['loop_s'] / plain['loop_s']:.2f}x), {plain['steps']} steps.")
+    print(f"\n{failed} figure(s) outside the bar.")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

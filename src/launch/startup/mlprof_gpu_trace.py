@@ -1,0 +1,147 @@
+"""The tracing half of mlprof's Python start-up hook (docs/design/gpu-tensors.md), loaded from
+`sitecustomize.py` only when the program imports `torch`, so that a Python process that never
+does pays for none of it: switches PyTorch's CUDA allocator trace on when PyTorch initialises
+CUDA, and at exit writes it, reduced, to `gpu-tensors-PID.json` in the run's directory.
+Standard library only. Nothing here raises into the program.
+"""
+
+import os as _os
+
+# Allocator events kept (a ring: the oldest are overwritten): MLPROF_GPU_TRACE_ENTRIES.
+_ENTRIES = 50_000
+# Frames kept per stack, innermost first.
+_FRAMES = 48
+# Trace actions the collector replays, and their codes in the file.
+_ACTIONS = {"alloc": 0, "free_completed": 1, "segment_alloc": 2, "segment_free": 3, "oom": 4}
+
+
+def _time_ns():
+    import time
+
+    return time.time_ns()
+
+
+def _monotonic_ns():
+    import time
+
+    return time.monotonic_ns()
+
+
+def _write(run_dir, pid, data):
+    import json
+
+    path = _os.path.join(run_dir, "gpu-tensors-%d.json" % pid)
+    tmp = path + ".tmp"
+    try:
+        _os.unlink(tmp)
+    except OSError:
+        pass
+    flags = _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL
+    flags |= getattr(_os, "O_NOFOLLOW", 0) | getattr(_os, "O_CLOEXEC", 0)
+    fd = _os.open(tmp, flags, 0o600)
+    with _os.fdopen(fd, "w") as out:
+        json.dump(data, out, separators=(",", ":"))
+    _os.replace(tmp, path)
+
+
+def _reduce(torch, snapshot, pid, entries):
+    """The snapshot as the collector reads it: stacks and frames interned, events as arrays."""
+    frames, stacks = {}, {}
+
+    def stack(fs):
+        ids = []
+        for f in (fs or ())[:_FRAMES]:
+            key = (str(f.get("filename", "")), int(f.get("line", 0) or 0), str(f.get("name", "")))
+            ids.append(frames.setdefault(key, len(frames)))
+        return stacks.setdefault(tuple(ids), len(stacks))
+
+    devices = {}
+
+    def device(d):
+        return devices.setdefault(d, {"device": d, "events": [], "live": [], "reserved": 0})
+
+    for d, trace in enumerate(snapshot.get("device_traces") or ()):
+        if not trace:
+            continue
+        events = device(d)["events"]
+        for e in trace:
+            code = _ACTIONS.get(e.get("action"))
+            if code is None:
+                continue
+            where = e.get("device_free", 0) if code == 4 else e.get("addr", 0)
+            frames_of = e.get("frames") if code in (0, 4) else None
+            events.append([code, int(where or 0), int(e.get("size", 0) or 0),
+                           stack(frames_of) if frames_of else -1, int(e.get("time_us", 0) or 0)])
+    for seg in snapshot.get("segments") or ():
+        dev = device(int(seg.get("device", 0) or 0))
+        dev["reserved"] += int(seg.get("total_size", 0) or 0)
+        for b in seg.get("blocks") or ():
+            if b.get("state") in ("active_allocated", "active_awaiting_free"):
+                dev["live"].append([int(b.get("address", 0) or 0), int(b.get("size", 0) or 0),
+                                    stack(b.get("frames"))])
+    for d, dev in devices.items():
+        try:
+            dev["max_allocated"] = int(torch.cuda.max_memory_allocated(d))
+        except Exception:
+            dev["max_allocated"] = -1
+    return {
+        "version": 1,
+        "pid": pid,
+        "state": "done",
+        # PyTorch stamps events in Unix microseconds; this pair maps them to the run's clock.
+        "clock": [_time_ns(), _monotonic_ns()],
+        "torch": str(getattr(torch, "__version__", "")),
+        "entries": entries,
+        "frames": [list(k) for k in frames],
+        "stacks": [list(k) for k in stacks],
+        "devices": sorted(devices.values(), key=lambda v: v["device"]),
+    }
+
+
+def _dump(torch, run_dir, pid, entries):
+    if _os.getpid() != pid:
+        return  # a fork child: its parent's trace, not its own
+    try:
+        data = _reduce(torch, torch.cuda.memory._snapshot(), pid, entries)
+    except BaseException as e:  # noqa: B036: never into the program's exit
+        data = {"version": 1, "pid": pid, "state": "failed",
+                "why": "reading the trace failed: %s: %s" % (type(e).__name__, e)}
+    try:
+        _write(run_dir, pid, data)
+    except Exception:
+        pass
+
+
+def start(torch, run_dir):
+    try:
+        record = torch.cuda.memory._record_memory_history
+        lazy = torch.cuda._lazy_call
+        entries = int(_os.environ.get("MLPROF_GPU_TRACE_ENTRIES", _ENTRIES))
+    except Exception:
+        return  # a PyTorch without the trace: the collector keeps the segment view
+    pid = _os.getpid()
+
+    def switch_on():
+        if _os.getpid() != pid:
+            return
+        try:
+            record(enabled="all", context="alloc", stacks="python", max_entries=entries)
+        except Exception as e:
+            why = "PyTorch refused the trace: %s: %s" % (type(e).__name__, e)
+            try:
+                _write(run_dir, pid, {"version": 1, "pid": pid, "state": "failed", "why": why})
+            except Exception:
+                pass
+            return
+        try:
+            _write(run_dir, pid, {"version": 1, "pid": pid, "state": "recording"})
+        except Exception:
+            return
+        import atexit
+
+        atexit.register(_dump, torch, run_dir, pid, entries)
+
+    try:
+        lazy(switch_on)
+    except Exception:
+        pass

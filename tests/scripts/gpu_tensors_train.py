@@ -1,0 +1,63 @@
+"""A CUDA training loop with a known peak of tensors, for scripts/gpu_check.sh on a machine with
+an NVIDIA GPU and PyTorch. After `steps` training steps (a model, its optimiser state, a batch),
+an evaluation phase allocates three buffers at @buf_a, @buf_b and @buf_c (512, 256 and 128 MiB)
+while everything else is still held: the process's allocated GPU memory peaks there, and the
+script checks it (memory_allocated() == max_memory_allocated()). At that moment it takes
+PyTorch's own snapshot (`torch.cuda.memory_snapshot()`, blocks with their Python stacks) and
+writes the bytes of the live blocks by the innermost frame in this file: the truth that
+mlprof's tensors at the peak per line are held against. Without mlprof the script switches on
+PyTorch's stack recording itself (`enabled="state"`); under mlprof the start-up hook's trace
+provides the stacks, and calling it again would replace that trace. Also writes the training
+loop's wall time (the overhead's measure against a bare run).
+
+argv: OUT_JSON [STEPS]
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+
+out_path = sys.argv[1]
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+if "MLPROF_DIR" not in os.environ:
+    torch.cuda.memory._record_memory_history(enabled="state", stacks="python")
+dev = torch.device("cuda")
+torch.manual_seed(0)
+model = torch.nn.Sequential(  # @model
+    torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+).to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(256, 2048, device=dev)  # @batch
+target = torch.randn(256, 1024, device=dev)  # @target
+
+start = time.perf_counter()
+for _ in range(steps):
+    out = model(x)  # @forward
+    loss = torch.nn.functional.mse_loss(out, target)  # @loss
+    loss.backward()  # @backward
+    opt.step()  # @step
+    opt.zero_grad(set_to_none=True)  # @zero
+torch.cuda.synchronize()
+loop_s = time.perf_counter() - start
+del out, loss
+
+MIB = 1 << 20
+buf_a = torch.empty(512 * MIB, dtype=torch.uint8, device=dev)  # @buf_a
+buf_b = torch.empty(256 * MIB, dtype=torch.uint8, device=dev)  # @buf_b
+buf_c = torch.empty(128 * MIB, dtype=torch.uint8, device=dev)  # @buf_c
+allocated, most = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+snapshot = torch.cuda.memory_snapshot()
+me = os.path.abspath(__file__)
+by_line = {}
+for segment in snapshot:
+    for block in segment["blocks"]:
+        if block["state"] != "active_allocated":
+            continue
+        line = next((f["line"] for f in block.get("frames", []) if f["filename"] == me), 0)
+        by_line[line] = by_line.get(line, 0) + block["size"]
+with open(out_path, "w") as f:
+    json.dump({"steps": steps, "loop_s": loop_s, "allocated": allocated, "max_allocated": most,
+               "peak_here": allocated == most, "lines": by_line}, f, indent=1)
+print("gpu_tensors_train done", steps, "steps; at the peak:", allocated == most)
