@@ -111,8 +111,14 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
         );
         // The text report names them.
         let text = mlprof::render::text::render(p);
-        assert!(text.contains("32.0 MiB of tensors at the peak at "), "{text}");
-        assert!(text.contains("(38.0 MiB reserved, 6.0 MiB cache slack)"), "{text}");
+        assert!(
+            text.contains("32.0 MiB of tensors at the peak at "),
+            "{text}"
+        );
+        assert!(
+            text.contains("(38.0 MiB reserved, 6.0 MiB cache slack)"),
+            "{text}"
+        );
         assert!(
             text.contains("16.0 MiB of tensors live at the GPU peak"),
             "{text}"
@@ -143,6 +149,21 @@ fn turned_off_or_ended_without_exit_handlers_the_report_says_what_it_has() {
     assert!(t.note.contains("os._exit"), "{t:?}");
     let text = mlprof::render::text::render(&run.profile);
     assert!(text.contains("never read"), "{text}");
+    // PyTorch refuses the trace: the program's CUDA runs as without mlprof; the report says why.
+    let refuse = [env[0], ("FAKE_TORCH_REFUSE_HISTORY", "1")];
+    let plain = Command::new(&py.exe)
+        .arg(&script)
+        .env("PYTHONPATH", &torch)
+        .output()
+        .unwrap();
+    let run = fixture::profile_script(py, SCRIPT, &[], &refuse);
+    assert_eq!(run.output.stdout, plain.stdout);
+    let t = run.profile.processes[0].gpu_tensors.as_ref().unwrap();
+    assert_eq!(t.state, "failed", "{t:?}");
+    assert!(
+        t.note.contains("PyTorch refused the trace: RuntimeError"),
+        "{t:?}"
+    );
 }
 
 #[test]

@@ -119,29 +119,44 @@ def start(torch, run_dir):
         entries = int(_os.environ.get("MLPROF_GPU_TRACE_ENTRIES", _ENTRIES))
     except Exception:
         return  # a PyTorch without the trace: the collector keeps the segment view
-    pid = _os.getpid()
 
     def switch_on():
-        if _os.getpid() != pid:
-            return
+        # PyTorch turns an exception here into the program's CUDA initialisation failing.
         try:
-            record(enabled="all", context="alloc", stacks="python", max_entries=entries)
-        except Exception as e:
-            why = "PyTorch refused the trace: %s: %s" % (type(e).__name__, e)
-            try:
-                _write(run_dir, pid, {"version": 1, "pid": pid, "state": "failed", "why": why})
-            except Exception:
-                pass
-            return
-        try:
-            _write(run_dir, pid, {"version": 1, "pid": pid, "state": "recording"})
+            _switch_on(torch, record, run_dir, entries)
         except Exception:
-            return
-        import atexit
-
-        atexit.register(_dump, torch, run_dir, pid, entries)
+            pass
 
     try:
-        lazy(switch_on)
+        # `_lazy_call` formats the caller's stack for its error message (linecache reading the
+        # sources of the whole import: about 30 ms); queued directly, the call is the same and
+        # its note names us.
+        queue = getattr(torch.cuda, "_queued_calls", None)
+        if isinstance(queue, list) and not torch.cuda.is_initialized():
+            queue.append((switch_on, ["  queued by mlprof's start-up hook\n"]))
+        else:
+            lazy(switch_on)
     except Exception:
         pass
+
+
+def _switch_on(torch, record, run_dir, entries):
+    """At PyTorch's CUDA initialisation, in whichever process makes it (a fork child that
+    initialises CUDA is traced as itself)."""
+    pid = _os.getpid()
+    try:
+        record(enabled="all", context="alloc", stacks="python", max_entries=entries)
+    except Exception as e:
+        why = "PyTorch refused the trace: %s: %s" % (type(e).__name__, e)
+        try:
+            _write(run_dir, pid, {"version": 1, "pid": pid, "state": "failed", "why": why})
+        except Exception:
+            pass
+        return
+    try:
+        _write(run_dir, pid, {"version": 1, "pid": pid, "state": "recording"})
+    except Exception:
+        return
+    import atexit
+
+    atexit.register(_dump, torch, run_dir, pid, entries)

@@ -5,7 +5,8 @@ import sys
 from . import memory
 
 _initialized = False
-_queued = []
+# As PyTorch's: (callable, the caller's stack as lines), run at initialisation.
+_queued_calls = []
 _ROUND = 512
 _SEGMENT = 2 << 20
 
@@ -18,7 +19,9 @@ def _lazy_call(callable, **kwargs):
     if _initialized:
         callable()
     else:
-        _queued.append(callable)
+        import traceback
+
+        _queued_calls.append((callable, traceback.format_stack()))
 
 
 def is_initialized():
@@ -30,9 +33,9 @@ def init():
     if _initialized:
         return
     _initialized = True
-    for f in _queued:
+    for f, _ in _queued_calls:
         f()
-    del _queued[:]
+    del _queued_calls[:]
 
 
 class _Allocator:
