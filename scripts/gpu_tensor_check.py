@@ -32,11 +32,12 @@ def main():
             continue
         print(f"\npid {p['pid']}: state {t['state']}{'; ' + t['note'] if t.get('note') else ''}")
         for d in t["devices"]:
-            same = d["peak_allocated_bytes"] == truth["max_allocated"]
+            same = d["peak_allocated_bytes"] == truth["max_requested"]
             failed += 0 if same else 1
             print(f"device {d['device']}: peak {mib(d['peak_allocated_bytes'])} (PyTorch's "
-                  f"max_memory_allocated {mib(truth['max_allocated'])}: "
-                  f"{'equal' if same else 'DIFFERENT'}), reserved {mib(d['reserved_at_peak_bytes'])}, "
+                  f"peak of requested bytes {mib(truth['max_requested'])}: "
+                  f"{'equal' if same else 'DIFFERENT'}; max_memory_allocated "
+                  f"{mib(truth['max_allocated'])}), reserved {mib(d['reserved_at_peak_bytes'])}, "
                   f"cache slack {mib(d['cache_slack_bytes'])}, {d['events']} events")
     if not truth["peak_here"]:
         print("\nThe snapshot was not taken at the peak (memory_allocated < max): no truth.")

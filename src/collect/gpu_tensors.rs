@@ -11,8 +11,9 @@ use serde::Deserialize;
 
 use crate::recording::gpu_tensors::{Action, DeviceTrace, TensorTrace, TraceEvent, TraceState};
 
-/// The largest trace file read (200,000 events take about 10 MB).
-const MAX_FILE_BYTES: u64 = 512 << 20;
+/// The largest trace file read (50,000 events with their stacks take a few MB; parsed, a file
+/// takes several times its size).
+const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Every process's trace in `dir`, by pid, and a warning for each file that would not read;
 /// event times from launch (`launch_ns` on `CLOCK_MONOTONIC`).
@@ -27,7 +28,9 @@ pub fn read(dir: &Path, launch_ns: u64) -> (Vec<TensorTrace>, Vec<String>) {
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let pid = name.strip_prefix("gpu-tensors-")?.strip_suffix(".json")?;
-            Some((pid.parse().ok()?, e.path()))
+            // The canonical form only: `+7` and `007` are not a second file of process 7.
+            let parsed: u32 = pid.parse().ok()?;
+            (parsed.to_string() == pid).then(|| (parsed, e.path()))
         })
         .collect();
     files.sort();
@@ -75,6 +78,11 @@ struct Device {
     reserved: u64,
     #[serde(default)]
     max_allocated: Option<i64>,
+    #[serde(default)]
+    max_requested: Option<i64>,
+    /// Entries the ring held (every action, also those not written).
+    #[serde(default)]
+    ring: Option<u64>,
 }
 
 fn read_one(path: &Path, pid: u32, launch_ns: u64) -> Result<TensorTrace, String> {
@@ -153,6 +161,8 @@ fn convert(raw: File, launch_ns: u64) -> TensorTrace {
                 .collect(),
             reserved: d.reserved,
             max_allocated: d.max_allocated.and_then(|m| u64::try_from(m).ok()),
+            max_requested: d.max_requested.and_then(|m| u64::try_from(m).ok()),
+            ring: d.ring.unwrap_or(0),
         })
         .collect();
     TensorTrace {
@@ -193,6 +203,11 @@ mod tests {
         write(&dir, "gpu-tensors-8.json", r#"{"pid":9,"state":"done"}"#);
         write(&dir, "gpu-tensors-10.json", "[");
         write(&dir, "gpu-tensors-x.json", "ignored");
+        write(
+            &dir,
+            "gpu-tensors-007.json",
+            "ignored: not the canonical form of 7",
+        );
         std::os::unix::fs::symlink(
             dir.join("gpu-tensors-7.json"),
             dir.join("gpu-tensors-11.json"),

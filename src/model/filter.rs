@@ -17,11 +17,21 @@ pub struct Filter {
 impl Filter {
     /// Whether samples may be attributed to `file`.
     pub fn profiles(&self, file: &str) -> bool {
+        if is_mlprof_hook(file) {
+            return false; // not even with --profile-all: it is not the program's code
+        }
         if !self.only.is_empty() {
             return self.only.iter().any(|p| file.contains(p.as_str()));
         }
         self.all || !is_library(file)
     }
+}
+
+/// mlprof's own Python start-up hook (docs/design/gpu-tensors.md), run from the run's private
+/// directory (gone after the run): never a line of the program, nor a frame of its stacks.
+pub fn is_mlprof_hook(file: &str) -> bool {
+    file.split('/')
+        .any(|dir| dir == crate::recording::gpu_tensors::STARTUP_DIR)
 }
 
 /// The standard library, frozen modules, installed packages, and code a library generates
@@ -32,13 +42,6 @@ fn is_library(file: &str) -> bool {
         return true;
     }
     if file.split('/').any(|dir| dir.starts_with("torchinductor_")) {
-        return true;
-    }
-    // mlprof's own start-up hook (docs/design/gpu-tensors.md).
-    if file
-        .split('/')
-        .any(|dir| dir == crate::recording::gpu_tensors::STARTUP_DIR)
-    {
         return true;
     }
     if file.contains("/site-packages/") || file.contains("/dist-packages/") {
@@ -66,6 +69,11 @@ mod tests {
         assert!(!f.profiles("/tmp/torchinductor_ana/kt/cktreaotpjatue3xqymqz5.py"));
         assert!(!f.profiles("<frozen importlib._bootstrap>"));
         assert!(!f.profiles("/tmp/mlprof-x1/mlprof-startup/sitecustomize.py"));
+        let all = Filter {
+            all: true,
+            ..Filter::default()
+        };
+        assert!(!all.profiles("/tmp/mlprof-x1/mlprof-startup/sitecustomize.py"));
         assert!(Filter {
             all: true,
             ..Filter::default()

@@ -77,35 +77,19 @@ fn device(
     let replay = Replay::new(d);
     let (peak_at, peak_bytes, reserved) = replay.peak();
     let growing = growing(&replay, peak_at, resolve);
-    let live = replay.live_after(peak_at);
-    let mut before = 0;
-    let mut by_place: HashMap<Place, (u64, u64)> = HashMap::new();
-    for &(size, stack) in live.values() {
-        match stack {
-            Some(s) => {
-                let e = by_place.entry(resolve.place(s)).or_default();
-                (e.0, e.1) = (e.0 + size, e.1 + 1);
-            }
-            None => before += size,
-        }
-    }
+    let (by_place, before) = held_by(&replay.live_after(peak_at), resolve);
     for (place, &(bytes, _)) in &by_place {
-        places.entry(place.clone()).or_default().gpu_tensor_bytes += bytes;
+        let acc = places.entry(place.clone()).or_default();
+        acc.gpu_tensor_bytes = acc.gpu_tensor_bytes.saturating_add(bytes);
     }
     let oom = replay.last_oom().map(|(i, requested, free, stack)| {
         let live = replay.live_after(Some(i));
-        let mut held: HashMap<Place, (u64, u64)> = HashMap::new();
-        for &(size, stack) in live.values() {
-            if let Some(s) = stack {
-                let e = held.entry(resolve.place(s)).or_default();
-                (e.0, e.1) = (e.0 + size, e.1 + 1);
-            }
-        }
+        let (held, _) = held_by(&live, resolve);
         TensorOom {
             requested_bytes: requested,
             at_s: seconds(d.events.get(i).and_then(|e| e.t_ns)),
             device_free_bytes: free,
-            allocated_bytes: live.values().map(|b| b.0).sum(),
+            allocated_bytes: live.values().fold(0, |a, b| a.saturating_add(b.0)),
             at: stack.map(|s| line(resolve.place(s), 0, 0)),
             top: top(held),
         }
@@ -118,6 +102,7 @@ fn device(
         cache_slack_bytes: reserved.saturating_sub(peak_bytes),
         before_trace_bytes: before,
         torch_max_allocated_bytes: d.max_allocated,
+        torch_max_requested_bytes: d.max_requested,
         events: d.events.len() as u64,
         top: top(by_place),
         growing,
@@ -149,7 +134,7 @@ fn growing(
             let row = series
                 .entry(place.clone())
                 .or_insert_with(|| vec![0; GROWTH_POINTS]);
-            row[k] += size;
+            row[k] = row[k].saturating_add(size);
             if k + 1 == GROWTH_POINTS {
                 *blocks.entry(place).or_default() += 1;
             }
@@ -161,12 +146,31 @@ fn growing(
         let falls = row.windows(2).any(|w| w[1] < w[0]);
         let third = row[GROWTH_POINTS / 3];
         let last = row[GROWTH_POINTS - 1];
-        if !falls && rises >= GROWTH_POINTS / 2 && last >= 2 * third.max(1) {
+        if !falls && rises >= GROWTH_POINTS / 2 && last >= third.max(1).saturating_mul(2) {
             let n = blocks.get(&place).copied().unwrap_or(0);
             out.insert(place, (last, n));
         }
     }
     top(out)
+}
+
+/// The bytes and blocks of `live` per place, and the bytes of blocks with no stack known.
+fn held_by(
+    live: &HashMap<u64, (u64, Option<u32>)>,
+    resolve: &mut Resolver<'_>,
+) -> (HashMap<Place, (u64, u64)>, u64) {
+    let mut before = 0u64;
+    let mut by_place: HashMap<Place, (u64, u64)> = HashMap::new();
+    for &(size, stack) in live.values() {
+        match stack {
+            Some(s) => {
+                let e = by_place.entry(resolve.place(s)).or_default();
+                (e.0, e.1) = (e.0.saturating_add(size), e.1 + 1);
+            }
+            None => before = before.saturating_add(size),
+        }
+    }
+    (by_place, before)
 }
 
 fn seconds(ns: Option<u64>) -> Option<f64> {
@@ -196,12 +200,14 @@ fn top(by_place: HashMap<Place, (u64, u64)>) -> Vec<TensorLine> {
 /// Why a process's figures are partial, if they are.
 fn notes(trace: &TensorTrace, devices: &[DeviceTensors]) -> String {
     let mut notes = Vec::new();
-    for d in devices {
-        let wrapped = trace.entries > 0 && d.events >= trace.entries;
-        let torch_peak = d.torch_max_allocated_bytes.unwrap_or(0);
-        // PyTorch's own peak above the replayed one (by more than a block's rounding): the
-        // peak came before the oldest event the ring kept.
-        if wrapped && torch_peak > d.peak_allocated_bytes + (d.peak_allocated_bytes >> 7) {
+    for (raw, d) in trace.devices.iter().zip(devices) {
+        // Every action counts against the ring, also those the hook does not write.
+        let held = if raw.ring > 0 { raw.ring } else { d.events };
+        let wrapped = trace.entries > 0 && held >= trace.entries;
+        let torch_peak = d.torch_max_requested_bytes.unwrap_or(0);
+        // PyTorch's own peak of the same bytes above the replayed one: the peak came before
+        // the oldest event the ring kept.
+        if wrapped && torch_peak > d.peak_allocated_bytes {
             notes.push(format!(
                 "device {}: the allocator's peak ({} bytes by PyTorch's count) came before the \
                  {} events its trace keeps; shown is the highest within them \
@@ -258,17 +264,17 @@ impl<'t> Replay<'t> {
     /// allocated and reserved then.
     fn peak(&self) -> (Option<usize>, u64, u64) {
         let mut live: HashMap<u64, u64> = self.start.iter().map(|(&a, b)| (a, b.0)).collect();
-        let mut level: u64 = live.values().sum();
+        let mut level: u64 = live.values().fold(0, |a, &b| a.saturating_add(b));
         let mut reserved = self.start_reserved;
         let mut best = (None, level, reserved.max(level));
         for (i, e) in self.d.events.iter().enumerate() {
             match e.action {
                 Action::Alloc => {
                     let old = live.insert(e.addr, e.size).unwrap_or(0);
-                    level = level.saturating_sub(old) + e.size;
+                    level = level.saturating_sub(old).saturating_add(e.size);
                 }
                 Action::Free => level = level.saturating_sub(live.remove(&e.addr).unwrap_or(0)),
-                Action::SegmentAlloc => reserved += e.size,
+                Action::SegmentAlloc => reserved = reserved.saturating_add(e.size),
                 Action::SegmentFree => reserved = reserved.saturating_sub(e.size),
                 Action::Oom => {}
             }

@@ -55,6 +55,8 @@ fn trace(entries: u64, max_allocated: u64) -> TensorTrace {
             live: vec![(a, MIB, Some(0)), (y, 256 * KIB, Some(0))],
             reserved: 8 * MIB,
             max_allocated: Some(max_allocated),
+            max_requested: Some(max_allocated),
+            ring: 0,
         }],
     }
 }
@@ -116,6 +118,14 @@ fn a_peak_older_than_the_ring_is_said_and_a_trace_never_read_is_too() {
         p.note, "",
         "a ring not full saw everything since the trace began"
     );
+    // The ring holds every action, also those the hook leaves out (`free_requested`): 12 held
+    // of 12 is full though 9 were written.
+    let mut t = trace(12, 64 * MIB);
+    t.devices[0].ring = 12;
+    assert!(run(t).0.note.contains("came before"));
+    // Full, but PyTorch's own peak is the replayed one: nothing is missing.
+    let peak = 256 * KIB + 512 * KIB + MIB + 3 * MIB;
+    assert_eq!(run(trace(9, peak)).0.note, "");
     let mut t = trace(9, 0);
     t.state = TraceState::Recording;
     let (p, places) = run(t);

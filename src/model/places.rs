@@ -105,7 +105,7 @@ impl Acc {
         self.gpu_memory_bytes += other.gpu_memory_bytes;
         self.gpu_calls.add(&other.gpu_calls);
         super::gpu_kernels::merge(&mut self.kernels, other.kernels);
-        self.gpu_tensor_bytes += other.gpu_tensor_bytes;
+        self.gpu_tensor_bytes = self.gpu_tensor_bytes.saturating_add(other.gpu_tensor_bytes);
     }
 }
 
@@ -192,7 +192,7 @@ fn add(m: &mut Measures, acc: &Acc) {
     m.mapped_peak_bytes += acc.mapped_peak_bytes;
     m.gpu_memory_bytes += acc.gpu_memory_bytes.round() as u64;
     m.gpu_calls.add(&acc.gpu_calls);
-    m.gpu_tensor_peak_bytes += acc.gpu_tensor_bytes;
+    m.gpu_tensor_peak_bytes = m.gpu_tensor_peak_bytes.saturating_add(acc.gpu_tensor_bytes);
 }
 
 /// "GPU busy while this line ran": the utilisation averaged over the line's sampled time.

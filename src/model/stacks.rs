@@ -76,7 +76,7 @@ impl Table {
     }
 
     /// Push the ids of `frames` (innermost first), outermost first, leaving out the import
-    /// machinery's.
+    /// machinery's and mlprof's own start-up hook's.
     fn push_python(&mut self, lines: &mut Lines<'_>, frames: &[(u32, i32)], ids: &mut Vec<u32>) {
         for &(code, lasti) in frames.iter().rev() {
             if let Some((info, line)) = lines.line(code, lasti) {
@@ -126,7 +126,7 @@ impl Table {
 /// then calls the imported module's code directly, instead of through 10-30 frames no user
 /// wrote. Their time stays where it was (on the importing line).
 fn is_import_machinery(file: &str) -> bool {
-    file.starts_with("<frozen importlib._bootstrap")
+    file.starts_with("<frozen importlib._bootstrap") || super::filter::is_mlprof_hook(file)
 }
 
 /// The stacks of a recording: (frame table, stacks referring to it, CPU samples on the

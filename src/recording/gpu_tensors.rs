@@ -46,13 +46,18 @@ pub struct DeviceTrace {
     pub device: u32,
     /// Its events in order: the last `entries` the ring kept.
     pub events: Vec<TraceEvent>,
-    /// Blocks allocated at the end: (address, bytes, stack).
+    /// Blocks allocated at the end: (address, bytes the tensor asked for, stack).
     pub live: Vec<(u64, u64, Option<u32>)>,
     /// Bytes the allocator held from CUDA at the end (its segments).
     pub reserved: u64,
-    /// PyTorch's own count of the most bytes allocated at once (`max_memory_allocated`), when
-    /// it could be read.
+    /// PyTorch's own count of the most bytes allocated at once (`max_memory_allocated`: blocks,
+    /// rounded up), when it could be read.
     pub max_allocated: Option<u64>,
+    /// PyTorch's own count of the most bytes tensors asked for at once
+    /// (`requested_bytes.all.peak`: what the replay counts), when it could be read.
+    pub max_requested: Option<u64>,
+    /// Entries the ring held at the end, every action counted (0: not said).
+    pub ring: u64,
 }
 
 /// One allocator event.
@@ -62,7 +67,8 @@ pub struct TraceEvent {
     pub action: Action,
     /// The block's or segment's address (for an out-of-memory error: what CUDA still had free).
     pub addr: u64,
-    /// Bytes (for an out-of-memory error: what was asked for).
+    /// Bytes the tensor asked for (a segment's size; for an out-of-memory error: what was
+    /// asked for).
     pub size: u64,
     /// The allocation's stack (allocations and out-of-memory errors).
     pub stack: Option<u32>,

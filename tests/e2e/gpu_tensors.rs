@@ -70,13 +70,20 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
         ] {
             assert_eq!(at(p, name), mib * MIB, "{v}: @{name}");
         }
-        let d = device(p);
-        assert_eq!(d.peak_allocated_bytes, 32 * MIB, "{v}: {d:?}");
-        assert_eq!(d.torch_max_allocated_bytes, Some(32 * MIB), "{v}");
         assert_eq!(
-            (d.reserved_at_peak_bytes, d.cache_slack_bytes),
-            (38 * MIB, 6 * MIB)
+            at(p, "small"),
+            100,
+            "{v}: the bytes asked for, not the block's 512"
         );
+        let d = device(p);
+        // The bytes the tensors asked for, as PyTorch's own `requested_bytes` peak counts them
+        // (its `memory_allocated` counts blocks, rounded up).
+        let peak = 32 * MIB + 100;
+        assert_eq!(d.peak_allocated_bytes, peak, "{v}: {d:?}");
+        assert_eq!(d.torch_max_requested_bytes, Some(peak), "{v}");
+        assert_eq!(d.torch_max_allocated_bytes, Some(32 * MIB + 512), "{v}");
+        assert_eq!(d.reserved_at_peak_bytes, 40 * MIB);
+        assert_eq!(d.cache_slack_bytes, 40 * MIB - peak);
         assert_eq!(d.before_trace_bytes, 0);
         let kept = d
             .top
@@ -91,7 +98,7 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
         let oom = d.oom.as_ref().expect("the failed allocation");
         assert_eq!(oom.requested_bytes, 1 << 40);
         assert_eq!(oom.at.as_ref().unwrap().line, markers(SCRIPT)["oom"]);
-        assert_eq!(oom.allocated_bytes, 20 * MIB, "{v}: {oom:?}");
+        assert_eq!(oom.allocated_bytes, 20 * MIB + 100, "{v}: {oom:?}");
         let held: Vec<(u32, u64)> = oom.top.iter().map(|l| (l.line, l.bytes)).collect();
         let m = markers(SCRIPT);
         assert_eq!(
@@ -99,7 +106,8 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
             [
                 (m["weights"], 8 * MIB),
                 (m["kept"], 8 * MIB),
-                (m["after"], 4 * MIB)
+                (m["after"], 4 * MIB),
+                (m["small"], 100)
             ],
             "{v}"
         );
@@ -116,7 +124,7 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
             "{text}"
         );
         assert!(
-            text.contains("(38.0 MiB reserved, 6.0 MiB cache slack)"),
+            text.contains("(40.0 MiB reserved, 8.0 MiB cache slack)"),
             "{text}"
         );
         assert!(
@@ -124,6 +132,16 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_library_asking_where_torch_is_before_importing_it_keeps_the_trace_on() {
+    // transformers, datasets and accelerate call importlib.util.find_spec("torch") first.
+    let torch = fake_torch();
+    let py = fixture::pythons().last().unwrap();
+    let run = fixture::profile_script(py, SCRIPT, &["probe"], &[("PYTHONPATH", torch.as_str())]);
+    assert_eq!(device(&run.profile).peak_allocated_bytes, 32 * MIB + 100);
+    assert_eq!(at(&run.profile, "act"), 16 * MIB);
 }
 
 #[test]
@@ -193,6 +211,23 @@ fn pytorch_on_the_cpu_never_initialises_cuda_because_of_the_hook() {
         .processes
         .iter()
         .all(|p| p.gpu_tensors.is_none()));
+    // The hook did its part: the trace's switch waits in PyTorch's queue for a CUDA
+    // initialisation, also when a library asked where torch is first.
+    for probe in [
+        "",
+        "import importlib.util; importlib.util.find_spec('torch')\n",
+    ] {
+        let code = format!(
+            "{probe}import torch\n\
+             print(any('mlprof' in ''.join(t) for _, t in torch.cuda._queued_calls))"
+        );
+        let run = fixture::profile(&[os(&python), os("-c"), os(&code)]);
+        assert_eq!(
+            String::from_utf8_lossy(&run.output.stdout),
+            "True\n",
+            "{probe}"
+        );
+    }
 }
 
 #[test]
@@ -203,7 +238,7 @@ fn gpu_allocated_budgets_fail_the_run_naming_the_lines_and_say_when_they_cannot_
     let script = fixture::script(SCRIPT);
     let argv = [os(&py.exe), os(&script)];
     let m = markers(SCRIPT);
-    // The peak is 32 MiB, @act holding 16 MiB of it.
+    // The peak is 32 MiB and 100 bytes, @act holding 16 MiB of it.
     let over = fixture::profile_args(&["--max-gpu-allocated", "31MiB"], &argv, &env);
     assert_eq!(over.output.status.code(), Some(97), "exceeded: exit 97");
     let v = &over.profile.violations;
@@ -215,7 +250,7 @@ fn gpu_allocated_budgets_fail_the_run_naming_the_lines_and_say_when_they_cannot_
         "{}",
         v[0].message
     );
-    let within = fixture::profile_args(&["--max-gpu-allocated", "32MiB"], &argv, &env);
+    let within = fixture::profile_args(&["--max-gpu-allocated", "33MiB"], &argv, &env);
     assert_eq!(within.output.status.code(), Some(0));
     // A budget file's [gpu-lines]: @kept holds 8 MiB at the peak.
     let dir = fixture::tempdir();
@@ -384,7 +419,7 @@ fn the_html_page_carries_the_tensors_at_the_peak_and_shows_their_section_and_col
     let page = String::from_utf8(out.stdout).unwrap();
     let p = crate::gpu_regions::embedded(&page);
     let d = device(&p);
-    assert_eq!(d.peak_allocated_bytes, 32 * MIB);
+    assert_eq!(d.peak_allocated_bytes, 32 * MIB + 100);
     // PyTorch's stamps mapped to the run's clock: the peak came within the run.
     let when = d.at_s.expect("the peak's time");
     assert!(when > 0.0 && when <= p.wall_s, "{when} of {}", p.wall_s);

@@ -4,7 +4,7 @@ an evaluation phase allocates three buffers at @buf_a, @buf_b and @buf_c (512, 2
 while everything else is still held: the process's allocated GPU memory peaks there, and the
 script checks it (memory_allocated() == max_memory_allocated()). At that moment it takes
 PyTorch's own snapshot (`torch.cuda.memory_snapshot()`, blocks with their Python stacks) and
-writes the bytes of the live blocks by the innermost frame in this file: the truth that
+writes the bytes the live blocks' tensors asked for by the innermost frame in this file: the truth that
 mlprof's tensors at the peak per line are held against. Without mlprof the script switches on
 PyTorch's stack recording itself (`enabled="state"`); under mlprof the start-up hook's trace
 provides the stacks, and calling it again would replace that trace. Also writes the training
@@ -48,6 +48,7 @@ buf_a = torch.empty(512 * MIB, dtype=torch.uint8, device=dev)  # @buf_a
 buf_b = torch.empty(256 * MIB, dtype=torch.uint8, device=dev)  # @buf_b
 buf_c = torch.empty(128 * MIB, dtype=torch.uint8, device=dev)  # @buf_c
 allocated, most = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+requested = torch.cuda.memory_stats()["requested_bytes.all.peak"]
 snapshot = torch.cuda.memory_snapshot()
 me = os.path.abspath(__file__)
 by_line = {}
@@ -56,8 +57,9 @@ for segment in snapshot:
         if block["state"] != "active_allocated":
             continue
         line = next((f["line"] for f in block.get("frames", []) if f["filename"] == me), 0)
-        by_line[line] = by_line.get(line, 0) + block["size"]
+        by_line[line] = by_line.get(line, 0) + block.get("requested_size", block["size"])
 with open(out_path, "w") as f:
     json.dump({"steps": steps, "loop_s": loop_s, "allocated": allocated, "max_allocated": most,
-               "peak_here": allocated == most, "lines": by_line}, f, indent=1)
+               "max_requested": requested, "peak_here": allocated == most, "lines": by_line},
+              f, indent=1)
 print("gpu_tensors_train done", steps, "steps; at the peak:", allocated == most)

@@ -12,7 +12,13 @@ _ENTRIES = 50_000
 # Frames kept per stack, innermost first.
 _FRAMES = 48
 # Trace actions the collector replays, and their codes in the file.
-_ACTIONS = {"alloc": 0, "free_completed": 1, "segment_alloc": 2, "segment_free": 3, "oom": 4}
+# (Expandable segments map and unmap pages of a segment rather than allocating new ones.) Sizes
+# in `alloc` and `free_completed` are what the tensor asked for (the block's `requested_size`):
+# the bytes `requested_bytes` counts, which PyTorch decreases at `free_completed`.
+_ACTIONS = {"alloc": 0, "free_completed": 1, "segment_alloc": 2, "segment_free": 3, "oom": 4,
+            "segment_map": 2, "segment_unmap": 3}
+# Blocks held by a tensor at the end (older PyTorch documents the second as `awaiting`).
+_LIVE = ("active_allocated", "active_pending_free", "active_awaiting_free")
 
 
 def _time_ns():
@@ -63,7 +69,9 @@ def _reduce(torch, snapshot, pid, entries):
     for d, trace in enumerate(snapshot.get("device_traces") or ()):
         if not trace:
             continue
-        events = device(d)["events"]
+        dev = device(d)
+        dev["ring"] = len(trace)  # every action counts against the ring's `entries`
+        events = dev["events"]
         for e in trace:
             code = _ACTIONS.get(e.get("action"))
             if code is None:
@@ -76,14 +84,19 @@ def _reduce(torch, snapshot, pid, entries):
         dev = device(int(seg.get("device", 0) or 0))
         dev["reserved"] += int(seg.get("total_size", 0) or 0)
         for b in seg.get("blocks") or ():
-            if b.get("state") in ("active_allocated", "active_awaiting_free"):
-                dev["live"].append([int(b.get("address", 0) or 0), int(b.get("size", 0) or 0),
+            if b.get("state") in _LIVE:
+                size = b.get("requested_size", b.get("size", 0))
+                dev["live"].append([int(b.get("address", 0) or 0), int(size or 0),
                                     stack(b.get("frames"))])
     for d, dev in devices.items():
         try:
             dev["max_allocated"] = int(torch.cuda.max_memory_allocated(d))
         except Exception:
             dev["max_allocated"] = -1
+        try:
+            dev["max_requested"] = int(torch.cuda.memory_stats(d)["requested_bytes.all.peak"])
+        except Exception:
+            dev["max_requested"] = -1
     return {
         "version": 1,
         "pid": pid,

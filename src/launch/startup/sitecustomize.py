@@ -21,38 +21,49 @@ import sys as _sys
 
 
 class _TorchFinder:
-    """Finds nothing: when `torch` is first imported, wraps the loader the other finders give
-    so that the trace is set up once the module has run, then steps aside."""
+    """Finds nothing. Asked for `torch` before it has run (its import, or a library's
+    `importlib.util.find_spec("torch")` beforehand), it asks the finders after it and wraps the
+    loader they give, so that the trace is set up once `torch` has run; then it steps aside."""
 
     def __init__(self, run_dir):
         self.run_dir = run_dir
+        self.done = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self.done or "torch" in _sys.modules:
             return None
-        try:
-            _sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = None
+        spec, after = None, False
         for finder in list(_sys.meta_path):
+            if finder is self:
+                after = True
+                continue
+            if not after:
+                continue
             find = getattr(finder, "find_spec", None)
-            if find is not None:
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
+            if find is None:
+                return None  # a legacy finder: the search is Python's, untraced
+            spec = find(name, path, target)
+            if spec is not None:
+                break
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
+        if exec_module is None or isinstance(loader, type):
             return spec
-        run_dir = self.run_dir
+        finder, run_dir = self, self.run_dir
 
         def exec_then_trace(module):
+            if getattr(module, "__name__", None) != "torch":
+                return exec_module(module)  # a loader shared with other modules
             try:
                 del loader.exec_module
             except AttributeError:
                 pass
             exec_module(module)
+            finder.done = True
+            try:
+                _sys.meta_path.remove(finder)
+            except ValueError:
+                pass
             _trace(module, run_dir)
 
         try:

@@ -26,7 +26,9 @@ pub struct ProcessTensors {
 pub struct DeviceTensors {
     /// The CUDA device index.
     pub device: u32,
-    /// The most bytes of tensors allocated at once, within the trace.
+    /// The most bytes of tensors allocated at once, within the trace: the bytes the tensors
+    /// asked for (PyTorch's `requested_bytes`; its `memory_allocated` counts each block
+    /// rounded up, to 512 bytes at least).
     pub peak_allocated_bytes: u64,
     /// Seconds from launch when it was first reached, when PyTorch's clock could be mapped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,13 +43,18 @@ pub struct DeviceTensors {
     /// PyTorch's own count of the most allocated at once (`max_memory_allocated`), when read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch_max_allocated_bytes: Option<u64>,
+    /// PyTorch's own count of the most bytes tensors asked for at once
+    /// (`requested_bytes.all.peak`, what `peak_allocated_bytes` counts), when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_max_requested_bytes: Option<u64>,
     /// Allocator events replayed.
     pub events: u64,
     /// The lines holding most of the peak, most first (at most 10).
     pub top: Vec<TensorLine>,
-    /// Lines whose tensors live on the device rose at every one of [`GROWTH_POINTS`] evenly
-    /// spaced moments up to the peak and at least doubled over its later part: their memory
-    /// piles up (most first, at most 10; `bytes` at the peak).
+    /// Lines whose tensors live on the device never fell and rose at at least half of
+    /// [`GROWTH_POINTS`] evenly spaced moments up to the peak, at least doubling from the moment
+    /// a third of the way there: their memory piles up (most first, at most 10; `bytes` at the
+    /// peak).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub growing: Vec<TensorLine>,
     /// The last allocation that failed for want of memory, if one did.

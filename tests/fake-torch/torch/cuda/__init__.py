@@ -45,6 +45,8 @@ class _Allocator:
         self.cached = {}  # size -> [addresses]
         self.allocated = 0
         self.max_allocated = 0
+        self.requested = 0
+        self.max_requested = 0
         self.reserved = 0
         self.next_address = 0x7F0000000000
 
@@ -67,18 +69,22 @@ class _Allocator:
                 self.cached.setdefault(seg_size - size, []).append(address + size)
         for seg in self.segments:
             if seg[0] <= address < seg[0] + seg[1]:
-                seg[2][address] = [size, "active_allocated", frames]
+                seg[2][address] = [size, "active_allocated", frames, nbytes]
         self.allocated += size
         self.max_allocated = max(self.max_allocated, self.allocated)
-        memory._trace(0, "alloc", address, size, frames)
-        return address, size
+        self.requested += nbytes
+        self.max_requested = max(self.max_requested, self.requested)
+        # As PyTorch's: the trace carries the bytes asked for, the stats count both.
+        memory._trace(0, "alloc", address, nbytes, frames)
+        return address, size, nbytes
 
-    def free(self, address, size):
-        memory._trace(0, "free_requested", address, size, None)
-        memory._trace(0, "free_completed", address, size, None)
+    def free(self, address, size, nbytes):
+        memory._trace(0, "free_requested", address, nbytes, None)
+        memory._trace(0, "free_completed", address, nbytes, None)
         for seg in self.segments:
             seg[2].pop(address, None)
         self.allocated -= size
+        self.requested -= nbytes
         self.cached.setdefault(size, []).append(address)
 
 
@@ -86,11 +92,11 @@ _allocator = None
 
 
 class Tensor:
-    def __init__(self, address, size):
-        self.address, self.size = address, size
+    def __init__(self, address, size, nbytes):
+        self.address, self.size, self.nbytes = address, size, nbytes
 
     def __del__(self):
-        _allocator.free(self.address, self.size)
+        _allocator.free(self.address, self.size, self.nbytes)
 
 
 def _frames():
@@ -122,3 +128,9 @@ def memory_allocated(device=None):
 
 def memory_reserved(device=None):
     return _allocator.reserved if _allocator else 0
+
+
+def memory_stats(device=None):
+    a = _allocator
+    return {"requested_bytes.all.peak": a.max_requested if a else 0,
+            "allocated_bytes.all.peak": a.max_allocated if a else 0}

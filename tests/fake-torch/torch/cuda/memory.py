@@ -47,7 +47,7 @@ def _snapshot(device=None, augment_with_fx_traces=False):
             "segment_type": "large",
             "allocated_size": sum(b[0] for b in blocks.values()),
             "active_size": sum(b[0] for b in blocks.values()),
-            "blocks": [{"address": a, "size": b[0], "requested_size": b[0], "state": b[1],
+            "blocks": [{"address": a, "size": b[0], "requested_size": b[3], "state": b[1],
                         "frames": b[2]} for a, b in sorted(blocks.items())],
         })
     trace = _ring[_next:] + _ring[:_next]
