@@ -87,13 +87,18 @@ fn the_framework_refers_to_the_runtime_by_versioned_symbols() {
 #[test]
 fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
     let waits_file = fixture::tempdir().join("waits.json");
+    // Every launch recorded with its stack: 64,000 in one C loop would be about 256,000 slots,
+    // more than the collector drains of a 16,384-slot ring in that time on a slow machine (the
+    // channel then drops records, and says so); 1,500 fit beside the rest.
     let (run, plain_stdout) = profile(&[
         ("MLPROF_GPU_LAUNCH_SAMPLE", "1"),
+        ("MANY_LAUNCHES", "1500"),
         ("WAIT_TIMES", waits_file.to_str().unwrap()),
     ]);
     assert_eq!(String::from_utf8_lossy(&run.output.stdout), plain_stdout);
     assert!(plain_stdout.contains("last error 7"), "{plain_stdout}");
     let p = &run.profile;
+    assert_eq!(p.dropped_events, 0, "every record reached the collector");
 
     // Device memory: reserved, held at the peak, given back.
     let expect = |name: &str, reserved: u64, calls: u64, peak: u64, freed: u64| {
@@ -127,7 +132,17 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
     assert_eq!(at(p, "peer").gpu_d2d_bytes, MIB);
     assert_eq!(at(p, "copy2d").gpu_h2d_bytes, 512 * 256);
     // An error was pending: the pointers were not asked about, the direction is not known.
-    let unknown = at(p, "unknown_direction");
+    // The line may hold no record at all (its one copy goes in no direction, and its CPU may
+    // fall between samples): absent, it copied nothing in any direction either.
+    let file = fixture::script(SCRIPT);
+    let unknown = p
+        .lines
+        .iter()
+        .find(|l| {
+            l.file == file.to_str().unwrap() && l.line == markers(SCRIPT)["unknown_direction"]
+        })
+        .map(|l| l.measures.gpu_calls)
+        .unwrap_or_default();
     assert_eq!(
         unknown.gpu_h2d_bytes + unknown.gpu_d2h_bytes + unknown.gpu_d2d_bytes,
         0
@@ -136,7 +151,7 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
     // Launches, every one recorded.
     assert_eq!(at(p, "launch").gpu_launches, 2000);
     assert_eq!(at(p, "graph").gpu_launches, 50);
-    assert_eq!(at(p, "many").gpu_launches, 64000);
+    assert_eq!(at(p, "many").gpu_launches, 1500);
 
     // GPU waits: each call's wall time as the program measured it around the call (the
     // fake's sleeps, 0.2 and 0.15 s, and its 0.3 s spin, plus on a busy machine the time the
@@ -195,7 +210,7 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
         calls.totals.gpu_reserved_bytes,
         (288 + 40 + 24 + 8 + 160) * MIB
     );
-    assert_eq!(calls.totals.gpu_launches, 2000 + 50 + 64000 + 2);
+    assert_eq!(calls.totals.gpu_launches, 2000 + 50 + 1500 + 2);
 }
 
 #[test]

@@ -119,10 +119,16 @@ fn a_cell_in_the_mlprof_kernel_shows_its_array_and_its_python_loop() {
     assert!((343.0..420.0).contains(&allocated), "{array:?}");
     assert!((343.0..420.0).contains(&held), "{array:?}");
     assert!(array[7].contains("np.ones(50_000_000)"), "{array:?}");
-    // Lines 4-5: the loop, Python.
+    // Lines 4-5: the loop, Python: no native time to speak of. Its system share is the page
+    // faults of the ints it makes, a sample or two of the few a short loop gets (once 25% of
+    // 31 ms), so Python is held to most of the line, native to a tenth of Python.
     for line in ["4", "5"] {
         let r = row(html, line);
-        assert!(pct(&r[2]) >= 90.0, "line {line} Python: {r:?}");
+        let (python, native) = (pct(&r[2]), pct(&r[3]));
+        assert!(
+            python >= 50.0 && native <= python / 10.0,
+            "line {line} Python: {r:?}"
+        );
     }
     assert!(
         html.contains("peak 38") && html.contains("above the cell's start (exact)"),

@@ -18,7 +18,8 @@ Waits: @sync waits 0.2 s in `cudaStreamSynchronize` for @launch's kernels, sleep
 @spin queues 0.3 s more and waits for it in `cudaDeviceSynchronize` spinning on the CPU (the
 runtime's default); @event waits 0.15 s in `cudaEventSynchronize`, sleeping.
 
-Launch counting: @many launches 64000 kernels of no GPU time.
+Launch counting: @many launches 64000 kernels of no GPU time (MANY_LAUNCHES in the environment:
+that many instead).
 
 The program's CUDA error state: @unknown_direction copies with `cudaMemcpyDefault` while an
 error is pending (7): the profiler must not ask the runtime about the pointers then (that could
@@ -137,7 +138,7 @@ def pin_again_and_again():
 
 def count_launches():
     rt.fake_cuda_set_launch_ns(0)
-    check(fw.fw_launch(64000))  # @many
+    check(fw.fw_launch(int(os.environ.get("MANY_LAUNCHES", "64000"))))  # @many
 
 
 def pending_error(keep):

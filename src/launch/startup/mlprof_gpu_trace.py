@@ -145,8 +145,14 @@ def start(torch, run_dir):
         # sources of the whole import: about 30 ms); queued directly, the call is the same and
         # its note names us.
         queue = getattr(torch.cuda, "_queued_calls", None)
-        if isinstance(queue, list) and not torch.cuda.is_initialized():
-            queue.append((switch_on, ["  queued by mlprof's start-up hook\n"]))
+        lock = getattr(torch.cuda, "_initialization_lock", None)
+        if isinstance(queue, list) and lock is not None:
+            with lock:  # as _lazy_call: never between another thread's check and its drain
+                queued = not torch.cuda.is_initialized()
+                if queued:
+                    queue.append((switch_on, ["  queued by mlprof's start-up hook\n"]))
+            if not queued:
+                lazy(switch_on)
         else:
             lazy(switch_on)
     except Exception:

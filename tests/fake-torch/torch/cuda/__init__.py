@@ -1,10 +1,12 @@
 """The fake CUDA device and its caching allocator (see ../../README.md)."""
 import os
 import sys
+import threading
 
 from . import memory
 
 _initialized = False
+_initialization_lock = threading.Lock()
 # As PyTorch's: (callable, the caller's stack as lines), run at initialisation.
 _queued_calls = []
 _ROUND = 512
