@@ -31,10 +31,38 @@ fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
         let m = &spin.measures;
         let held = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
         let gap = fixture::mean_gap(p);
+        // Tails: every CPU second of the threads is in some sample of theirs (without tails
+        // each lost its last ~50 ms), whatever the machine's load.
+        let main = p.processes[0].pid;
+        let in_spin = |s: &mlprof::model::profile::TimedSample| {
+            p.stacks[s.stack as usize]
+                .frames
+                .iter()
+                .any(|&f| p.stack_frames[f as usize].function == "spin")
+        };
+        let threads: f64 = p
+            .samples
+            .iter()
+            .filter(|s| s.tid != main)
+            .map(|s| s.cpu_s)
+            .sum();
         assert!(
-            held >= 0.97 * truth - gap,
+            threads >= 0.97 * truth,
+            "{v}: the threads' samples hold {threads:.3} s of the {truth:.3} s they spun"
+        );
+        // Where: `spin` loses at most what its threads' samples outside it took (the sample
+        // after it returns carries the CPU since the one before: on a machine busier than its
+        // cores, where the kernel's CPU timers fire late, far more than a mean gap), or a gap.
+        let elsewhere: f64 = p
+            .samples
+            .iter()
+            .filter(|s| s.tid != main && !in_spin(s))
+            .map(|s| s.cpu_s)
+            .sum();
+        assert!(
+            held >= 0.97 * truth - gap.max(elsewhere),
             "{v}: `spin` holds {held:.3} s of the {truth:.3} s of CPU its threads used there \
-             (samples {gap:.3} s apart on average)"
+             (samples {gap:.3} s apart on average, {elsewhere:.3} s of theirs outside it)"
         );
         // Nothing counted twice: the threads hold no more than the kernel counted.
         let sampled = fixture::sampled_cpu(p);
