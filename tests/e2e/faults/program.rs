@@ -388,7 +388,11 @@ fn sampling_on_the_programs_signal_stack_is_not_taken_for_a_blocked_sigprof() {
         // Sampling went on: the spin's 0.5 s of CPU (by construction) is on its loop, within
         // two sample gaps (on a machine busier than its cores, samples come fewer: 7 once at
         // load 6, so their number says little; the CPU they hold is the kernel's).
+        // When the kernel's CPU timers fire late (a machine busier than its cores), the sample
+        // straddling the loop's end carries its CPU away: up to the run's largest sample.
         let gap = fixture::mean_gap(&p);
+        let largest = p.samples.iter().map(|s| s.cpu_s).fold(0.0, f64::max);
+        let lost = (2.0 * gap).max(largest);
         let in_loop = |source: &str| source.contains("@spin") || source.contains("< end:");
         let spin: f64 = p
             .lines
@@ -397,8 +401,9 @@ fn sampling_on_the_programs_signal_stack_is_not_taken_for_a_blocked_sigprof() {
             .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
             .sum();
         assert!(
-            p.cpu_samples >= 3 && spin >= 0.45 - 2.0 * gap,
-            "{}: {} samples, {spin:.3} s on the spin line, {gap:.3} s apart",
+            p.cpu_samples >= 3 && spin >= 0.45 - lost,
+            "{}: {} samples, {spin:.3} s on the spin line, {gap:.3} s apart, the largest \
+             {largest:.3} s",
             py.minor,
             p.cpu_samples
         );
