@@ -88,16 +88,12 @@ pub fn allocated_verdict(p: &Profile, limit: u64) -> Option<Violation> {
 
 /// A budget file's `[gpu-lines]`: each line's tensors at its process's GPU peak.
 pub fn line_verdicts(p: &Profile, b: &super::Budgets) -> Vec<Violation> {
-    let matches = |file: &str, want: &str| file == want || file.ends_with(&format!("/{want}"));
     let mut out = Vec::new();
     for (key, &limit) in &b.gpu_lines {
-        let Some((file, line)) = key
-            .rsplit_once(':')
-            .and_then(|(f, l)| Some((f, l.parse::<u32>().ok()?)))
-        else {
+        let Some((file, line)) = super::line_key(key) else {
             continue;
         };
-        let of = |l: &&crate::model::LineStats| l.line == line && matches(&l.file, file);
+        let of = |l: &&crate::model::LineStats| l.line == line && super::same_file(&l.file, file);
         let held: u64 = p
             .lines
             .iter()

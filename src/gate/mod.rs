@@ -249,9 +249,20 @@ impl Budgets {
     }
 }
 
+/// A per-line budget key, `file.py:88`: (file name or path suffix, line).
+pub(crate) fn line_key(key: &str) -> Option<(&str, u32)> {
+    key.rsplit_once(':')
+        .and_then(|(f, l)| Some((f, l.parse::<u32>().ok()?)))
+}
+
+/// Whether the profile's `file` is the budget key's `want` (the path, or a suffix after a `/`).
+pub(crate) fn same_file(file: &str, want: &str) -> bool {
+    file == want || file.ends_with(&format!("/{want}"))
+}
+
 /// Per-line, per-function and per-file limits on bytes held at the heap peak.
 fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
-    let matches = |file: &str, want: &str| file == want || file.ends_with(&format!("/{want}"));
+    let matches = same_file;
     let held = |keep: &dyn Fn(&crate::model::LineStats) -> bool| -> u64 {
         p.lines
             .iter()
@@ -261,10 +272,7 @@ fn places(p: &Profile, b: &Budgets) -> Vec<Violation> {
     };
     let mut out = Vec::new();
     for (key, &limit) in &b.lines {
-        let Some((file, line)) = key
-            .rsplit_once(':')
-            .and_then(|(f, l)| Some((f, l.parse::<u32>().ok()?)))
-        else {
+        let Some((file, line)) = line_key(key) else {
             continue;
         };
         let bytes_held = held(&|l| l.line == line && matches(&l.file, file));
