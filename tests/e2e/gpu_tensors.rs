@@ -160,6 +160,11 @@ fn turned_off_or_ended_without_exit_handlers_the_report_says_what_it_has() {
         .lines
         .iter()
         .all(|l| l.measures.gpu_tensor_peak_bytes == 0));
+    // `python -S`: `site` never runs, so neither does the hook: no trace, the program as is.
+    let quiet = [os(&py.exe), os("-S"), os(&script)];
+    let run = fixture::profile_args(&[], &quiet, &env);
+    assert!(run.output.status.success());
+    assert!(run.profile.processes[0].gpu_tensors.is_none());
     // `os._exit`: the trace was switched on and never read; the report says so.
     let run = fixture::profile_script(py, SCRIPT, &["exit"], &env);
     let t = run.profile.processes[0].gpu_tensors.as_ref().unwrap();
