@@ -148,7 +148,7 @@ function gpuTensors() {
       const at = d.at_s === undefined ? "" : ` at ${secs(d.at_s)}`;
       box.append(el("p", {}, `pid ${p.pid}, device ${d.device}: ${bytes(d.peak_allocated_bytes)} of tensors at the peak${at} ` +
         `(${bytes(d.reserved_at_peak_bytes)} reserved, ${bytes(d.cache_slack_bytes)} cache slack` +
-        (d.before_trace_bytes ? `, ${bytes(d.before_trace_bytes)} allocated before the trace began` : "") + ")"));
+        (d.before_trace_bytes ? `, ${bytes(d.before_trace_bytes)} allocated before the ${t.cut_to_region ? "region" : "trace"} began` : "") + ")"));
       if (d.top.length) box.append(table(d.top));
       if (d.growing && d.growing.length) {
         box.append(el("p", {}, "Rising step after step until the peak:"), table(d.growing));
@@ -469,6 +469,9 @@ if (P.regions && P.regions.length) {
       ? [["GPU held at its peak", (r) => r.gpu_peak_bytes || 0, (r) => bytes(r.gpu_peak_bytes || 0)],
         ["GPU reserved", (r) => r.gpu_reserved_bytes || 0, (r) => bytes(r.gpu_reserved_bytes || 0)],
         ["GPU copied", gpuCopied, (r) => bytes(gpuCopied(r))]] : []),
+    // Tensors by PyTorch's allocator trace (exact): a column only when some region has some.
+    ...(P.regions.some((r) => (r.gpu_tensor_peak_bytes || 0) > 0)
+      ? [["GPU tensors", (r) => r.gpu_tensor_peak_bytes || 0, (r) => bytes(r.gpu_tensor_peak_bytes || 0)]] : []),
     ["pid", (r) => r.pid, (r) => r.pid],
     ["region", (r) => r.name, (r) => r.name, true], ["held most at the peak", top, top, true]], P.regions, 0);
 }

@@ -113,7 +113,8 @@ fn answer(
     if request.page {
         // A notebook cell's report: its lines and its own page, native functions named.
         let natives = crate::symbolize::native_names(rec);
-        let profile = pipeline::region(rec, ci, span, &natives, options);
+        let index = model::regions::Index::new(rec);
+        let profile = pipeline::region(&index, ci, span, &natives, options);
         let page = path.with_extension("html");
         let html = crate::render::html::render(&profile)?;
         write_renamed(dir, &page, html.as_bytes())?;
@@ -212,9 +213,11 @@ pub fn write_pages(
         .map_err(|e| Error::new(format!("--regions-html {}: {e}", dir.display())))?;
     let mut used = std::collections::BTreeSet::new();
     let mut written = 0;
+    // Made once for every page: each page's cut finds its events by binary search.
+    let index = model::regions::Index::new(rec);
     for (ci, channel) in rec.channels.iter().enumerate() {
         for span in &channel.regions {
-            let profile = pipeline::region(rec, ci, span, natives, options);
+            let profile = pipeline::region(&index, ci, span, natives, options);
             let html = crate::render::html::render(&profile)?;
             let stem = file_stem(&span.name);
             let mut name = format!("{stem}.html");

@@ -177,6 +177,7 @@ fn convert(raw: File, launch_ns: u64) -> TensorTrace {
             .collect(),
         stacks: raw.stacks,
         devices,
+        region: false,
     }
 }
 

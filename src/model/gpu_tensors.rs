@@ -31,7 +31,7 @@ pub fn add(
             codes,
             cache: HashMap::new(),
         };
-        let account = match &trace.state {
+        let mut account = match &trace.state {
             TraceState::Done => {
                 let devices: Vec<DeviceTensors> = trace
                     .devices
@@ -44,6 +44,7 @@ pub fn add(
                     note,
                     torch: trace.torch.clone(),
                     devices,
+                    cut_to_region: false,
                 }
             }
             TraceState::Recording => ProcessTensors {
@@ -54,14 +55,17 @@ pub fn add(
                     .into(),
                 torch: trace.torch.clone(),
                 devices: Vec::new(),
+                cut_to_region: false,
             },
             TraceState::Failed(why) => ProcessTensors {
                 state: "failed".into(),
                 note: format!("{why}: its GPU memory is shown by its CUDA calls' segments only"),
                 torch: trace.torch.clone(),
                 devices: Vec::new(),
+                cut_to_region: false,
             },
         };
+        account.cut_to_region = trace.region;
         out.insert(trace.pid, account);
     }
     out
@@ -221,16 +225,16 @@ fn notes(trace: &TensorTrace, devices: &[DeviceTensors]) -> String {
 
 /// One device's events, replayed from the state before the first: the blocks live then are
 /// those live at the end that no event allocated, and those freed that no event allocated.
-struct Replay<'t> {
+pub(super) struct Replay<'t> {
     d: &'t DeviceTrace,
     /// Blocks live before the first event: address → (bytes, stack).
-    start: HashMap<u64, (u64, Option<u32>)>,
+    pub(super) start: HashMap<u64, (u64, Option<u32>)>,
     /// Bytes reserved before the first event.
-    start_reserved: u64,
+    pub(super) start_reserved: u64,
 }
 
 impl<'t> Replay<'t> {
-    fn new(d: &'t DeviceTrace) -> Replay<'t> {
+    pub(super) fn new(d: &'t DeviceTrace) -> Replay<'t> {
         let mut allocated: std::collections::HashSet<u64> = Default::default();
         let mut start: HashMap<u64, (u64, Option<u32>)> = HashMap::new();
         let mut reserved_delta: i128 = 0;

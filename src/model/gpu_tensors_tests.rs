@@ -58,6 +58,7 @@ fn trace(entries: u64, max_allocated: u64) -> TensorTrace {
             max_requested: Some(max_allocated),
             ring: 0,
         }],
+        region: false,
     }
 }
 

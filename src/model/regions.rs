@@ -10,12 +10,14 @@ use super::filter::Filter;
 use super::profile::{GpuLineCalls, Profile};
 pub use super::sections::{Region, RegionLine};
 use crate::recording::gpu::{GpuPoll, GpuRecording};
+use crate::recording::gpu_tensors::TensorTrace;
 use crate::recording::{
     ChannelSummary, GpuCalls, GpuKernelSum, GpuKernelTotal, GpuKernels, Recording, RegionSpan, Tick,
 };
 use crate::symbolize::NativeNames;
 
 mod index;
+mod tensors;
 pub use index::Index;
 
 /// Lines named per list of a region summary.
@@ -64,10 +66,24 @@ fn summary_in(
     } else {
         Vec::new()
     };
-    let children_peak_bytes = children(index, ci, span.begin_ns, end_ns)
+    let kids = children(index, ci, span.begin_ns, end_ns);
+    let children_peak_bytes = kids.iter().map(|&i| own_peak(&rec.channels[i])).sum();
+    let mut pids = vec![rec.channels[ci].pid];
+    pids.extend(kids.iter().map(|&i| rec.channels[i].pid));
+    let gpu_tensor_start_bytes = index
+        .tensors
         .iter()
-        .map(|&i| own_peak(&rec.channels[i]))
-        .sum();
+        .filter(|t| pids.contains(&t.pid()))
+        .map(|t| t.allocated_at(span.begin_ns))
+        .fold(0, u64::saturating_add);
+    let gpu_tensor_peak_bytes = at_peak
+        .processes
+        .iter()
+        .filter_map(|q| q.gpu_tensors.as_ref())
+        .flat_map(|t| &t.devices)
+        .map(|d| d.peak_allocated_bytes)
+        .fold(0, u64::saturating_add)
+        .saturating_sub(gpu_tensor_start_bytes);
     let cpu = |f: fn(&super::profile::CpuSample) -> f64| -> f64 {
         at_peak.cpu_timeline.iter().map(f).sum()
     };
@@ -87,18 +103,22 @@ fn summary_in(
         held_at_peak: top_lines(&at_peak),
         held_at_end,
         gpu_calls: gpu_totals(&at_peak),
+        gpu_tensor_start_bytes,
+        gpu_tensor_peak_bytes,
+        gpu_tensors_at_peak: top_tensor_lines(&at_peak),
     }
 }
 
-/// The region's own profile (its peak moment as the peak), for a page of its own.
+/// The region's own profile (its peak moment as the peak), for a page of its own; `index`
+/// made once for the recording serves every region's.
 pub fn profile(
-    rec: &Recording,
+    index: &Index,
     ci: usize,
     span: &RegionSpan,
     natives: &NativeNames,
     filter: &Filter,
 ) -> Profile {
-    profile_at(&Index::new(rec), ci, span, natives, filter, Moment::Peak)
+    profile_at(index, ci, span, natives, filter, Moment::Peak)
 }
 
 /// Which moment of a region its lines' `peak_bytes` describe.
@@ -116,7 +136,7 @@ fn profile_at(
     filter: &Filter,
     moment: Moment,
 ) -> Profile {
-    let cut = cut(index, ci, span, moment);
+    let cut = cut(index, ci, span, moment, filter);
     super::attribute(&cut, natives, filter)
 }
 
@@ -140,6 +160,24 @@ fn top_lines(p: &Profile) -> Vec<RegionLine> {
             line: l.line,
             function: l.function.clone(),
             bytes: l.measures.peak_bytes,
+        })
+        .collect();
+    lines.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));
+    lines.truncate(TOP_LINES);
+    lines
+}
+
+/// The lines whose tensors were live at the profile's GPU peak (each device's).
+fn top_tensor_lines(p: &Profile) -> Vec<RegionLine> {
+    let mut lines: Vec<RegionLine> = p
+        .lines
+        .iter()
+        .filter(|l| l.measures.gpu_tensor_peak_bytes > 0)
+        .map(|l| RegionLine {
+            file: l.file.clone(),
+            line: l.line,
+            function: l.function.clone(),
+            bytes: l.measures.gpu_tensor_peak_bytes,
         })
         .collect();
     lines.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));
@@ -181,7 +219,7 @@ fn children(index: &Index, ci: usize, from: u64, to: u64) -> Vec<usize> {
 /// region and those of the processes it started meanwhile, times shifted so that the region
 /// begins at 0, its heap figures above the heap at its begin, and one peak mark at the
 /// region's peak (or its end, for `Moment::End`) so that lines' held bytes are the region's.
-fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording {
+fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment, filter: &Filter) -> Recording {
     let rec = index.rec;
     let from = span.begin_ns;
     let to = region_end(rec, ci, span);
@@ -216,8 +254,15 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         }
         channels.push(child);
     }
-    keep_used_codes(rec, &sources, &mut channels);
     let pids: Vec<u32> = channels.iter().map(|c| c.pid).collect();
+    let gpu_tensors: Vec<TensorTrace> = index
+        .tensors
+        .iter()
+        .filter(|t| pids.contains(&t.pid()))
+        .map(|t| t.cut(from, to))
+        .collect();
+    keep_used_codes(rec, &sources, &mut channels);
+    keep_traced_codes(index, &sources, &mut channels, &gpu_tensors, filter);
     // A tick's heap is every live process's: with a process outside the region alive
     // meanwhile (pytest-xdist's other worker running its own test), it is not the region's,
     // and taken as the region's peak instant it left a fork child's 100 MiB line out of the
@@ -266,8 +311,7 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment) -> Recording
         warnings: Vec::new(),
         labels: rec.labels.clone(),
         gpu: gpu_between(index, from, to),
-        // The allocator's trace is of the whole run, its peak of the whole run's.
-        gpu_tensors: Vec::new(),
+        gpu_tensors,
         setup: rec.setup,
     }
 }
@@ -388,6 +432,39 @@ fn cut_kernels(k: &GpuKernels, mut sampled: Vec<GpuKernelTotal>) -> GpuKernels {
         state: k.state,
         taken_ns: None,
         dropped: 0,
+    }
+}
+
+/// Give each channel of a cut also the code objects of the files its allocator trace's lines
+/// are in (the innermost frame of each stack in a profiled file, as `gpu_tensors` charges
+/// them), so that those lines are named as its sampled lines are: found through the index's
+/// code objects by file, in proportion to the files, not to the whole table.
+fn keep_traced_codes(
+    index: &Index,
+    sources: &[usize],
+    channels: &mut [ChannelSummary],
+    traces: &[TensorTrace],
+    filter: &Filter,
+) {
+    for (c, &source) in channels.iter_mut().zip(sources) {
+        let mut files: Vec<&str> = traces
+            .iter()
+            .filter(|t| t.pid == c.pid)
+            .flat_map(|t| (0..t.stacks.len() as u32).map(move |s| (t, s)))
+            .filter_map(|(t, s)| t.frames_of(s).find(|f| filter.profiles(&f.0)))
+            .map(|f| f.0.as_str())
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        let whole = &index.rec.channels[source];
+        let by_file = &index.channels[source].codes_by_file;
+        for file in files {
+            for id in by_file.get(file).into_iter().flatten() {
+                if let Some(code) = whole.codes.get(id) {
+                    c.codes.entry(*id).or_insert_with(|| code.clone());
+                }
+            }
+        }
     }
 }
 
@@ -531,7 +608,13 @@ mod tests {
             ..RegionSpan::default()
         };
         rec.channels[0].regions.push(span.clone());
-        let cut = cut(&Index::new(&rec), 0, &span, Moment::Peak);
+        let cut = cut(
+            &Index::new(&rec),
+            0,
+            &span,
+            Moment::Peak,
+            &Filter::default(),
+        );
         let times: Vec<u64> = cut.gpu.polls.iter().map(|p| p.t_ns / MS).collect();
         assert_eq!(times, (5..=105).step_by(10).collect::<Vec<u64>>());
         assert_eq!(cut.gpu.polls[0].processes, rec.gpu.polls[11].processes);
@@ -591,7 +674,14 @@ mod tests {
             ..RegionSpan::default()
         };
         rec.channels[0].regions.push(span.clone());
-        let calls = cut(&Index::new(&rec), 0, &span, Moment::Peak).channels[0]
+        let calls = cut(
+            &Index::new(&rec),
+            0,
+            &span,
+            Moment::Peak,
+            &Filter::default(),
+        )
+        .channels[0]
             .gpu_calls
             .clone();
         let allocs: Vec<_> = calls

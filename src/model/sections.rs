@@ -243,6 +243,22 @@ pub struct Region {
     /// end; zeros left out of the JSON.
     #[serde(flatten)]
     pub gpu_calls: GpuLineCalls,
+    /// Tensors on the GPU, by PyTorch's allocator trace (exact; 0 without one): bytes its
+    /// process and those it started held allocated when it began (each device's, summed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_tensor_start_bytes: u64,
+    /// The most bytes of tensors they held at once inside it, above `gpu_tensor_start_bytes`
+    /// (each device at its own highest, summed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_tensor_peak_bytes: u64,
+    /// Lines whose tensors made inside it were live at that highest, largest first (exact; at
+    /// most [`super::regions::TOP_LINES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_tensors_at_peak: Vec<RegionLine>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A line and the bytes it held.
@@ -254,7 +270,7 @@ pub struct RegionLine {
     pub line: u32,
     /// Qualified function name.
     pub function: String,
-    /// Bytes (sampled estimate).
+    /// Bytes (sampled estimate; exact for GPU tensors).
     pub bytes: u64,
 }
 

@@ -41,13 +41,13 @@ pub fn profile_named(rec: &Recording, natives: &NativeNames, options: &Options) 
 /// The finished profile of one region of `rec` (channel `ci`'s `span`): its own lines, hints
 /// and the run's sampling means and CPUs. Budgets judge the whole run, not a region.
 pub fn region(
-    rec: &Recording,
+    index: &model::regions::Index,
     ci: usize,
     span: &RegionSpan,
     natives: &NativeNames,
     options: &Options,
 ) -> Profile {
-    let profile = model::regions::profile(rec, ci, span, natives, options.filter);
+    let profile = model::regions::profile(index, ci, span, natives, options.filter);
     finish(
         profile,
         &Options {

@@ -24,6 +24,9 @@ pub struct TensorTrace {
     pub stacks: Vec<Vec<u32>>,
     /// One per device the allocator used.
     pub devices: Vec<DeviceTrace>,
+    /// Cut to a region (`model::regions`): blocks with no stack were allocated before the
+    /// region began, not before the trace did.
+    pub region: bool,
 }
 
 /// How far a process's trace got.

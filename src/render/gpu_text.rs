@@ -180,8 +180,9 @@ fn tensors_words(t: &ProcessTensors) -> String {
             if d.before_trace_bytes > 0 {
                 let _ = write!(
                     words,
-                    ", {} allocated before the trace began",
-                    bytes(d.before_trace_bytes)
+                    ", {} allocated before the {} began",
+                    bytes(d.before_trace_bytes),
+                    if t.cut_to_region { "region" } else { "trace" }
                 );
             }
             if let Some(oom) = &d.oom {

@@ -80,8 +80,10 @@ fn python_native_and_waiting_lines_are_told_apart() {
             .filter(|f| f.function == "pure_python")
             .map(|f| f.measures.cpu_python_s + f.measures.cpu_native_s)
             .sum();
+        // Less what the sample straddling its end carries on to the next line.
+        let lost = fixture::straddle(&p, 1.0).max(0.1);
         assert!(
-            loop_s > 0.5 && total(pure) > 0.2,
+            loop_s > 0.6 - lost && total(pure) > 0.2,
             "{v}: the 0.6 s loop was sampled ({loop_s:.3} s in pure_python): {:?}",
             pure.measures
         );
@@ -169,13 +171,15 @@ fn two_threads_are_attributed_and_sampled_cpu_matches_the_kernel() {
         let v = &py.minor;
         // Each thread runs its function for 1.0 s of its own CPU time, by construction. A
         // function's first and last sample may hold a little of what ran before and after it,
-        // up to a sample's gap (tens of ms on a loaded machine, where timers fire late).
+        // up to a sample's gap, or, where timers fire late on a loaded machine, up to the
+        // run's largest sample.
         let gap = fixture::mean_gap(&p);
+        let lost = fixture::straddle(&p, 2.0);
         for function in ["pure_python", "blas"] {
             let cpu = in_function(&p, function);
             assert!(
-                cpu >= 0.95 - 2.0 * gap && cpu <= 1.1 + 2.0 * gap,
-                "{v}: {function} holds {cpu:.3} s of its 1.0 s (gap {gap:.3} s)"
+                cpu >= 0.95 - lost && cpu <= 1.1 + lost,
+                "{v}: {function} holds {cpu:.3} s of its 1.0 s (straddling samples {lost:.3} s)"
             );
         }
         let pure = line(&p, "cpu_lines.py", m["pure-python"]);
@@ -565,11 +569,12 @@ fn an_openmp_teams_cpu_goes_to_the_line_that_called_it() {
             omp.measures.native
         );
         // The pool threads' samples at the region's end may hold up to a gap each of their
-        // work there (on a loaded machine, tens of ms): three pool threads.
-        let gap = fixture::mean_gap(&p);
+        // work there (on a loaded machine, where timers fire late, up to the run's largest
+        // sample): three pool threads.
+        let lost = 3.0 * fixture::straddle(&p, 1.0);
         assert!(
-            python.measures.cpu_native_s <= 0.1 * cpu(python) + 3.0 * gap,
-            "{v}: the Python line took the team's spinning: {:?} (samples {gap:.3} s apart)",
+            python.measures.cpu_native_s <= 0.1 * cpu(python) + lost,
+            "{v}: the Python line took the team's spinning: {:?} (straddling {lost:.3} s)",
             python.measures
         );
     }

@@ -225,11 +225,14 @@ fn exports_open_on_the_measure_asked_for_and_name_module_code() {
         (at_module - want).abs() <= 0.01 * want + 0.002,
         "the module loop's CPU in pprof {at_module} vs its line {want}"
     );
+    // 0.6 s at module level, then 0.3 s in helper, by construction: the sample straddling the
+    // loop's end carries its tail into helper, one mean gap on a quiet machine, up to the
+    // run's largest sample where the kernel's timers fire late (a loaded one: 0.1 s once).
+    let lost = fixture::straddle(&p, 2.0);
+    let (module, in_helper) = (flat("<module>", None), flat("helper", None));
     assert!(
-        flat("<module>", None) > 1.3 * flat("helper", None),
-        "0.6 s at module level vs 0.3 s in helper: {} vs {}",
-        flat("<module>", None),
-        flat("helper", None)
+        module >= 0.6 * 0.9 - lost && in_helper <= 0.3 * 1.1 + lost && module > in_helper,
+        "0.6 s at module level vs 0.3 s in helper: {module} vs {in_helper} (straddling {lost})"
     );
     assert!(helper.system_name.is_empty());
     let main_pid = p.processes[0].pid as i64;

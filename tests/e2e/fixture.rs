@@ -180,6 +180,15 @@ pub fn mean_gap(p: &Profile) -> f64 {
     sampled_cpu(p) / p.cpu_samples.max(1) as f64
 }
 
+/// What the sample straddling a line's boundary may carry across it: `gaps` mean gaps, or the
+/// run's largest sample when that is more. On a machine busier than its cores the kernel fires
+/// a thread's CPU timer late, by up to half a second of the thread's CPU (a C loop without
+/// mlprof shows it too), so one sample can hold far more than a mean gap.
+pub fn straddle(p: &Profile, gaps: f64) -> f64 {
+    let largest = p.samples.iter().map(|s| s.cpu_s).fold(0.0, f64::max);
+    largest.max(gaps * mean_gap(p))
+}
+
 /// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
 pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     let (output, _, text) = run_mlprof(options, args, env, Duration::from_secs(600));

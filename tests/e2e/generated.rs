@@ -15,16 +15,18 @@ fn generated_code_is_charged_to_the_user_line_that_ran_it() {
     let truth: serde_json::Value =
         serde_json::from_slice(&run.output.stdout).expect("the phases' CPU, as JSON");
     let marks = markers(SCRIPT);
-    let gap = fixture::mean_gap(p);
+    // What the samples straddling a phase's ends carry across them: two gaps, or the run's
+    // largest sample where timers fire late on a loaded machine.
+    let lost = fixture::straddle(p, 2.0);
     for name in ["points", "exec_call"] {
         let m = &line(p, SCRIPT, marks[name]).measures;
         let cpu = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
         let want = truth[name].as_f64().unwrap();
         // The loop's own lines and the `while` share the phase; the marked line runs most of it
-        // (the generated code it calls): at least 60%, less two sample gaps (without the
+        // (the generated code it calls): at least 60%, less the straddling samples (without the
         // generated code it gets a call's overhead only).
         assert!(
-            cpu >= 0.6 * want - 2.0 * gap && cpu <= want + 2.0 * gap,
+            cpu >= 0.6 * want - lost && cpu <= want + lost,
             "@{name}: {cpu:.3} s for {want:.3} s of the thread's CPU"
         );
     }
@@ -53,7 +55,7 @@ fn python_dash_c_code_is_still_the_programs_own() {
         .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
         .sum();
     assert!(
-        on_string >= 0.5 - 3.0 * fixture::mean_gap(p),
+        on_string >= 0.5 - fixture::straddle(p, 3.0),
         "{on_string:.3} s on <string> lines of a 0.5 s loop"
     );
 }

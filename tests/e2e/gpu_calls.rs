@@ -158,26 +158,29 @@ fn gpu_memory_copies_launches_and_waits_are_charged_exactly_to_their_lines() {
     // thread then queued for a CPU), within 5%, and 20 ms for the measurement's own edges.
     let measured: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&waits_file).unwrap()).unwrap();
-    let gap = fixture::mean_gap(p);
+    // What one sample may carry across a line's boundary: two mean gaps, or the run's largest
+    // sample where the kernel's timers fire late (a loaded machine).
+    let lost = fixture::straddle(p, 2.0);
     for (name, least, slack) in [
         ("sync", 0.2, 0.02),
         ("event", 0.15, 0.02),
-        // Spinning: the CPU part is sampled, within two mean gaps.
-        ("spin", 0.3, 0.02 + 2.0 * gap),
+        // Spinning: the CPU part is sampled, within the samples straddling its ends.
+        ("spin", 0.3, 0.02 + lost),
     ] {
         let truth = measured[name].as_f64().unwrap();
         assert!(truth >= least, "@{name}: the call took {truth:.3} s");
         let m = &line(p, SCRIPT, markers(SCRIPT)[name]).measures;
         let waited = m.gpu_calls.gpu_wait_s;
         assert!(
-            waited >= truth * 0.95 - if name == "spin" { 2.0 * gap } else { 0.0 }
+            waited >= truth * 0.95 - if name == "spin" { lost } else { 0.0 }
                 && waited <= truth * 1.05 + slack,
             "@{name}: {waited:.3} s of GPU wait for {truth} s"
         );
         // Waiting for the GPU is waiting, not native time (the spin ran in the runtime). The
         // line's own call through ctypes is native and may catch a sample, which on a loaded
-        // machine weighs up to two mean gaps (loaded run 13: 12.8 ms in ctypes' `_get_name`).
-        assert!(m.cpu_native_s <= 2.0 * gap, "@{name}: {m:?}");
+        // machine weighs up to two mean gaps (loaded run 13: 12.8 ms in ctypes' `_get_name`),
+        // or the run's largest sample.
+        assert!(m.cpu_native_s <= lost, "@{name}: {m:?}");
         assert!(
             m.cpu_system_s >= waited - 1e-9,
             "@{name}: part of system/waiting"

@@ -21,6 +21,7 @@ mod gpu_driver;
 mod gpu_growth;
 mod gpu_kernels;
 mod gpu_regions;
+mod gpu_tensor_regions;
 mod gpu_tensors;
 mod hints;
 mod hostile;

@@ -1,7 +1,10 @@
 """DDP training on the CPU with gloo, started by `torchrun --standalone --nproc_per_node=2`
 (skips when torch is not installed). Known truth: rank 1 sleeps 10 ms each of 60 steps at the
 `@sleep` line (0.6 s in all: the straggler; rank 0 waits for it in the all-reduce of the loss
-at the `@collective` line), and rank 1 holds 200 MiB more than rank 0 at the `@extra` line.
+at the `@collective` line, on a quiet machine), and rank 1 holds 200 MiB more than rank 0 at the
+`@extra` line. Each rank prints the wall time it spent in that all-reduce (`collective=S`): on a
+machine busier than its cores the ranks' speeds differ by more than the sleep, and that is
+how long rank 0 really waited.
 Each step computes enough (about 10 GFLOP) that training outweighs the start-up of torchrun's
 agent, whose main thread then only waits for the ranks."""
 import sys
@@ -27,6 +30,7 @@ def main():
         torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     extra = bytearray((200 << 20) if rank == 1 else 0)  # @extra
+    collective = 0.0
     for step in range(STEPS):
         x = torch.randn(768, 512)
         loss = model(x).pow(2).mean()  # @forward
@@ -35,9 +39,11 @@ def main():
         optimizer.step()
         if rank == 1:
             time.sleep(0.01)  # @sleep
+        began = time.perf_counter()
         dist.all_reduce(loss.detach())  # @collective
+        collective += time.perf_counter() - began
     dist.barrier()
-    print(f"rank {rank} done {len(extra) >> 20}", flush=True)
+    print(f"rank {rank} done {len(extra) >> 20} collective={collective:.3f}", flush=True)
     dist.destroy_process_group()
 
 

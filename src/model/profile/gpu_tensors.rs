@@ -19,6 +19,10 @@ pub struct ProcessTensors {
     pub torch: String,
     /// One per device the allocator used.
     pub devices: Vec<DeviceTensors>,
+    /// On a region's page: the trace cut to the region, so `before_trace_bytes` is what was
+    /// allocated before the region began.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cut_to_region: bool,
 }
 
 /// One device's tensors at its allocator's peak.
@@ -99,6 +103,10 @@ pub struct TensorOom {
 /// Moments of the trace, up to the peak, at which each line's live tensors are counted to tell
 /// growing ones.
 pub const GROWTH_POINTS: usize = 8;
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
 
 fn is_zero(v: &u64) -> bool {
     *v == 0

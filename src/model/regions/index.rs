@@ -2,6 +2,9 @@
 //! that a region's events are found by binary search instead of by scanning the whole run's
 //! once per region.
 
+use std::collections::HashMap;
+
+use super::tensors::TraceIndex;
 use crate::recording::{GpuFolded, Recording, Timed};
 
 /// What the cuts of a recording's regions share, made once ([`Index::new`]): each list of
@@ -16,6 +19,8 @@ pub struct Index<'a> {
     pub(super) ticks: Order,
     /// The GPU polls.
     pub(super) gpu: Order,
+    /// The allocator traces, replayed.
+    pub(super) tensors: Vec<TraceIndex<'a>>,
 }
 
 /// One channel's lists in time order.
@@ -33,6 +38,8 @@ pub(super) struct ChannelIndex {
     pub(super) gpu_launches: Order,
     /// Its rows of kernels of sampled launches, by their first launch.
     pub(super) gpu_kernels: Order,
+    /// Its code objects by file (for the lines of allocator traces), only when a trace exists.
+    pub(super) codes_by_file: HashMap<String, Vec<u32>>,
 }
 
 impl<'a> Index<'a> {
@@ -53,6 +60,10 @@ impl<'a> Index<'a> {
                 gpu_copies: Order::new(c.gpu_calls.copies.iter().map(|r| r.first_ns)),
                 gpu_launches: Order::new(c.gpu_calls.launches.iter().map(|r| r.first_ns)),
                 gpu_kernels: Order::new(c.gpu_calls.kernels.sampled.iter().map(|r| r.first_ns)),
+                codes_by_file: match rec.gpu_tensors.iter().any(|t| t.pid == c.pid) {
+                    true => codes_by_file(c),
+                    false => HashMap::new(),
+                },
             })
             .collect();
         Index {
@@ -61,8 +72,17 @@ impl<'a> Index<'a> {
             channels,
             ticks: Order::new(rec.ticks.iter().map(|t| t.t_ns)),
             gpu: Order::new(rec.gpu.polls.iter().map(|p| p.t_ns)),
+            tensors: rec.gpu_tensors.iter().map(TraceIndex::new).collect(),
         }
     }
+}
+
+fn codes_by_file(c: &crate::recording::ChannelSummary) -> HashMap<String, Vec<u32>> {
+    let mut by_file: HashMap<String, Vec<u32>> = HashMap::new();
+    for (id, code) in &c.codes {
+        by_file.entry(code.filename.clone()).or_default().push(*id);
+    }
+    by_file
 }
 
 /// The times of a list's items, sorted, and where each sorted time is in the list (none when

@@ -560,6 +560,9 @@ pub(super) fn regions(doc: &mut Doc, p: &Profile) {
         if let Some(gpu) = super::super::gpu_text::line_row(&r.gpu_calls, &[], 0) {
             doc.wrap(Tone::Plain, 4, &gpu, 6);
         }
+        if let Some(tensors) = region_tensors(r) {
+            doc.wrap(Tone::Plain, 4, &tensors, 6);
+        }
     }
     if more > 0 {
         doc.line(
@@ -567,6 +570,32 @@ pub(super) fn regions(doc: &mut Doc, p: &Profile) {
             &format!("  ... {more} more in the JSON profile (`regions`)"),
         );
     }
+}
+
+/// "GPU tensors: 150 MiB at its highest above the 1.0 GiB held at its start; most at
+/// t.py:12 100 MiB", or `None` without an allocator trace.
+fn region_tensors(r: &crate::model::Region) -> Option<String> {
+    if r.gpu_tensor_peak_bytes == 0 && r.gpu_tensor_start_bytes == 0 {
+        return None;
+    }
+    let mut words = format!("GPU tensors: {}", bytes(r.gpu_tensor_peak_bytes));
+    if r.gpu_tensor_start_bytes > 0 {
+        words += &format!(
+            " at its highest above the {} held at its start",
+            bytes(r.gpu_tensor_start_bytes)
+        );
+    } else {
+        words += " at its highest";
+    }
+    if let Some(l) = r.gpu_tensors_at_peak.first() {
+        words += &format!(
+            "; most at {}:{} {}",
+            clean(short(&l.file)),
+            l.line,
+            bytes(l.bytes)
+        );
+    }
+    Some(words)
 }
 
 fn signed_bytes(n: i64) -> String {

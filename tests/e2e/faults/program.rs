@@ -95,8 +95,10 @@ fn the_programs_alternate_signal_stack_is_never_overrun() {
             })
             .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
             .sum();
+        // Less what the sample straddling the loop's end carries on (see `straddle`).
+        let lost = crate::fixture::straddle(&p, 1.0).max(0.15);
         assert!(
-            deep >= 0.9 * 1.5 && p.cpu_samples >= 5,
+            deep >= 1.5 - lost && p.cpu_samples >= 5,
             "{}: {deep:.2} s of 1.5 s on the lines of `deep`'s loop, {} samples",
             py.minor,
             p.cpu_samples
