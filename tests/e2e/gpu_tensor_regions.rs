@@ -110,7 +110,8 @@ fn each_marked_region_gets_the_tensors_it_made_above_what_it_started_with() {
 
 #[test]
 fn each_pytest_test_gets_its_own_tensors_in_the_session_profile() {
-    let pythons = fixture::pythons();
+    // A Python with pytest (the test venvs).
+    let pythons = fixture::numpy_pythons();
     let py = pythons.last().unwrap();
     let dir = fixture::tempdir();
     std::fs::copy(
