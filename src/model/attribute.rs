@@ -51,7 +51,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         }
     }
     super::memory::add(rec, filter, &sample_places, &mut places);
-    let mut gpu_calls = super::gpu_calls::add(rec, filter, &mut places);
+    let mut gpu_calls = super::gpu_calls::add(rec, filter, &sample_places, &mut places);
     for p in &mut processes {
         p.gpu_calls = gpu_calls.remove(&p.pid);
         // A process NVML saw but whose calls were not seen has no totals to add.
@@ -65,7 +65,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
                 .add(&calls.totals);
         }
     }
-    let mut tensors = super::gpu_tensors::add(rec, filter, &mut places);
+    let mut tensors = super::gpu_tensors::add(rec, filter, &sample_places, &mut places);
     for p in &mut processes {
         p.gpu_tensors = tensors.remove(&p.pid);
     }

@@ -2,7 +2,10 @@
 //! much of it was still held when its process's device memory peaked (each device at its own
 //! peak, found by replaying the allocations and frees in order: `gpu_held`), pinned host
 //! memory, copies by direction and kernel launches; and each process's totals, device peaks
-//! and timelines. The time threads waited for the GPU comes with the CPU samples (`cpu`). Pure.
+//! and timelines. The time threads waited for the GPU comes with the CPU samples (`cpu`). Calls
+//! a thread without Python makes (PyTorch's autograd engine runs a CUDA backward on a device
+//! thread of its own) go to the line the process's Python threads were on then, as that
+//! thread's CPU does (`pooljoin`). Pure.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,14 +14,17 @@ use mlprof_wire::{gpu_copy, gpu_space, sample_flags};
 use super::filter::Filter;
 use super::gpu_held::{self, held_at};
 use super::gpu_kernels;
-use super::places::{place_of, Acc, Lines, Place};
+use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
+use super::pooljoin::PoolJoin;
 use super::profile::{GpuCallPeak, GpuHeldSample, GpuLineCalls, NvmlSplit, ProcessGpuCalls};
 use crate::recording::{GpuCalls, Recording};
 
-/// Add every channel's CUDA calls to `places`; returns each pid's totals.
+/// Add every channel's CUDA calls to `places`; returns each pid's totals. `sample_places`:
+/// where each CPU sample went by its own frames (`cpu::places`), for the pool join.
 pub fn add(
     rec: &Recording,
     filter: &Filter,
+    sample_places: &[Vec<Place>],
     places: &mut HashMap<Place, Acc>,
 ) -> BTreeMap<u32, ProcessGpuCalls> {
     let mut out: BTreeMap<u32, ProcessGpuCalls> = BTreeMap::new();
@@ -42,9 +48,16 @@ pub fn add(
             ..GpuLineCalls::default()
         };
         let mut lines = Lines::new(rec, ci);
-        // Each figure goes to its line and to the process's sum.
-        let mut add = |frames: &[(u32, i32)], tid: u32, figures: GpuLineCalls, named| {
-            let place = place_of(frames, tid, channel.pid, &mut lines, filter);
+        let join = PoolJoin::new(&channel.samples, &sample_places[ci]);
+        // Each figure goes to its line and to the process's sum; a row of a thread without
+        // Python to the line its process's Python threads were on at its first call.
+        let mut add = |frames: &[(u32, i32)], tid: u32, t_ns: u64, figures: GpuLineCalls, named| {
+            let mut place = place_of(frames, tid, channel.pid, &mut lines, filter);
+            if place.file == NATIVE_THREAD {
+                if let Some(j) = join.at(t_ns) {
+                    place = sample_places[ci][j].clone();
+                }
+            }
             let acc = places.entry(place).or_default();
             acc.gpu_calls.add(&figures);
             if let Some((name, shares)) = named {
@@ -74,7 +87,7 @@ pub fn add(
                     ..GpuLineCalls::default()
                 }
             };
-            add(&a.frames, a.tid, figures, None);
+            add(&a.frames, a.tid, a.t_ns, figures, None);
         }
         for c in &calls.copies {
             let mut figures = GpuLineCalls::default();
@@ -84,17 +97,17 @@ pub fn add(
                 gpu_copy::DEVICE_TO_DEVICE => figures.gpu_d2d_bytes = c.bytes,
                 _ => {} // host to host, or not known: not a transfer over the bus
             }
-            add(&c.frames, c.tid, figures, None);
+            add(&c.frames, c.tid, c.first_ns, figures, None);
         }
         for l in &calls.launches {
             let figures = GpuLineCalls {
                 gpu_launches: l.launches,
                 ..GpuLineCalls::default()
             };
-            add(&l.frames, l.tid, figures, None);
+            add(&l.frames, l.tid, l.first_ns, figures, None);
         }
-        for (frames, tid, figures, named) in gpu_kernels::rows(&calls.kernels) {
-            add(frames, tid, figures, Some(named));
+        for (frames, tid, first_ns, figures, named) in gpu_kernels::rows(&calls.kernels) {
+            add(frames, tid, first_ns, figures, Some(named));
         }
         let totals = out.entry(channel.pid).or_default();
         totals.totals.add(&sum);

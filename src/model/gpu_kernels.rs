@@ -18,9 +18,12 @@ const LINE_TOP: usize = 5;
 /// Kernels named for a process.
 const PROCESS_TOP: usize = 10;
 
-/// Each sampled kernel row of `k`: its launch's thread and stack, its figures for the line
-/// (its share of its name's exact totals), and its name with device nanoseconds and count.
-pub fn rows(k: &GpuKernels) -> impl Iterator<Item = (&[(u32, i32)], u32, GpuLineCalls, Named)> {
+/// Each sampled kernel row of `k`: its launch's thread, stack and first time, its figures for
+/// the line (its share of its name's exact totals), and its name with device nanoseconds and
+/// count.
+pub fn rows(
+    k: &GpuKernels,
+) -> impl Iterator<Item = (&[(u32, i32)], u32, u64, GpuLineCalls, Named)> {
     let sampled = sampled_sums(k);
     let exact: HashMap<(u32, u32), (u64, u64)> = k
         .all
@@ -48,7 +51,7 @@ pub fn rows(k: &GpuKernels) -> impl Iterator<Item = (&[(u32, i32)], u32, GpuLine
             ..GpuLineCalls::default()
         };
         let named = (k.name(r.name).to_string(), (ns, n));
-        (r.frames.as_slice(), r.tid, figures, named)
+        (r.frames.as_slice(), r.tid, r.first_ns, figures, named)
     })
 }
 

@@ -3,12 +3,16 @@
 //! moment the most bytes of tensors were allocated at once; the blocks live then charged to the
 //! lines whose Python stacks allocated them (the innermost frame in a profiled file), the
 //! reserved bytes beside them as cache slack, and the same at the last allocation that failed.
+//! A block allocated by a thread without Python (an empty stack: PyTorch's autograd engine
+//! runs a CUDA backward on a device thread of its own, and the gradients are its) goes to the
+//! line its process's Python threads were on then, as that thread's CPU does (`pooljoin`).
 //! Pure.
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::filter::Filter;
-use super::places::{Acc, Place, OUTSIDE};
+use super::places::{Acc, Place, NATIVE_THREAD, OUTSIDE};
+use super::pooljoin::PoolJoin;
 use super::profile::{DeviceTensors, ProcessTensors, TensorLine, TensorOom, GROWTH_POINTS};
 use crate::recording::gpu_tensors::{Action, DeviceTrace, TensorTrace, TraceState};
 use crate::recording::{CodeInfo, Recording};
@@ -17,19 +21,32 @@ use crate::recording::{CodeInfo, Recording};
 const TOP: usize = 10;
 
 /// Add every traced process's tensors at its peak to `places`; returns each pid's account.
+/// `sample_places`: where each CPU sample went by its own frames (`cpu::places`), for the
+/// pool join.
 pub fn add(
     rec: &Recording,
     filter: &Filter,
+    sample_places: &[Vec<Place>],
     places: &mut HashMap<Place, Acc>,
 ) -> BTreeMap<u32, ProcessTensors> {
     let mut out = BTreeMap::new();
     for trace in &rec.gpu_tensors {
         let codes = Codes::of(rec, trace.pid);
+        // The process's last image (the Python an exec'd launcher became).
+        let join = rec
+            .channels
+            .iter()
+            .rposition(|c| c.pid == trace.pid)
+            .and_then(|ci| {
+                let placed = sample_places.get(ci)?.as_slice();
+                Some((PoolJoin::new(&rec.channels[ci].samples, placed), placed))
+            });
         let mut resolve = Resolver {
             trace,
             filter,
             codes,
             cache: HashMap::new(),
+            join,
         };
         let mut account = match &trace.state {
             TraceState::Done => {
@@ -94,7 +111,7 @@ fn device(
             at_s: seconds(d.events.get(i).and_then(|e| e.t_ns)),
             device_free_bytes: free,
             allocated_bytes: live.values().fold(0, |a, b| a.saturating_add(b.0)),
-            at: stack.map(|s| line(resolve.place(s), 0, 0)),
+            at: stack.map(|s| line(resolve.place_at(s, d.events[i].t_ns), 0, 0)),
             top: top(held),
         }
     });
@@ -132,9 +149,9 @@ fn growing(
     let mut series: HashMap<Place, Vec<u64>> = HashMap::new();
     let mut blocks: HashMap<Place, u64> = HashMap::new();
     for (k, &at) in moments.iter().enumerate() {
-        for &(size, stack) in replay.live_after(Some(at)).values() {
+        for &(size, stack, t_ns) in replay.live_after(Some(at)).values() {
             let Some(s) = stack else { continue };
-            let place = resolve.place(s);
+            let place = resolve.place_at(s, t_ns);
             let row = series
                 .entry(place.clone())
                 .or_insert_with(|| vec![0; GROWTH_POINTS]);
@@ -160,15 +177,15 @@ fn growing(
 
 /// The bytes and blocks of `live` per place, and the bytes of blocks with no stack known.
 fn held_by(
-    live: &HashMap<u64, (u64, Option<u32>)>,
+    live: &HashMap<u64, Live>,
     resolve: &mut Resolver<'_>,
 ) -> (HashMap<Place, (u64, u64)>, u64) {
     let mut before = 0u64;
     let mut by_place: HashMap<Place, (u64, u64)> = HashMap::new();
-    for &(size, stack) in live.values() {
+    for &(size, stack, t_ns) in live.values() {
         match stack {
             Some(s) => {
-                let e = by_place.entry(resolve.place(s)).or_default();
+                let e = by_place.entry(resolve.place_at(s, t_ns)).or_default();
                 (e.0, e.1) = (e.0.saturating_add(size), e.1 + 1);
             }
             None => before = before.saturating_add(size),
@@ -222,6 +239,9 @@ fn notes(trace: &TensorTrace, devices: &[DeviceTensors]) -> String {
     }
     notes.join("; ")
 }
+
+/// A live block: bytes the tensor asked for, its stack, when it was allocated (if known).
+type Live = (u64, Option<u32>, Option<u64>);
 
 /// One device's events, replayed from the state before the first: the blocks live then are
 /// those live at the end that no event allocated, and those freed that no event allocated.
@@ -290,13 +310,17 @@ impl<'t> Replay<'t> {
     }
 
     /// The blocks live after event `at` (`None`: before the first).
-    fn live_after(&self, at: Option<usize>) -> HashMap<u64, (u64, Option<u32>)> {
-        let mut live = self.start.clone();
+    fn live_after(&self, at: Option<usize>) -> HashMap<u64, Live> {
+        let mut live: HashMap<u64, Live> = self
+            .start
+            .iter()
+            .map(|(&addr, &(size, stack))| (addr, (size, stack, None)))
+            .collect();
         let Some(at) = at else { return live };
         for e in self.d.events.iter().take(at + 1) {
             match e.action {
                 Action::Alloc => {
-                    live.insert(e.addr, (e.size, e.stack));
+                    live.insert(e.addr, (e.size, e.stack, e.t_ns));
                 }
                 Action::Free => {
                     live.remove(&e.addr);
@@ -361,22 +385,43 @@ struct Resolver<'a> {
     filter: &'a Filter,
     codes: Codes<'a>,
     cache: HashMap<u32, Place>,
+    /// The process's Python threads by time, and where each of their samples went.
+    join: Option<(PoolJoin<'a>, &'a [Place])>,
 }
 
 impl Resolver<'_> {
+    /// The place of a block of stack `stack` allocated at `t_ns`: an empty stack (a thread
+    /// without Python) joins the line the Python threads were on then, if one is known.
+    fn place_at(&mut self, stack: u32, t_ns: Option<u64>) -> Place {
+        let place = self.place(stack);
+        if place.file != NATIVE_THREAD {
+            return place;
+        }
+        let joined = self.join.as_ref().and_then(|(join, placed)| {
+            let j = join.at(t_ns?)?;
+            placed.get(j).cloned()
+        });
+        joined.unwrap_or(place)
+    }
+
     fn place(&mut self, stack: u32) -> Place {
         if let Some(p) = self.cache.get(&stack) {
             return p.clone();
         }
+        // No frame at all: a thread without Python allocated it.
+        let pseudo = match self.trace.frames_of(stack).next() {
+            None => NATIVE_THREAD,
+            Some(_) => OUTSIDE,
+        };
         let place = self
             .trace
             .frames_of(stack)
             .find(|(file, _, _)| self.filter.profiles(file))
             .map_or_else(
                 || Place {
-                    file: OUTSIDE.to_string(),
+                    file: pseudo.to_string(),
                     line: 0,
-                    function: OUTSIDE.to_string(),
+                    function: pseudo.to_string(),
                     first_line: 0,
                 },
                 |(file, line, name)| match self.codes.find(file, *line, name) {

@@ -68,7 +68,7 @@ fn run(t: TensorTrace) -> (ProcessTensors, HashMap<Place, Acc>) {
         ..Recording::default()
     };
     let mut places = HashMap::new();
-    let mut out = add(&rec, &Filter::default(), &mut places);
+    let mut out = add(&rec, &Filter::default(), &[], &mut places);
     (out.remove(&42).unwrap(), places)
 }
 
@@ -147,4 +147,28 @@ fn a_stack_only_in_libraries_is_outside_profiled_code() {
         .sum();
     assert_eq!(outside, 3 * MIB);
     assert_eq!(p.devices[0].top[0].file, OUTSIDE);
+}
+
+#[test]
+fn a_block_of_a_thread_without_python_is_not_one_from_before_the_trace() {
+    // C (the peak's 3 MiB) allocated by a thread without Python: an empty stack. With no Python
+    // thread to join (no samples here) it stays on `<native thread>`, never "before the trace".
+    let mut t = trace(1000, 0);
+    t.stacks.push(Vec::new());
+    let empty = (t.stacks.len() - 1) as u32;
+    for e in &mut t.devices[0].events {
+        if e.size == 3 * MIB && e.action == Action::Alloc {
+            e.stack = Some(empty);
+        }
+    }
+    let (p, places) = run(t);
+    let d = &p.devices[0];
+    assert_eq!(d.before_trace_bytes, 512 * KIB, "Z only");
+    assert_eq!(bytes_at(&places, 20), 0);
+    let native: u64 = places
+        .iter()
+        .filter(|(p, _)| p.file == NATIVE_THREAD)
+        .map(|(_, a)| a.gpu_tensor_bytes)
+        .sum();
+    assert_eq!(native, 3 * MIB);
 }

@@ -18,6 +18,7 @@ mod generated;
 mod gpu;
 mod gpu_calls;
 mod gpu_driver;
+mod gpu_engine;
 mod gpu_growth;
 mod gpu_kernels;
 mod gpu_regions;

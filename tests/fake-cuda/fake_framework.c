@@ -2,8 +2,10 @@
  * runtime (the fake one, `fake_cudart.c`), so that its references are versioned
  * (`cudaMalloc@libcudart.so.13`) and bound by the dynamic loader, not looked up by name.
  * Python drives it through ctypes. */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef int cudaError_t;
 typedef struct { unsigned x, y, z; } dim3;
@@ -61,3 +63,46 @@ int fw_device_sync(void) { return cudaDeviceSynchronize(); }
 int fw_event_sync(void) { return cudaEventSynchronize((void *)1); }
 int fw_set_device(int d) { return cudaSetDevice(d); }
 int fw_peek_error(void) { return cudaPeekAtLastError(); }
+
+/* As PyTorch's autograd engine runs a CUDA backward: on a thread of its own, without Python,
+ * while the calling line waits for it. The thread computes (`seconds` of its CPU, half before
+ * its calls, half after), reserves `bytes` of device memory, copies 1 MiB of it to the device
+ * and launches `launches` kernels; returns the block (0 on a failure). */
+struct engine {
+    size_t bytes;
+    int launches;
+    double seconds;
+    uintptr_t block;
+    int bad;
+};
+
+static void compute(double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    double end = ts.tv_sec + ts.tv_nsec / 1e9 + seconds;
+    volatile unsigned long x = 0;
+    do {
+        for (int i = 0; i < 10000; i++) x += i;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    } while (ts.tv_sec + ts.tv_nsec / 1e9 < end);
+}
+
+static void *engine_thread(void *arg) {
+    struct engine *e = arg;
+    static char host[1 << 20];
+    void *p = 0;
+    compute(e->seconds / 2);
+    if (cudaMalloc(&p, e->bytes) == 0) e->block = (uintptr_t)p;
+    e->bad |= p == 0 || cudaMemcpy(p, host, sizeof host, 1) != 0;
+    e->bad |= fw_launch(e->launches);
+    compute(e->seconds / 2);
+    return 0;
+}
+
+uintptr_t fw_engine(size_t bytes, int launches, double seconds) {
+    struct engine e = {bytes, launches, seconds, 0, 0};
+    pthread_t t;
+    if (pthread_create(&t, 0, engine_thread, &e) != 0) return 0;
+    pthread_join(t, 0);
+    return e.bad ? 0 : e.block;
+}

@@ -77,9 +77,12 @@ def _reduce(torch, snapshot, pid, entries):
             if code is None:
                 continue
             where = e.get("device_free", 0) if code == 4 else e.get("addr", 0)
+            # An allocation with no frame at all was made by a thread without Python (the
+            # autograd engine's device thread): its empty stack, not "no stack known".
             frames_of = e.get("frames") if code in (0, 4) else None
             events.append([code, int(where or 0), int(e.get("size", 0) or 0),
-                           stack(frames_of) if frames_of else -1, int(e.get("time_us", 0) or 0)])
+                           stack(frames_of) if frames_of is not None else -1,
+                           int(e.get("time_us", 0) or 0)])
     for seg in snapshot.get("segments") or ():
         dev = device(int(seg.get("device", 0) or 0))
         dev["reserved"] += int(seg.get("total_size", 0) or 0)

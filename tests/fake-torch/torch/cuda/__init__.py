@@ -112,12 +112,12 @@ def _frames():
     return out
 
 
-def _allocate(nbytes):
+def _allocate(nbytes, frames=None):
     global _allocator
     init()
     if _allocator is None:
         _allocator = _Allocator()
-    return Tensor(*_allocator.allocate(nbytes, _frames()))
+    return Tensor(*_allocator.allocate(nbytes, _frames() if frames is None else frames))
 
 
 def max_memory_allocated(device=None):
