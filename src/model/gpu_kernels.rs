@@ -257,7 +257,7 @@ mod tests {
         let k = kernels();
         type Row = (Vec<(u32, i32)>, f64, u64);
         let got: Vec<Row> = rows(&k)
-            .map(|(frames, _, g, _)| (frames.to_vec(), g.gpu_kernel_s, g.gpu_kernels))
+            .map(|(frames, _, _, g, _)| (frames.to_vec(), g.gpu_kernel_s, g.gpu_kernels))
             .collect();
         assert_eq!(
             got,

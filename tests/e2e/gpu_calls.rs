@@ -38,7 +38,9 @@ pub(crate) fn framework() -> &'static PathBuf {
         assert!(built.success(), "the fake CUDA runtime compiles");
         let lib = dir.join("libfakeframework.so");
         let built = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-pthread", "-o"])
+            .args([
+                "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-pthread", "-o",
+            ])
             .arg(&lib)
             .arg(src.join("fake_framework.c"))
             .arg(&runtime)
