@@ -221,19 +221,35 @@ impl Decoder {
     }
 
     /// A thread's CPU time since its last sample, sent as it or its process ended: it goes
-    /// where the thread was last sampled. A thread never sampled ran for less than an
-    /// interval, somewhere unknown: that time stays out, as before tails existed.
+    /// where the thread was last sampled. A thread never sampled keeps its time too: on a
+    /// machine busier than its cores the kernel's CPU timer may not fire in a thread's whole
+    /// life (0.4 s of CPU at 10 Hz beside 4 busy loops), so it is not "less than an interval".
+    /// It becomes a sample with no frame, which goes where a thread without Python's does
+    /// (the line its process's Python threads were on then: `model::pooljoin`).
     fn tail(&mut self, tid: u32, weight_ns: u64, t_ns: u64) {
         if weight_ns > MAX_SAMPLE_NS {
             self.out.malformed += 1;
             return;
         }
-        if let Some(mut last) = self.last_cpu.remove(&tid) {
-            last.t_ns = t_ns.max(last.t_ns);
-            last.weight_ns = weight_ns;
-            last.fault_ns = 0;
-            self.out.samples.push(last);
-        }
+        let sample = match self.last_cpu.remove(&tid) {
+            Some(mut last) => {
+                last.t_ns = t_ns.max(last.t_ns);
+                last.weight_ns = weight_ns;
+                last.fault_ns = 0;
+                last
+            }
+            None => CpuSample {
+                t_ns,
+                tid,
+                ip: 0,
+                weight_ns,
+                flags: 0,
+                frames: Vec::new(),
+                caller: 0,
+                fault_ns: 0,
+            },
+        };
+        self.out.samples.push(sample);
     }
 
     /// Keep `s` as its thread's latest CPU sample, in the thread's slot of

@@ -40,6 +40,11 @@ use crate::launch::{
     DEFAULT_COPY_SAMPLE_BYTES as DEFAULT_COPY_SAMPLE,
     DEFAULT_MEMORY_SAMPLE_BYTES as DEFAULT_MEMORY_SAMPLE,
 };
+/// A change of an exact run-wide heap figure at most this is within noise: CPython's
+/// small-object allocator counts in arenas (1 MiB from 3.10), and hash randomisation
+/// (`PYTHONHASHSEED`) moves small objects enough between two runs of the same program to take
+/// one arena more (growth.py: +1 MiB at seed 3 of 12); two arenas are within noise.
+const ARENAS_FLOOR: u64 = 2 << 20;
 /// GPU memory changes below this are within the polling's noise.
 const GPU_FLOOR: u64 = 8 << 20;
 /// A line's GPU time changes by at least this much before it is a change (1 ms) ...
@@ -362,7 +367,7 @@ fn totals(base: &Profile, new: &Profile) -> Totals {
             base: a as f64,
             new: b as f64,
             delta: d,
-            meaningful: d.abs() > (1u64 << 20) as f64 && d.abs() > 0.01 * a.max(b) as f64,
+            meaningful: d.abs() > ARENAS_FLOOR as f64 && d.abs() > BYTES_MARGIN * a.max(b) as f64,
         }
     };
     let rough = |a: f64, b: f64, floor: f64, margin: f64| Change {

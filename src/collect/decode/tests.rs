@@ -31,7 +31,7 @@ fn a_tail_goes_to_the_latest_of_its_threads_samples() {
 }
 
 #[test]
-fn a_tail_goes_where_its_thread_was_last_sampled_and_a_stray_one_nowhere() {
+fn a_tail_goes_where_its_thread_was_last_sampled_or_without_a_frame() {
     let ms = 1_000_000;
     let stack = |line: i32| [(7u32, line), (3, 40), (2, 12), (1, 5)];
     let mut d = Decoder::default();
@@ -44,19 +44,28 @@ fn a_tail_goes_where_its_thread_was_last_sampled_and_a_stray_one_nowhere() {
         t
     };
     d.feed(&tail(7, 900 * ms, 0), 0);
-    // A thread never sampled, and a tail that claims frames: neither is counted.
+    // A thread never sampled keeps its time, with no frame; a tail that claims frames is not
+    // counted.
     d.feed(&tail(8, 50 * ms, 0), 0);
     d.feed(&tail(7, 50 * ms, 3), 0);
     d.finish_pending();
     let malformed = d.out.malformed;
     let events = d.out.take_events();
-    let times: Vec<(u64, u64)> = events
+    let times: Vec<(u32, u64, u64)> = events
         .samples
         .iter()
-        .map(|s| (s.t_ns, s.weight_ns))
+        .map(|s| (s.tid, s.t_ns, s.weight_ns))
         .collect();
-    assert_eq!(times, [(5 * ms, 10 * ms), (9 * ms, 900 * ms)]);
-    assert!(events.samples.iter().all(|s| s.frames == stack(10)));
+    assert_eq!(
+        times,
+        [
+            (7, 5 * ms, 10 * ms),
+            (7, 9 * ms, 900 * ms),
+            (8, 9 * ms, 50 * ms)
+        ]
+    );
+    assert!(events.samples[..2].iter().all(|s| s.frames == stack(10)));
+    assert!(events.samples[2].frames.is_empty());
     assert_eq!(malformed, 1);
 }
 
