@@ -3,8 +3,9 @@
 Writes two source files into DIR, one named "\x1b]0;pwned\x07\x1b[2J.py" (retitles the terminal
 and clears the screen if printed raw) whose busy line holds escapes too, one named
 "<script>alert(1)<script>.py"; compiles each with its path as co_filename, renames the
-function after more escapes (co_name, and co_qualname from 3.11), and runs each for about 0.3 s
-of CPU time.
+function after more escapes (co_name, and co_qualname from 3.11), and runs each for about 0.8 s
+of CPU time (on a machine busier than its cores a late CPU timer can carry up to half a second
+of one file's loop into the next: each must still have its own samples).
 """
 import os
 import sys
@@ -31,5 +32,5 @@ for name in ("\x1b]0;pwned\x07\x1b[2J.py", "<script>alert(1)<script>.py"):
     if sys.version_info >= (3, 11):
         names["co_qualname"] = evil
     spin.__code__ = spin.__code__.replace(**names)
-    spin(0.3)
+    spin(0.8)
 print("ran")
