@@ -151,33 +151,25 @@ fn gpu_totals(p: &Profile) -> GpuLineCalls {
 
 /// The lines holding the most at the profile's peak moment.
 fn top_lines(p: &Profile) -> Vec<RegionLine> {
-    let mut lines: Vec<RegionLine> = p
-        .lines
-        .iter()
-        .filter(|l| l.measures.peak_bytes > 0)
-        .map(|l| RegionLine {
-            file: l.file.clone(),
-            line: l.line,
-            function: l.function.clone(),
-            bytes: l.measures.peak_bytes,
-        })
-        .collect();
-    lines.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));
-    lines.truncate(TOP_LINES);
-    lines
+    top_by(p, |m| m.peak_bytes)
 }
 
 /// The lines whose tensors were live at the profile's GPU peak (each device's).
 fn top_tensor_lines(p: &Profile) -> Vec<RegionLine> {
+    top_by(p, |m| m.gpu_tensor_peak_bytes)
+}
+
+/// The lines with the most of `bytes`, most first (then by line), at most [`TOP_LINES`].
+fn top_by(p: &Profile, bytes: fn(&super::profile::Measures) -> u64) -> Vec<RegionLine> {
     let mut lines: Vec<RegionLine> = p
         .lines
         .iter()
-        .filter(|l| l.measures.gpu_tensor_peak_bytes > 0)
+        .filter(|l| bytes(&l.measures) > 0)
         .map(|l| RegionLine {
             file: l.file.clone(),
             line: l.line,
             function: l.function.clone(),
-            bytes: l.measures.gpu_tensor_peak_bytes,
+            bytes: bytes(&l.measures),
         })
         .collect();
     lines.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));

@@ -8,7 +8,7 @@
 use mlprof::model::profile::Profile;
 
 use crate::cpu::markers;
-use crate::fixture;
+use crate::fixture::{self, os};
 
 const SCRIPT: &str = "gpu_engine.py";
 const MIB: u64 = 1 << 20;
@@ -38,15 +38,17 @@ fn cuda_work_of_a_thread_without_python_goes_to_the_line_that_waited_for_it() {
     let pythons = fixture::pythons();
     for py in [pythons.first().unwrap(), pythons.last().unwrap()] {
         let v = &py.minor;
-        let run = fixture::profile_script(
-            py,
-            SCRIPT,
-            &[&lib],
+        // The stand-in for PyTorch is not under site-packages: only the script is the user's
+        // code, as it would be with PyTorch installed.
+        let run = fixture::profile_args(
+            &["--profile-only", SCRIPT],
+            &[os(&py.exe), os(&fixture::script(SCRIPT)), os(&lib)],
             &[
                 ("PYTHONPATH", torch.to_str().unwrap()),
                 ("MLPROF_GPU_LAUNCH_SAMPLE", "1"),
             ],
         );
+        assert!(run.output.status.success(), "{v}: {:?}", run.output);
         let p = &run.profile;
         let engine = at(p, "engine").gpu_calls;
         assert_eq!(

@@ -3,9 +3,10 @@ autograd engine runs a CUDA backward on a device thread of its own; known by con
 - @engine: the framework's engine thread (tests/fake-cuda/fake_framework.c, `fw_engine`)
   computes 0.15 s, reserves 48 MiB, copies 1 MiB to the device, launches 25 kernels and
   computes 0.15 s more; the line computes a little itself first, then waits for it.
-- @tensors (tests/fake-torch): 16 MiB of tensors allocated with no Python frame (as the engine
-  thread's gradients are), between two stretches of the line's own computing; kept to the end,
-  so they are the GPU's peak.
+- @tensors (tests/fake-torch, `_engine_empty`): 16 MiB of tensors allocated with no Python
+  frame (as the engine thread's gradients are) by a thread that computes 0.15 s, allocates and
+  computes 0.15 s more while the line waits for it; kept to the end, so they are the GPU's
+  peak.
 argv: FRAMEWORK_LIBRARY
 """
 import ctypes
@@ -22,6 +23,6 @@ N = 10_000_000
 warm = sum(range(N))  # @before
 block = fw.fw_engine(48 * MIB + 0 * sum(range(N)), 25, 0.3)  # @engine
 assert block, "the engine thread's calls failed"
-grads = (sum(range(N)), torch._engine_empty(16 * MIB), sum(range(N)))[1]  # @tensors
+grads = torch._engine_empty(16 * MIB + 0 * sum(range(N)), 0.3)  # @tensors
 after = sum(range(N))  # @after
 print("engine done", flush=True)
