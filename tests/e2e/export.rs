@@ -228,13 +228,14 @@ fn exports_open_on_the_measure_asked_for_and_name_module_code() {
     // 0.6 s at module level, then 0.3 s in helper, by construction: the sample straddling the
     // loop's end carries its tail into helper, one mean gap on a quiet machine, up to the
     // run's largest sample where the kernel's timers fire late (a loaded one: 0.1 s once).
-    // Together they hold the 0.9 s, wherever that sample fell.
+    // Together they hold the 0.9 s, less what the sample straddling helper's end carries to
+    // the interpreter's shutdown.
     let lost = fixture::straddle(&p, 2.0);
     let (module, in_helper) = (flat("<module>", None), flat("helper", None));
     assert!(
         module >= 0.6 * 0.9 - lost
             && in_helper <= 0.3 * 1.1 + lost
-            && module + in_helper >= 0.9 * 0.9,
+            && module + in_helper >= 0.9 * 0.9 - lost,
         "0.6 s at module level vs 0.3 s in helper: {module} vs {in_helper} (straddling {lost})"
     );
     assert!(helper.system_name.is_empty());
