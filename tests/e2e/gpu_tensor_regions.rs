@@ -4,8 +4,6 @@
 //! stand-in for PyTorch's allocator (`tests/fake-torch`) whose figures are known by
 //! construction.
 
-use std::process::Command;
-
 use mlprof::model::profile::Profile;
 use mlprof::model::{Region, RegionLine};
 
@@ -119,21 +117,12 @@ fn each_pytest_test_gets_its_own_tensors_in_the_session_profile() {
         dir.join("test_gpu.py"),
     )
     .unwrap();
-    let out = Command::new(&py.exe)
-        .args([
-            "-m",
-            "pytest",
-            "-p",
-            "mlprof.pytest_plugin",
-            "-p",
-            "no:cacheprovider",
-        ])
-        .args(["--mlprof", "--mlprof-output", "session.json", "test_gpu.py"])
-        .current_dir(&dir)
-        .env("PYTHONPATH", python_path())
-        .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
-        .output()
-        .unwrap();
+    let out = crate::pytest_plugin::pytest_with_path(
+        &py.exe,
+        &dir,
+        &["--mlprof", "--mlprof-output", "session.json", "test_gpu.py"],
+        &python_path(),
+    );
     assert!(out.status.success(), "{out:?}");
     let p = fixture::check_profile(&std::fs::read_to_string(dir.join("session.json")).unwrap());
     let m = markers("pytest_gpu_tensors.py");

@@ -24,6 +24,17 @@ fn module_dir() -> PathBuf {
 }
 
 fn pytest(python: &Path, dir: &Path, args: &[&str]) -> Output {
+    let path = fixture::root().join("python");
+    pytest_with_path(python, dir, args, path.to_str().unwrap())
+}
+
+/// `pytest` with the plugin, in `dir`, with `PYTHONPATH` set to `python_path`.
+pub(crate) fn pytest_with_path(
+    python: &Path,
+    dir: &Path,
+    args: &[&str],
+    python_path: &str,
+) -> Output {
     Command::new(python)
         .args([
             "-m",
@@ -35,7 +46,7 @@ fn pytest(python: &Path, dir: &Path, args: &[&str]) -> Output {
         ])
         .args(args)
         .current_dir(dir)
-        .env("PYTHONPATH", fixture::root().join("python"))
+        .env("PYTHONPATH", python_path)
         .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
         .output()
         .expect("run pytest")
