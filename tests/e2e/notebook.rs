@@ -36,6 +36,10 @@ fn run_notebook(python: &PathBuf, kernel: &str, data_dir: &std::path::Path) -> s
         .env("JUPYTER_DATA_DIR", data_dir)
         .env("PYTHONPATH", fixture::root().join("python"))
         .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
+        // OpenBLAS's threads spin for about 0.1 s after numpy's import, waiting for work; that
+        // CPU is native time, truly, and joins the line then running (the loop). One thread
+        // makes the loop's truth pure Python.
+        .env("OPENBLAS_NUM_THREADS", "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -78,13 +78,20 @@ fn check_outcomes(out: &Output, how: &str) {
         );
     }
     let m = markers("pytest_limits.py");
-    for (marker, figure) in [
-        ("big", "100.0 MiB"),
-        ("leak", "4.0 MiB"),
-        ("child", "100.0 MiB"),
-    ] {
-        let named = format!("test_limits.py:{}  {figure}", m[marker]);
-        assert!(all.contains(&named), "{how}: no `{named}` in {all}");
+    // The lines' figures are sampled: each holds its array exactly, and may hold a small
+    // allocation sampled beside it (the array's object), which stands for about the mean,
+    // 128 KiB. Two of them are allowed.
+    for (marker, truth) in [("big", 100.0), ("leak", 4.0), ("child", 100.0)] {
+        let named = format!("test_limits.py:{}  ", m[marker]);
+        let figure = all
+            .split(&named)
+            .nth(1)
+            .and_then(|rest| rest.split_once(" MiB"))
+            .and_then(|(n, _)| n.trim().parse::<f64>().ok());
+        assert!(
+            figure.is_some_and(|f| (truth..=truth + 0.25).contains(&f)),
+            "{how}: `{named}` should hold {truth} MiB (+2 samples of 128 KiB): {all}"
+        );
     }
     assert!(
         all.contains("Test was limited to 50.0 MiB but allocated 100.0 MiB"),
