@@ -133,7 +133,7 @@ fn phases_of<'a>(stdout: &'a str, prefix: &str) -> std::collections::HashMap<&'a
 #[test]
 fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
     // `torchrun --standalone --nproc_per_node=2` of a DDP job on the CPU with gloo, where rank 1
-    // sleeps 10 ms a step (60 steps) and holds 200 MiB more (tests/scripts/ddp_job.py).
+    // sleeps 20 ms a step (60 steps) and holds 200 MiB more (tests/scripts/ddp_job.py).
     let venv = fixture::root().join("target/torch-venv/bin");
     let has_torch = std::process::Command::new(venv.join("python"))
         .args(["-c", "import torch.distributed"])
@@ -169,25 +169,28 @@ fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
             .collect();
         assert_eq!(r.pids, own, "{}", r.name);
     }
-    // The straggler: rank 1's sleep line, 0.6 s beyond rank 0 (the bar: +-25%). The
+    // The straggler: rank 1's sleep line, 1.2 s beyond rank 0 (the bar: +-25%). The
     // sleep is timed by rank 1 itself (`docs/design/waits.md`), so only the CPU samples that
-    // land on the line around it add to its 0.6 s.
+    // land on the line around it add to its 1.2 s.
     let sleep = p
         .stragglers
         .iter()
         .find(|s| s.line == m["sleep"])
         .unwrap_or_else(|| panic!("the sleep line is a straggler: {:?}", p.stragglers));
     assert_eq!(sleep.rank, 1);
-    eprintln!("straggler excess {:.3} s, truth 0.6 s", sleep.excess_s);
+    eprintln!("straggler excess {:.3} s, truth 1.2 s", sleep.excess_s);
     assert!(
-        (0.45..=0.75).contains(&sleep.excess_s),
-        "excess {:.2} s, truth 0.6 s",
+        (0.9..=1.5).contains(&sleep.excess_s),
+        "excess {:.2} s, truth 1.2 s",
         sleep.excess_s
     );
     // Rank 0 waits for it in the all-reduce, which counts as collective time: on a quiet
     // machine. On one busier than its cores the ranks' own speeds differ by more than the
     // sleep (loaded run F: no wait found), so the job's own clock around the call says how
-    // much longer rank 0 waited there, which must clear the straggler rule's noise floor.
+    // much longer rank 0 waited there. The profile sees that wait by 50 Hz looks, whose error
+    // on the difference has a deviation of sqrt((w0 + w1) * tick); the rule's noise floor is
+    // three of those, so the wait is asked for when it clears the floor by three more (the
+    // floor plus 0.1 s failed one quiet run in ten).
     let stdout = String::from_utf8_lossy(&run.output.stdout);
     // The ranks write unbuffered, so their lines may interleave: found by their words.
     let waited = |rank: u32| -> f64 {
@@ -201,12 +204,12 @@ fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
         value.unwrap_or_else(|| panic!("{stdout}")).unwrap()
     };
     let longer = waited(0) - waited(1);
-    // The straggler rule's own noise floor for the line (model/ranks.rs), and 0.1 s above it.
+    // The straggler rule's own noise floor for the line (model/ranks.rs).
     let noise = 3.0 * ((waited(0) + waited(1)) * p.sample_interval_s.max(0.02)).sqrt();
     eprintln!(
         "rank 0 waited {longer:.3} s longer in the all-reduce, by its own clock (floor {noise:.3} s)"
     );
-    if longer >= noise + 0.1 {
+    if longer >= 2.0 * noise {
         let waits = p.stragglers.iter().find(|s| s.line == m["collective"]);
         assert!(
             waits.is_some_and(|s| s.rank == 0 && s.waiting),
