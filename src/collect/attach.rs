@@ -264,7 +264,8 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let mut warnings = vec![format!(
         "attached to process {pid} for {:.1} s{}: CPU and waiting per line from its threads' \
          stacks, read from outside {} times a second, and RSS from /proc; memory per line, \
-         the heap and copies are not measured in attach mode (they need `mlprof run`)",
+         the heap, copies and GPU work per line (CUDA calls, kernels, tensors) are not \
+         measured in attach mode (they need `mlprof run`; NVML's view of the process is kept)",
         wall_ns as f64 / 1e9,
         if ended { " (it ended meanwhile)" } else { "" },
         opts.rate_hz

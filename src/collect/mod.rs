@@ -105,6 +105,9 @@ pub struct Snapshot {
     events: Vec<Arc<Events>>,
     /// The ticks.
     ticks: Arc<Vec<Tick>>,
+    /// The run's directory and launch time, where the traces of PyTorch's allocator are read
+    /// from (those of processes that have ended; the others say they are still recording).
+    tensors: (std::path::PathBuf, u64),
 }
 
 impl Snapshot {
@@ -116,6 +119,7 @@ impl Snapshot {
             mut recording,
             events,
             ticks,
+            ..
         } = self;
         let mut channels = Vec::new();
         // A process left out but alive since `from_ns` has its heap in the ticks' sums: they
@@ -157,13 +161,17 @@ impl Snapshot {
     }
 
     /// The whole recording, its shared parts copied and let go (so that the collector adds
-    /// to them again without copying).
+    /// to them again without copying), with the allocator traces written so far.
     pub fn into_recording(self) -> Recording {
         let Snapshot {
             mut recording,
             events,
             ticks,
+            tensors: (dir, launch_ns),
         } = self;
+        let (traces, unread) = gpu_tensors::read(&dir, launch_ns);
+        recording.gpu_tensors = traces;
+        recording.warnings.extend(unread);
         for (channel, events) in recording.channels.iter_mut().zip(events) {
             channel.samples = events.samples.clone();
             channel.allocs = events.allocs.clone();
@@ -515,6 +523,7 @@ impl Collector {
             },
             events,
             ticks: self.ticks.share(),
+            tensors: (dir.to_path_buf(), self.launch_ns),
         }
     }
 }

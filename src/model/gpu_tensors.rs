@@ -64,6 +64,17 @@ pub fn add(
                     cut_to_region: false,
                 }
             }
+            TraceState::Recording if running(rec, trace.pid) => ProcessTensors {
+                state: "recording".into(),
+                note: "the process was still running when this report was made: its \
+                       allocator's trace is read when it exits, so its tensors are in the \
+                       report written then; its GPU memory so far is shown by its CUDA calls' \
+                       segments"
+                    .into(),
+                torch: trace.torch.clone(),
+                devices: Vec::new(),
+                cut_to_region: false,
+            },
             TraceState::Recording => ProcessTensors {
                 state: "unread".into(),
                 note: "the process ended without running its exit handlers (os._exit, or a \
@@ -86,6 +97,16 @@ pub fn add(
         out.insert(trace.pid, account);
     }
     out
+}
+
+/// Whether process `pid`'s last image was still running when the recording was made (a
+/// snapshot's, or one that outlived the command).
+fn running(rec: &Recording, pid: u32) -> bool {
+    rec.channels
+        .iter()
+        .rev()
+        .find(|c| c.pid == pid)
+        .is_some_and(|c| c.still_running)
 }
 
 /// What a device's trace says at its peak (its lines added to `places`) and at its last

@@ -133,6 +133,25 @@ fn a_peak_older_than_the_ring_is_said_and_a_trace_never_read_is_too() {
     assert_eq!(p.state, "unread");
     assert!(p.devices.is_empty() && places.is_empty());
     assert!(p.note.contains("exit handlers"), "{}", p.note);
+    // The same trace of a process still running (a snapshot's): it is still recording.
+    let mut t = trace(9, 0);
+    t.state = TraceState::Recording;
+    let rec = Recording {
+        gpu_tensors: vec![t],
+        channels: vec![crate::recording::ChannelSummary {
+            pid: 42,
+            still_running: true,
+            ..Default::default()
+        }],
+        ..Recording::default()
+    };
+    let mut places = HashMap::new();
+    let p = add(&rec, &Filter::default(), &[], &mut places)
+        .remove(&42)
+        .unwrap();
+    assert_eq!(p.state, "recording");
+    assert!(p.devices.is_empty() && places.is_empty());
+    assert!(p.note.contains("still running"), "{}", p.note);
 }
 
 #[test]

@@ -309,3 +309,80 @@ fn snapshots_carry_the_gpu_polls_so_far() {
     assert!(report.gpu.timeline.len() > p.gpu.timeline.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn snapshots_carry_the_tensors_of_processes_that_ended_and_say_who_still_records() {
+    // The stand-in for PyTorch's CUDA allocator (as in gpu_tensors.rs): the program holds
+    // 4 MiB at @parent while a child it ran held 8 MiB at @child and ended.
+    const SCRIPT: &str = "gpu_tensor_snapshot.py";
+    const MIB: u64 = 1 << 20;
+    let dir = fixture::tempdir();
+    let out = dir.join("p.json");
+    let mut child = fixture::mlprof()
+        .args(["run", "--snapshot-every", "0.5", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&pythons()[0].exe)
+        .arg(fixture::script(SCRIPT))
+        .arg(&out)
+        .env("PYTHONPATH", fixture::root().join("tests/fake-torch"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let m = crate::cpu::markers(SCRIPT);
+    let file = fixture::script(SCRIPT).to_string_lossy().into_owned();
+    let at = |p: &Profile, name: &str| -> u64 {
+        p.lines
+            .iter()
+            .filter(|l| l.file == file && l.line == m[name])
+            .map(|l| l.measures.gpu_tensor_peak_bytes)
+            .sum()
+    };
+    let state = |p: &Profile, pid: u32| {
+        p.processes
+            .iter()
+            .find(|q| q.pid == pid)
+            .and_then(|q| q.gpu_tensors.as_ref())
+            .map(|t| (t.state.clone(), t.note.clone()))
+    };
+    // Snapshots of the program still running, read as they come.
+    let mut found = None;
+    while child.try_wait().unwrap().is_none() {
+        if let Some(p) = read(&out).filter(|p| is_snapshot(p) && at(p, "child") > 0) {
+            found = Some(p);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(stdout.contains("snapshots seen: 4"), "{stdout}");
+    let pid_of_child: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let p = found.expect("a snapshot after the child ended has its tensors");
+    assert_snapshot(&p);
+    // The child's trace was read: its line holds its 8 MiB.
+    assert_eq!(at(&p, "child"), 8 * MIB);
+    assert_eq!(
+        state(&p, pid_of_child).unwrap(),
+        ("on".into(), String::new())
+    );
+    // The program's own is still recording, said so, and none of its figures are made up.
+    let launched = p.processes[0].pid;
+    let (s, note) = state(&p, launched).expect("the program's allocator was traced");
+    assert_eq!(s, "recording", "{note}");
+    assert!(note.contains("still running"), "{note}");
+    assert_eq!(at(&p, "parent"), 0);
+    // The final report has both.
+    let report = read(&out).unwrap();
+    assert_final(&report);
+    assert_eq!(state(&report, launched).unwrap().0, "on");
+    assert_eq!(
+        (at(&report, "parent"), at(&report, "child")),
+        (4 * MIB, 8 * MIB)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
