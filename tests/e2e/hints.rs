@@ -23,10 +23,13 @@ fn find<'p>(p: &'p Profile, kind: &str) -> Option<&'p Hint> {
     p.hints.iter().find(|h| h.kind.as_str() == kind)
 }
 
+/// One OpenBLAS thread: its pool's spinning after numpy's import (about 0.1 s a thread, native
+/// time, truly) joins the line then running, and would be a spin hint on a line that starts
+/// no pool work (`inplace`'s loop follows the import at once).
 fn mode(py: &fixture::Python, mode: &str) -> Profile {
     hints_of(
         &[os(&py.exe), os(&fixture::script("hints.py")), os(mode)],
-        &[],
+        &[("OPENBLAS_NUM_THREADS", "1")],
     )
 }
 
