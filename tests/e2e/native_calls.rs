@@ -23,7 +23,15 @@ fn numpys_memcpy_in_a_copy_is_native_time() {
             "copy_native.py",
             markers("copy_native.py")["copy"],
         );
-        assert!(cpu(l) > 0.1, "{}: {:?}", py.minor, l.measures);
+        // Sampled: on a machine busier than its cores the kernel's user/system split runs high
+        // (below), so the line's system time counts here too (0.09 s of CPU and 0.30 s of
+        // system once, beside 4 busy loops).
+        assert!(
+            cpu(l) + l.measures.cpu_system_s > 0.1,
+            "{}: {:?}",
+            py.minor,
+            l.measures
+        );
         assert!(
             l.measures.cpu_python_s <= 0.2 * cpu(l),
             "{}: the copy line is at most 20% Python: {:?}",
