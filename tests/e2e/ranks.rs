@@ -242,10 +242,9 @@ fn rank_pids(p: &mlprof::model::Profile, n: u32) -> Vec<u32> {
 /// The CPU the earliest sample of `pids` on `file:line` (its innermost frame in `file`) stands
 /// for: the CPU since that thread's sample before, some of it spent on the line before.
 /// The straggler's line: `extra`, where rank 2 computes 0.8 s more, unless one of the run's
-/// samples is so large (a CPU timer that fired late on a machine busier than its cores, or on a
-/// virtual CPU its host held back: 0.45 s and 0.65 s seen beside 4 busy loops, where the mean
-/// is 10 ms) that it may have carried half of that 0.8 s to the line where it was taken, which
-/// is then `found`.
+/// samples is so large (a CPU timer that fired late on a machine busier than its cores: 0.45 s
+/// and 0.65 s seen beside 4 busy loops, where the mean is 10 ms) that it may have carried half
+/// of that 0.8 s to the line where it was taken, which is then `found`.
 fn extra_unless_carried(p: &mlprof::model::Profile, extra: u32, found: u32) -> u32 {
     let largest = p.samples.iter().map(|s| s.cpu_s).fold(0.0, f64::max);
     if largest >= 0.4 {
