@@ -11,6 +11,11 @@
 //! strips what is between `<` and `>`, which would leave module-level code (`<module>`),
 //! `<lambda>` and comprehensions nameless, shown as the mapping (`[python train.py]`).
 //! Native symbols keep both names, so C++ templates are simplified as viewers expect.
+//!
+//! A stack with no frame (CPU a thread used outside Python: the interpreter's start-up and
+//! shutdown, a thread without Python, a late sample taken there) is the function
+//! [`NO_FRAME`], as in the folded export: pprof shows a sample without a location in no row,
+//! only in the total.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -115,8 +120,10 @@ fn encode(p: &Profile, measure: Measure) -> Vec<u8> {
     for (_, kind, unit) in SAMPLE_TYPES {
         out.message(1, value_type(&mut s, kind, unit));
     }
+    // Location and function ids are frame index + 1; the one after them is [`NO_FRAME`].
+    let no_frame = p.stack_frames.len() as u64 + 1;
     for stack in &p.stacks {
-        out.message(2, sample(p, stack, &mut s));
+        out.message(2, sample(p, stack, no_frame, &mut s));
     }
     // Mapping 1 is the profiled program (pprof shows the first mapping as the profile's file);
     // Python frames belong to it. Native frames get one mapping per library.
@@ -143,6 +150,15 @@ fn encode(p: &Profile, measure: Measure) -> Vec<u8> {
         out.message(4, location(i as u64 + 1, f, &mappings));
         out.message(5, function(i as u64 + 1, f, &mut s));
     }
+    if p.stacks.iter().any(|stack| stack.frames.is_empty()) {
+        let f = StackFrame {
+            file: String::new(),
+            function: NO_FRAME.to_string(),
+            line: 1, // a Python-like name: no system name for pprof to strip of `<...>`
+        };
+        out.message(4, location(no_frame, &f, &mappings));
+        out.message(5, function(no_frame, &f, &mut s));
+    }
     out.message(11, value_type(&mut s, "cpu", "nanoseconds"));
     let default = s.id(sample_type(measure));
     for text in &s.table {
@@ -156,10 +172,13 @@ fn encode(p: &Profile, measure: Measure) -> Vec<u8> {
 
 /// One stack as a sample: its locations (leaf first), its four values, and its labels: the
 /// profile's (host, rank, ...), the rank of its process in a merged profile, and `pid`.
-fn sample(p: &Profile, stack: &StackStats, s: &mut Strings) -> Pb {
+fn sample(p: &Profile, stack: &StackStats, no_frame: u64, s: &mut Strings) -> Pb {
     let mut sample = Pb::default();
     // location ids are frame index + 1; pprof lists the leaf first.
-    let locations: Vec<u64> = stack.frames.iter().rev().map(|&f| f as u64 + 1).collect();
+    let mut locations: Vec<u64> = stack.frames.iter().rev().map(|&f| f as u64 + 1).collect();
+    if locations.is_empty() {
+        locations.push(no_frame);
+    }
     sample.packed(1, &locations);
     let ns = |secs: f64| (secs * 1e9).round() as u64;
     let cpu = ns(stack.cpu_python_s + stack.cpu_native_s);
@@ -197,6 +216,9 @@ fn sample(p: &Profile, stack: &StackStats, s: &mut Strings) -> Pb {
     }
     sample
 }
+
+/// The function of a stack with no frame (as the folded export names it).
+pub const NO_FRAME: &str = "<no Python frame>";
 
 /// Key of the program's own mapping (no library file can be named this).
 const PROGRAM: &str = "\0program";
@@ -387,6 +409,36 @@ mod tests {
                 .collect();
             assert!(types.contains(&want), "{types:?}");
         }
+    }
+
+    /// A stack without frames is a function of its own, not a sample pprof shows in no row.
+    #[test]
+    fn a_stack_without_frames_is_the_no_frame_function() {
+        let mut p = two_frames();
+        p.stacks.push(StackStats {
+            pid: 42,
+            cpu_python_s: 0.25,
+            ..StackStats::default()
+        });
+        let (top, strings) = decoded(&p, Measure::Cpu);
+        let samples: Vec<Vec<Field>> = top
+            .iter()
+            .filter(|f| f.0 == 2)
+            .map(|f| fields(&f.2))
+            .collect();
+        assert_eq!(samples[1][0].2, vec![3], "the location after the frames'");
+        let functions: Vec<Vec<Field>> = top
+            .iter()
+            .filter(|f| f.0 == 5)
+            .map(|f| fields(&f.2))
+            .collect();
+        let third = &functions[2];
+        assert_eq!(int(&third[0]), 3);
+        assert_eq!(strings[int(&third[1]) as usize], NO_FRAME);
+        assert!(third.iter().all(|f| f.0 != 3), "no system name to strip");
+        // Without such a stack, no such function.
+        let (top, _) = decoded(&two_frames(), Measure::Cpu);
+        assert_eq!(top.iter().filter(|f| f.0 == 5).count(), 2);
     }
 
     /// A Python function has a name and no system name (which pprof would strip of `<...>`);

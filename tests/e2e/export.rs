@@ -345,26 +345,33 @@ fn pprof_export_is_read_by_go_tool_pprof() {
         .collect();
     // First is the function with the most flat CPU by the export itself: `<module>` (0.6 s
     // against helper's 0.3 s), unless a late sample carried the loop's tail into helper (on a
-    // machine busier than its cores: 0.55 s against 0.30 s once).
+    // machine busier than its cores: 0.55 s against 0.30 s once), or carried both into the
+    // interpreter's shutdown, `<no Python frame>` (0.51 s once, helper's 0.3 s all of it).
     let pb = pprof_export(&path, "cpu");
     let index = pb.index("cpu");
-    let flat = |name: &str| -> i64 {
-        let leaf_is = |s: &&pprof::Sample| pb.leaf(s).is_some_and(|(f, _)| f.name == name);
-        pb.samples
-            .iter()
-            .filter(leaf_is)
-            .map(|s| s.values[index])
-            .sum()
-    };
-    let most = if flat("<module>") >= flat("helper") {
-        "<module>"
-    } else {
-        "helper"
-    };
+    let mut flat: HashMap<&str, i64> = HashMap::new();
+    for s in &pb.samples {
+        let name = pb.leaf(s).map_or("", |(f, _)| f.name.as_str());
+        *flat.entry(name).or_default() += s.values[index];
+    }
+    let most = flat
+        .iter()
+        .max_by_key(|(_, &v)| v)
+        .map(|(&name, _)| name)
+        .unwrap();
     assert_eq!(names.first(), Some(&most), "{cpu}");
+    assert!(names.contains(&"<module>"), "{cpu}");
+    // Helper's 0.3 s is listed, unless one sample of the run could hold all of it.
+    let p = fixture::check_profile(&std::fs::read_to_string(&path).unwrap());
     assert!(
-        names.contains(&"helper") && names.contains(&"<module>"),
+        names.contains(&"helper") || fixture::straddle(&p, 0.0) >= 0.3,
         "{cpu}"
+    );
+    // Every sample has a leaf, so pprof shows it in a row: those without a Python frame in
+    // `<no Python frame>`'s (a sample without a location is in pprof's total and no row).
+    assert!(
+        pb.samples.iter().all(|s| pb.leaf(s).is_some()),
+        "every sample has a leaf"
     );
     assert!(
         !names.iter().any(|n| n.starts_with('[')),
