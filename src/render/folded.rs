@@ -22,7 +22,7 @@ pub fn render(p: &Profile, measure: Measure) -> String {
             .map(name)
             .collect();
         let path = if names.is_empty() {
-            super::pprof::NO_FRAME.to_string()
+            super::NO_FRAME.to_string()
         } else {
             names.join(";")
         };

@@ -11,6 +11,10 @@ mod layout;
 pub mod pprof;
 pub mod speedscope;
 pub mod sweep;
+
+/// What the stack exports (folded, pprof) name a stack with no frame: CPU a thread used
+/// outside Python (start-up, shutdown, a thread without Python).
+pub const NO_FRAME: &str = "<no Python frame>";
 pub mod text;
 
 use crate::error::Result;

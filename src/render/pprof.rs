@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::Measure;
+use super::{Measure, NO_FRAME};
 use crate::error::{Error, Result};
 use crate::model::{Profile, StackFrame, StackStats};
 
@@ -216,9 +216,6 @@ fn sample(p: &Profile, stack: &StackStats, no_frame: u64, s: &mut Strings) -> Pb
     }
     sample
 }
-
-/// The function of a stack with no frame (as the folded export names it).
-pub const NO_FRAME: &str = "<no Python frame>";
 
 /// Key of the program's own mapping (no library file can be named this).
 const PROGRAM: &str = "\0program";
