@@ -44,6 +44,28 @@ fn cpu_time(l: &LineStats) -> f64 {
     l.measures.cpu_python_s + l.measures.cpu_native_s
 }
 
+/// The CPU samples of each process's main thread whose innermost frame of `script` is at
+/// `line`, by their own frames: how many, and the CPU they stand for.
+fn main_thread_samples_on(p: &Profile, script: &str, line: u32) -> (usize, f64) {
+    let at_line = |stack: u32| {
+        p.stacks.get(stack as usize).is_some_and(|st| {
+            st.frames
+                .iter()
+                .rev()
+                .map(|&f| &p.stack_frames[f as usize])
+                .find(|f| f.file.ends_with(script))
+                .is_some_and(|f| f.line == line)
+        })
+    };
+    let on: Vec<f64> = p
+        .samples
+        .iter()
+        .filter(|s| s.tid == s.pid && s.cpu_s > 0.0 && at_line(s.stack))
+        .map(|s| s.cpu_s)
+        .collect();
+    (on.len(), on.iter().sum())
+}
+
 fn run(py: &fixture::Python, scenario: &str) -> (Profile, String) {
     run_with(py, scenario, "1")
 }
@@ -339,17 +361,30 @@ fn a_pool_spinning_on_while_the_line_after_sleeps_is_charged_to_the_line_that_st
         let v = &py.minor;
         let sleep = line(&p, "cpu_lines.py", m["spin-sleep"]);
         let sleep_cpu = sleep.measures.cpu_python_s + sleep.measures.cpu_native_s;
+        // The main thread's own CPU samples on the sleep line. Its CPU timer can fire late
+        // (beside other load: `fixture::straddle`), as the thread reaches the sleep, and that
+        // sample carries the product's CPU there. The pool spinning on through that sleep then
+        // works for the line the thread was last seen on: one product's spin, up to ~0.1 s of
+        // the pool's CPU, per such sample. Without one, the sleep line is waiting only. (Seen
+        // once in three runs of this module: 0.023 s of the main thread and 0.111 s of the
+        // pool on the sleep line.)
+        let (seen, seen_cpu) = main_thread_samples_on(&p, "cpu_lines.py", m["spin-sleep"]);
+        let spin_after_one_product = 0.15;
         assert!(
-            sleep_cpu <= 0.05 * total(sleep) && sleep.measures.cpu_system_s >= 0.75,
-            "{v}: the sleep line is waiting only: {:?}",
+            sleep_cpu <= 0.05 * total(sleep) + seen_cpu + seen as f64 * spin_after_one_product
+                && sleep.measures.cpu_system_s >= 0.75,
+            "{v}: the sleep line is waiting only ({seen} samples of the main thread there, \
+             {seen_cpu:.3} s): {:?}",
             sleep.measures
         );
         let product = line(&p, "cpu_lines.py", m["spin-product"])
             .measures
             .cpu_native_s;
+        // What such a sample took to the sleep line is the product's.
+        let moved = if seen > 0 { sleep_cpu } else { 0.0 };
         let native_everywhere: f64 = p.lines.iter().map(|l| l.measures.cpu_native_s).sum();
         assert!(
-            product >= 0.8 * native_everywhere,
+            product + moved >= 0.8 * native_everywhere,
             "{v}: the product line has {product:.2} s of {native_everywhere:.2} s native time"
         );
     }
