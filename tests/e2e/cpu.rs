@@ -105,7 +105,7 @@ fn python_native_and_waiting_lines_are_told_apart() {
         // Less what the sample straddling its end carries on to the next line.
         let lost = fixture::straddle(&p, 1.0).max(0.1);
         assert!(
-            loop_s > 0.6 - lost && total(pure) > 0.2,
+            loop_s > 0.6 - lost && total(pure) > 0.2 - fixture::straddle(&p, 1.0),
             "{v}: the 0.6 s loop was sampled ({loop_s:.3} s in pure_python): {:?}",
             pure.measures
         );
@@ -136,8 +136,13 @@ fn python_native_and_waiting_lines_are_told_apart() {
         );
 
         let sleep = line(&p, "cpu_lines.py", m["sleep"]);
+        // A thread runs next to no CPU on a sleep's line, so at most one of its samples lands
+        // there: a timer firing late (beside other load) as it reaches the sleep, carrying the
+        // BLAS line's CPU before it (as in the pool-spin test below).
+        let (seen, carried) = main_thread_samples_on(&p, "cpu_lines.py", m["sleep"]);
+        assert!(seen <= 1, "{v}: {seen} samples on the sleep line");
         assert!(
-            sleep.measures.cpu_system_s >= 0.90 * total(sleep),
+            sleep.measures.cpu_system_s >= 0.90 * (total(sleep) - carried),
             "{v}: sleep line {:?}",
             sleep.measures
         );
@@ -147,8 +152,8 @@ fn python_native_and_waiting_lines_are_told_apart() {
             sleep.measures
         );
         assert!(
-            sleep.measures.cpu_python_s + sleep.measures.cpu_native_s < 0.02,
-            "{v}: ~0 CPU while asleep"
+            sleep.measures.cpu_python_s + sleep.measures.cpu_native_s - carried < 0.02,
+            "{v}: ~0 CPU while asleep (a late sample carried {carried:.3} s there)"
         );
     }
 }
@@ -166,12 +171,16 @@ fn a_two_thirds_python_one_third_native_function_is_split_right() {
         );
         let py_line = total(line(&p, "cpu_lines.py", m["mixed-python"]));
         let nat_line = total(line(&p, "cpu_lines.py", m["mixed-native"]));
-        // Shares of the two lines' sum; the calibration run adds the same proportions.
+        // Shares of the two lines' sum; the calibration run adds the same proportions. The
+        // sample straddling the boundary between them moves up to one sample's CPU across it
+        // (the run's largest, where timers fire late beside other load).
         let measured = py_line / (py_line + nat_line);
         let truth_share = py_s / (py_s + nat_s);
+        let moved = fixture::straddle(&p, 1.0) / (py_line + nat_line);
         assert!(
-            (measured - truth_share).abs() <= 0.10,
-            "{}: Python line share {measured:.2}, truth {truth_share:.2}",
+            (measured - truth_share).abs() <= 0.10 + moved,
+            "{}: Python line share {measured:.2}, truth {truth_share:.2} (a straddling sample \
+             moves {moved:.2})",
             py.minor
         );
     }
@@ -209,8 +218,9 @@ fn two_threads_are_attributed_and_sampled_cpu_matches_the_kernel() {
         // Python / native checks are on each line's CPU time. The marked line is most of its
         // function (70-88% on 3.9-3.13; the `for` line beside it takes the rest), less the
         // sampling error of a line's share: at most half a gap times the root of the samples
-        // (binomial), three times that. Under load samples come fewer: once 43% with the bar
-        // at a fixed 50%.
+        // (binomial), three times that, and the run's largest sample, which a timer firing
+        // late beside other load can make far larger than a gap, landing on the `for` line.
+        // Under load samples come fewer: once 43% with the bar at a fixed 50%.
         let pure_cpu = cpu_time(pure);
         assert!(
             pure.measures.cpu_python_s >= 0.9 * pure_cpu,
@@ -219,7 +229,7 @@ fn two_threads_are_attributed_and_sampled_cpu_matches_the_kernel() {
         );
         let function = in_function(&p, "pure_python");
         assert!(
-            pure_cpu >= 0.6 * function - 1.5 * (function * gap).sqrt(),
+            pure_cpu >= 0.6 * function - 1.5 * (function * gap).sqrt() - fixture::straddle(&p, 0.0),
             "{v}: main thread sampled {:?} of {function:.3} s (gap {gap:.3} s)",
             pure.measures
         );
@@ -455,9 +465,12 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
         // CPU time, which the kernel accounts whatever the load.
         let on_cpu: f64 = p.lines.iter().map(cpu_time).sum();
         let compute = cpu_time(line(&p, "idle_helpers.py", m["compute"]));
+        // Less what the sample straddling its end carries on (`fixture::straddle`).
+        let lost = fixture::straddle(&p, 1.0);
         assert!(
-            compute >= 0.8 * on_cpu,
-            "{v}: the compute line has {compute:.2} s of {on_cpu:.2} s of CPU on lines"
+            compute >= 0.8 * on_cpu - lost,
+            "{v}: the compute line has {compute:.2} s of {on_cpu:.2} s of CPU on lines \
+             (straddling sample {lost:.2} s)"
         );
         let get = p
             .lines
@@ -509,9 +522,11 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
             .filter(|l| l.file.ends_with("idle_workers.py") && l.function == "compute")
             .map(cpu_time)
             .sum();
+        let lost = fixture::straddle(&p, 1.0);
         assert!(
-            compute >= 0.8 * on_cpu,
-            "{v}: the compute function has {compute:.2} s of {on_cpu:.2} s of CPU on lines"
+            compute >= 0.8 * on_cpu - lost,
+            "{v}: the compute function has {compute:.2} s of {on_cpu:.2} s of CPU on lines \
+             (straddling sample {lost:.2} s)"
         );
         let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
         assert!(

@@ -42,7 +42,10 @@ fn element_wise_copies_are_seen_on_their_lines_and_a_ufunc_is_not_a_copy() {
         );
     }
     let ufunc = &line(&p, SCRIPT, m["ufunc"]).measures;
-    assert!(ufunc.cpu_native_s >= 0.1, "@ufunc ran: {ufunc:?}");
+    assert!(
+        ufunc.cpu_native_s >= 0.1f64.min(0.4 - lost),
+        "@ufunc ran: {ufunc:?}"
+    );
     assert_eq!(
         ufunc.copy_loop_s, 0.0,
         "a ufunc copies nothing: {:?}",
