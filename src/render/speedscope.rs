@@ -83,18 +83,23 @@ mod tests {
     use super::*;
     use crate::model::{StackFrame, StackStats, SCHEMA};
 
+    /// A profile whose one frame is `<module>` at `/a/train.py:3`, without stacks.
+    fn one_frame() -> Profile {
+        Profile {
+            schema: SCHEMA.into(),
+            stack_frames: vec![StackFrame {
+                file: "/a/train.py".into(),
+                function: "<module>".into(),
+                line: 3,
+            }],
+            ..Profile::default()
+        }
+    }
+
     /// speedscope opens on the measure asked for, present even when nothing was measured in it.
     #[test]
     fn the_active_profile_is_the_measure() {
-        let mut p = Profile {
-            schema: SCHEMA.into(),
-            ..Profile::default()
-        };
-        p.stack_frames = vec![StackFrame {
-            file: "/a/train.py".into(),
-            function: "<module>".into(),
-            line: 3,
-        }];
+        let mut p = one_frame();
         p.stacks = vec![StackStats {
             frames: vec![0],
             cpu_python_s: 0.5,
@@ -118,15 +123,7 @@ mod tests {
     /// every measure; without such a stack there is no such frame.
     #[test]
     fn a_stack_without_frames_is_the_no_frame_frame() {
-        let mut p = Profile {
-            schema: SCHEMA.into(),
-            ..Profile::default()
-        };
-        p.stack_frames = vec![StackFrame {
-            file: "/a/train.py".into(),
-            function: "<module>".into(),
-            line: 3,
-        }];
+        let mut p = one_frame();
         p.stacks = vec![
             StackStats {
                 frames: vec![0],

@@ -34,7 +34,13 @@ fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
                 "{v}: local ranks"
             );
             assert_eq!(r.labels.get("world_size").map(String::as_str), Some("4"));
-            assert!(r.cpu_python_s >= 0.8, "{v}: rank {n}: {r:?}");
+            // Its 1 s at @work is Python, less the kernel time of the interval of the sample
+            // that straddles @held's page faults and @work (`fault_share`): up to that sample's
+            // CPU (beside other load, once 0.24 s of rank 0's counted as kernel time).
+            assert!(
+                r.cpu_python_s >= 0.8 - fixture::straddle(p, 1.0),
+                "{v}: rank {n}: {r:?}"
+            );
         }
         match p.stragglers.first() {
             Some(first) => {
