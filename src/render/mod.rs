@@ -11,11 +11,11 @@ mod layout;
 pub mod pprof;
 pub mod speedscope;
 pub mod sweep;
-
-/// What the stack exports (folded, pprof) name a stack with no frame: CPU a thread used
-/// outside Python (start-up, shutdown, a thread without Python).
-pub const NO_FRAME: &str = "<no Python frame>";
 pub mod text;
+
+/// What the stack exports (folded, pprof, speedscope) name a stack with no frame: CPU a thread
+/// used outside Python (start-up, shutdown, a thread without Python).
+pub const NO_FRAME: &str = "<no Python frame>";
 
 use crate::error::Result;
 

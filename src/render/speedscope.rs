@@ -55,9 +55,10 @@ fn profile(p: &Profile, m: Measure, no_frame: usize) -> Value {
     for s in &p.stacks {
         let v = m.value(s);
         if v > 0 {
-            samples.push(match s.frames.is_empty() {
-                true => vec![no_frame as u32],
-                false => s.frames.clone(),
+            samples.push(if s.frames.is_empty() {
+                vec![no_frame as u32]
+            } else {
+                s.frames.clone()
             });
             weights.push(if m.is_time() {
                 v as f64 / 1e6

@@ -47,20 +47,10 @@ fn cpu_time(l: &LineStats) -> f64 {
 /// The CPU samples of each process's main thread whose innermost frame of `script` is at
 /// `line`, by their own frames: how many, and the CPU they stand for.
 fn main_thread_samples_on(p: &Profile, script: &str, line: u32) -> (usize, f64) {
-    let at_line = |stack: u32| {
-        p.stacks.get(stack as usize).is_some_and(|st| {
-            st.frames
-                .iter()
-                .rev()
-                .map(|&f| &p.stack_frames[f as usize])
-                .find(|f| f.file.ends_with(script))
-                .is_some_and(|f| f.line == line)
-        })
-    };
     let on: Vec<f64> = p
         .samples
         .iter()
-        .filter(|s| s.tid == s.pid && s.cpu_s > 0.0 && at_line(s.stack))
+        .filter(|s| s.tid == s.pid && s.cpu_s > 0.0 && fixture::stack_at(p, s.stack, script, line))
         .map(|s| s.cpu_s)
         .collect();
     (on.len(), on.iter().sum())

@@ -189,6 +189,19 @@ pub fn straddle(p: &Profile, gaps: f64) -> f64 {
     largest.max(gaps * mean_gap(p))
 }
 
+/// Whether stack `stack` of `p` (an index into `stacks`, as a sample has) has its innermost
+/// frame of a file ending in `script` at `line`.
+pub fn stack_at(p: &Profile, stack: u32, script: &str, line: u32) -> bool {
+    p.stacks.get(stack as usize).is_some_and(|s| {
+        s.frames
+            .iter()
+            .rev()
+            .filter_map(|&f| p.stack_frames.get(f as usize))
+            .find(|f| f.file.ends_with(script))
+            .is_some_and(|f| f.line == line)
+    })
+}
+
 /// `mlprof run OPTIONS -o TMP -- args...` with `env` set, checking the profile.
 pub fn profile_args(options: &[&str], args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     let (output, _, text) = run_mlprof(options, args, env, Duration::from_secs(600));

@@ -264,19 +264,9 @@ fn extra_unless_carried(p: &mlprof::model::Profile, extra: u32, found: u32) -> u
 }
 
 fn first_sample_on(p: &mlprof::model::Profile, pids: &[u32], file: &str, line: u32) -> f64 {
-    let on_line = |stack: u32| {
-        p.stacks.get(stack as usize).is_some_and(|s| {
-            s.frames
-                .iter()
-                .rev()
-                .filter_map(|&f| p.stack_frames.get(f as usize))
-                .find(|f| f.file.ends_with(file))
-                .is_some_and(|f| f.line == line)
-        })
-    };
     p.samples
         .iter()
-        .filter(|s| pids.contains(&s.pid) && on_line(s.stack))
+        .filter(|s| pids.contains(&s.pid) && fixture::stack_at(p, s.stack, file, line))
         .min_by(|a, b| a.t_s.total_cmp(&b.t_s))
         .map_or(0.0, |s| s.cpu_s)
 }
