@@ -32,6 +32,11 @@ extern "C" fn on_load() {
         // Every frame read would fail: say why rather than show lines without Python.
         status = mlprof_wire::python_status::READ_REFUSED;
     }
+    if status == mlprof_wire::python_status::CHECK_PENDING && !crate::python::read::allowed() {
+        // A layout nothing vouches for is never read with plain loads.
+        runtime::refuse_reads();
+        status = mlprof_wire::python_status::READ_REFUSED;
+    }
     header.python_status.store(status, Ordering::Relaxed);
     publish_addresses(header);
     memory::pymem::resolve();
@@ -185,9 +190,15 @@ fn fill_identity(h: &mut Header, forked: bool) {
     h.cmdline_truncated = truncated as u32;
     if let Some(text) = python_version_text() {
         let version = text.split(|&b| b == b' ').next().unwrap_or(&[]);
+        // A free-threaded build is `3.13.5t`, as its executable is named.
+        let build: &[u8] = if runtime::free_threaded(text) {
+            b"t"
+        } else {
+            b""
+        };
         // Cut to leave the last byte 0.
         let room = h.python_version.iter_mut().take(PYVERSION_BYTES - 1);
-        for (to, &from) in room.zip(version) {
+        for (to, &from) in room.zip(version.iter().chain(build)) {
             *to = from;
         }
     }

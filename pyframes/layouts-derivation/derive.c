@@ -1,23 +1,25 @@
 /*
- * derive.c - print the CPython struct offsets that mlprof's in-process frame
- * walker needs (pyframes/src/layouts.rs), computed with offsetof()
- * against one installed CPython's headers.
+ * derive.c - print the CPython struct offsets that mlprof's frame walker needs
+ * (pyframes/src/layouts.rs), computed with offsetof() against one CPython's
+ * headers.
  *
- * Build once per Python (derive.sh does this):
- *   gcc -I<include/python3.X> -o derive derive.c
- * It is never linked against libpython and never run inside Python: it only
- * needs the headers.  Py_BUILD_CORE is defined so the internal headers
- * (internal/pycore_frame.h, internal/pycore_runtime.h, internal/pycore_interp.h)
- * can be included.
+ * Build once per interpreter (derive.sh does this):
+ *   gcc -I<include/python3.X> -I<include> -o derive derive.c
+ * (add -DPy_GIL_DISABLED=1 for the free-threaded layout from headers that are
+ * shared by both builds, as Debian's are). It is never linked against
+ * libpython and never run inside Python: it only needs the headers.
+ * Py_BUILD_CORE is defined so the internal headers can be included.
  *
  * Output: one `name=value` line per field; `none` where the field does not
- * exist in that version.  The names are the field names of `Layout` in
- * layouts.rs.  On 3.13+ it also prints `dbg_<name>=<offset>` lines: the byte
+ * exist in that version. The names are the field names of `Layout` in
+ * layouts.rs. On 3.13+ it also prints `dbg_<name>=<offset>` lines: the byte
  * offset of the matching member INSIDE `_Py_DebugOffsets` (which sits at the
- * start of `_PyRuntime`), so the Rust side can read the interpreter's own
- * copy of each offset at run time and compare.
+ * start of `_PyRuntime`), from which the walker takes the value at run time;
+ * `dbgsize_<struct>` lines are the positions of the struct sizes it publishes
+ * (bounds for the offsets it reads there), and `mi_*` lines the mimalloc
+ * metadata a free-threaded build's allocations are measured by.
  *
- * Supported: CPython 3.9 - 3.13, x86_64, default (GIL) non-debug builds.
+ * Supported: CPython 3.9 - 3.15 (3.13+ also free-threaded), x86_64, non-debug.
  */
 #define Py_BUILD_CORE 1
 #include <Python.h>
@@ -26,11 +28,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#if PY_MAJOR_VERSION != 3 || PY_MINOR_VERSION < 9 || PY_MINOR_VERSION > 13
-#error "derive.c knows CPython 3.9 - 3.13 only; extend it for a new version"
+#if PY_MAJOR_VERSION != 3 || PY_MINOR_VERSION < 9 || PY_MINOR_VERSION > 15
+#error "derive.c knows CPython 3.9 - 3.15 only; extend it for a new version (docs/design/python-layouts.md)"
 #endif
-#if defined(Py_GIL_DISABLED)
-#error "free-threaded (Py_GIL_DISABLED) builds are not supported"
+#if defined(Py_GIL_DISABLED) && PY_MINOR_VERSION < 13
+#error "free-threaded builds exist from 3.13 on"
 #endif
 #if defined(Py_DEBUG) || defined(Py_TRACE_REFS)
 #error "debug (Py_DEBUG / Py_TRACE_REFS) builds are not supported"
@@ -41,13 +43,22 @@
 
 #if PY_MINOR_VERSION <= 10
 #include <frameobject.h> /* struct _frame (PyFrameObject) */
-#else
+#elif PY_MINOR_VERSION <= 13
 #include "internal/pycore_frame.h" /* _PyInterpreterFrame, enum _frameowner */
+#else
+#include "internal/pycore_interpframe_structs.h" /* _PyInterpreterFrame, owners */
+#include "internal/pycore_stackref.h"            /* Py_TAG_BITS */
 #endif
 /* _PyRuntimeState (interpreters.head; 3.13+: _Py_DebugOffsets) and
  * PyInterpreterState (tstate_head / threads.head), all versions. */
 #include "internal/pycore_runtime.h"
 #include "internal/pycore_interp.h"
+#if PY_MINOR_VERSION >= 14
+#include "internal/pycore_debug_offsets.h"
+#endif
+#if defined(Py_GIL_DISABLED)
+#include "internal/pycore_mimalloc.h"
+#endif
 
 #define P(name, value) printf("%s=%zu\n", (name), (size_t)(value))
 #define NONE(name) printf("%s=none\n", (name))
@@ -65,6 +76,11 @@ static unsigned int state_word(const PyASCIIObject *o)
 int main(void)
 {
     printf("version=%d.%d\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
+#if defined(Py_GIL_DISABLED)
+    P("free_threaded", 1);
+#else
+    P("free_threaded", 0);
+#endif
 
     /* ---- how the walker finds and reads frames ---- */
 #if PY_MINOR_VERSION <= 10
@@ -76,6 +92,11 @@ int main(void)
 #else
     printf("frame_kind=Direct\n");
     printf("instr_kind=InstrPtr\n");
+#endif
+#if PY_MINOR_VERSION <= 10
+    printf("line_table=Lnotab%s\n", PY_MINOR_VERSION == 9 ? "39" : "310");
+#else
+    printf("line_table=Locations311\n");
 #endif
 
     /* ---- PyThreadState ---- */
@@ -91,6 +112,12 @@ int main(void)
     P("tstate_frame", offsetof(PyThreadState, current_frame));
     P("cframe_current_frame", 0);
     P("tstate_native_thread_id", offsetof(PyThreadState, native_thread_id));
+#endif
+#if PY_MINOR_VERSION >= 15
+    /* 3.15: every frame chain ends in this sentinel frame inside the thread state */
+    P("tstate_base_frame", offsetof(PyThreadState, base_frame));
+#else
+    NONE("tstate_base_frame");
 #endif
 
     /* ---- thread enumeration: _PyRuntime -> interpreters -> thread states ---- */
@@ -115,7 +142,7 @@ int main(void)
     _Static_assert(sizeof(((PyFrameObject *)0)->f_lasti) == 4, "f_lasti is an int");
     NONE("frame_owner");
     NONE("frame_is_entry");
-    NONE("owner_cstack");
+    NONE("owner_shim");
     NONE("owner_generator");
 #else
     P("frame_back", offsetof(_PyInterpreterFrame, previous));
@@ -131,13 +158,35 @@ int main(void)
 #if PY_MINOR_VERSION == 11
     P("frame_is_entry", offsetof(_PyInterpreterFrame, is_entry));
     _Static_assert(sizeof(((_PyInterpreterFrame *)0)->is_entry) == 1, "is_entry is a bool");
-    NONE("owner_cstack");
+    NONE("owner_shim");
+#elif PY_MINOR_VERSION <= 13
+    NONE("frame_is_entry");
+    /* the entry frame a call from C pushes; the largest owner value */
+    P("owner_shim", FRAME_OWNED_BY_CSTACK);
 #else
     NONE("frame_is_entry");
-    P("owner_cstack", FRAME_OWNED_BY_CSTACK);
+    /* 3.14 inserts FRAME_OWNED_BY_INTERPRETER (3) before CSTACK (4, unused), 3.15 drops
+     * CSTACK: owners from this value on are not Python frames (the entry frame a call
+     * from C pushes, and 3.15's base frame) */
+    P("owner_shim", FRAME_OWNED_BY_INTERPRETER);
 #endif
-    /* same value 3.11-3.13: module const OWNER_GENERATOR in layouts.rs */
+    /* same value 3.11-3.15: module const OWNER_GENERATOR in layouts.rs */
     P("owner_generator", FRAME_OWNED_BY_GENERATOR);
+#endif
+#if PY_MINOR_VERSION >= 14 && defined(Py_GIL_DISABLED)
+    P("frame_tlbc_index", offsetof(_PyInterpreterFrame, tlbc_index));
+    _Static_assert(sizeof(((_PyInterpreterFrame *)0)->tlbc_index) == 4, "tlbc_index is an int32");
+#else
+    NONE("frame_tlbc_index");
+#endif
+
+    /* ---- objects ---- */
+    P("object_type", offsetof(PyObject, ob_type));
+#if PY_MINOR_VERSION >= 14
+    /* f_executable is a _PyStackRef: the object with these low bits cleared */
+    P("executable_tag_mask", Py_TAG_BITS);
+#else
+    P("executable_tag_mask", 0);
 #endif
 
     /* ---- PyCodeObject ---- */
@@ -167,11 +216,20 @@ int main(void)
     P("code_firsttraceable", offsetof(PyCodeObject, _co_firsttraceable));
     _Static_assert(sizeof(((PyCodeObject *)0)->_co_firsttraceable) == 4, "int");
 #endif
+#if PY_MINOR_VERSION >= 14 && defined(Py_GIL_DISABLED)
+    /* thread-local bytecode: entries[tlbc_index] is the copy the frame runs */
+    P("code_tlbc", offsetof(PyCodeObject, co_tlbc));
+    P("code_array_entries", offsetof(_PyCodeArray, entries));
+#else
+    NONE("code_tlbc");
+    NONE("code_array_entries");
+#endif
 
     /* ---- bytes / str ---- */
     P("bytes_size", offsetof(PyBytesObject, ob_base.ob_size));
     P("bytes_data", offsetof(PyBytesObject, ob_sval));
     P("ascii_object_size", sizeof(PyASCIIObject));
+    P("compact_object_size", sizeof(PyCompactUnicodeObject));
     P("unicode_length", offsetof(PyASCIIObject, length));
     P("unicode_state", offsetof(PyASCIIObject, state));
     {
@@ -188,32 +246,77 @@ int main(void)
         P("unicode_state_kind_bits", __builtin_popcount(state_word(&o)));
     }
 
+#if defined(Py_GIL_DISABLED)
+    /* ---- mimalloc (free-threaded builds): a block's size from its page ---- */
+    P("mi_segment_shift", MI_SEGMENT_SHIFT);
+    P("mi_slice_shift", MI_SEGMENT_SLICE_SHIFT);
+    P("mi_segment_slices", offsetof(mi_segment_t, slices));
+    P("mi_slices_per_segment", MI_SLICES_PER_SEGMENT + 1);
+    P("mi_slice_size", sizeof(mi_slice_t));
+    P("mi_page_slice_offset", offsetof(mi_page_t, slice_offset));
+    _Static_assert(sizeof(((mi_page_t *)0)->slice_offset) == 4, "slice_offset is a uint32");
+#if PY_MINOR_VERSION == 13
+    P("mi_page_block_size", offsetof(mi_page_t, xblock_size));
+    _Static_assert(sizeof(((mi_page_t *)0)->xblock_size) == 4, "xblock_size is a uint32");
+    P("mi_block_size_bytes", 4);
+#else
+    P("mi_page_block_size", offsetof(mi_page_t, block_size));
+    P("mi_block_size_bytes", sizeof(((mi_page_t *)0)->block_size));
+#endif
+#else
+    NONE("mi_segment_shift");
+#endif
+
 #if PY_MINOR_VERSION >= 13
     /* ---- offsets of members INSIDE _Py_DebugOffsets (3.13+) ---- */
-    P("dbg_cookie", offsetof(_Py_DebugOffsets, cookie));
-    P("dbg_version", offsetof(_Py_DebugOffsets, version));
-    P("dbg_free_threaded", offsetof(_Py_DebugOffsets, free_threaded));
-    P("dbg_tstate_frame", offsetof(_Py_DebugOffsets, thread_state.current_frame));
-    P("dbg_tstate_native_thread_id", offsetof(_Py_DebugOffsets, thread_state.native_thread_id));
-    P("dbg_tstate_next", offsetof(_Py_DebugOffsets, thread_state.next));
-    P("dbg_tstate_thread_id", offsetof(_Py_DebugOffsets, thread_state.thread_id));
-    P("dbg_runtime_interpreters_head", offsetof(_Py_DebugOffsets, runtime_state.interpreters_head));
-    P("dbg_interp_threads_head", offsetof(_Py_DebugOffsets, interpreter_state.threads_head));
-    P("dbg_frame_back", offsetof(_Py_DebugOffsets, interpreter_frame.previous));
-    P("dbg_frame_code", offsetof(_Py_DebugOffsets, interpreter_frame.executable));
-    P("dbg_frame_instr", offsetof(_Py_DebugOffsets, interpreter_frame.instr_ptr));
-    P("dbg_frame_owner", offsetof(_Py_DebugOffsets, interpreter_frame.owner));
-    P("dbg_code_filename", offsetof(_Py_DebugOffsets, code_object.filename));
-    P("dbg_code_name", offsetof(_Py_DebugOffsets, code_object.name));
-    P("dbg_code_qualname", offsetof(_Py_DebugOffsets, code_object.qualname));
-    P("dbg_code_linetable", offsetof(_Py_DebugOffsets, code_object.linetable));
-    P("dbg_code_firstlineno", offsetof(_Py_DebugOffsets, code_object.firstlineno));
-    P("dbg_code_adaptive", offsetof(_Py_DebugOffsets, code_object.co_code_adaptive));
-    P("dbg_bytes_size", offsetof(_Py_DebugOffsets, bytes_object.ob_size));
-    P("dbg_bytes_data", offsetof(_Py_DebugOffsets, bytes_object.ob_sval));
-    P("dbg_ascii_object_size", offsetof(_Py_DebugOffsets, unicode_object.asciiobject_size));
-    P("dbg_unicode_length", offsetof(_Py_DebugOffsets, unicode_object.length));
-    P("dbg_unicode_state", offsetof(_Py_DebugOffsets, unicode_object.state));
+#define D(name, member) P("dbg_" name, offsetof(_Py_DebugOffsets, member))
+    D("cookie", cookie);
+    D("version", version);
+    D("free_threaded", free_threaded);
+    D("tstate_frame", thread_state.current_frame);
+    D("tstate_native_thread_id", thread_state.native_thread_id);
+    D("tstate_next", thread_state.next);
+    D("tstate_thread_id", thread_state.thread_id);
+#if PY_MINOR_VERSION >= 15
+    D("tstate_base_frame", thread_state.base_frame);
+#endif
+    D("runtime_interpreters_head", runtime_state.interpreters_head);
+    D("interp_threads_head", interpreter_state.threads_head);
+    D("frame_back", interpreter_frame.previous);
+    D("frame_code", interpreter_frame.executable);
+    D("frame_instr", interpreter_frame.instr_ptr);
+    D("frame_owner", interpreter_frame.owner);
+#if PY_MINOR_VERSION >= 14
+    D("frame_tlbc_index", interpreter_frame.tlbc_index);
+    D("code_tlbc", code_object.co_tlbc);
+#endif
+    D("object_type", pyobject.ob_type);
+    D("code_filename", code_object.filename);
+    D("code_name", code_object.name);
+    D("code_qualname", code_object.qualname);
+    D("code_linetable", code_object.linetable);
+    D("code_firstlineno", code_object.firstlineno);
+    D("code_adaptive", code_object.co_code_adaptive);
+    D("bytes_size", bytes_object.ob_size);
+    D("bytes_data", bytes_object.ob_sval);
+    D("ascii_object_size", unicode_object.asciiobject_size);
+#if PY_MINOR_VERSION >= 15
+    D("compact_object_size", unicode_object.compactunicodeobject_size);
+#endif
+    D("unicode_length", unicode_object.length);
+    D("unicode_state", unicode_object.state);
+#undef D
+    /* the sizes it publishes: every offset read through it must lie inside its struct */
+#define S(name, member) P("dbgsize_" name, offsetof(_Py_DebugOffsets, member))
+    S("runtime", runtime_state.size);
+    S("interp", interpreter_state.size);
+    S("tstate", thread_state.size);
+    S("frame", interpreter_frame.size);
+    S("code", code_object.size);
+    S("object", pyobject.size);
+    S("bytes", bytes_object.size);
+    S("unicode", unicode_object.size);
+#undef S
     P("dbg_sizeof", sizeof(_Py_DebugOffsets));
 #endif
     return 0;

@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# derive.sh - print mlprof's per-version CPython layout table.
+# derive.sh - print mlprof's per-version CPython layout table (expected.txt).
 #
-# For every CPython 3.9-3.13 found, compile derive.c against that Python's
-# headers (gcc, Py_BUILD_CORE) and print its `name=value` lines under a
-# `[3.X]` header.  On 3.13+ the values are also compared with what the running
-# interpreter publishes in _Py_DebugOffsets (debug_offsets.py); a mismatch is
-# an error.
+# For every CPython found, compile derive.c against that interpreter's headers (gcc,
+# Py_BUILD_CORE) and print its `name=value` lines under a `[3.X]` header (`[3.Xt]` for a
+# free-threaded build). On 3.13+ the values are also compared with what the running
+# interpreter publishes in _Py_DebugOffsets (debug_offsets.py); a mismatch is an error.
+# For a GIL build of 3.14 or later whose headers serve both builds (Debian's do), the
+# free-threaded layout of the same version is derived too, with -DPy_GIL_DISABLED=1: there is
+# no such interpreter to run, so those sections are checked against the headers only.
 #
 # Pythons: $PYTHONS (space-separated python executables) if set, else
-# ${PYENV_ROOT:-/root/.pyenv}/versions/3.{9..13}.N/bin/python3.X (names with a
-# suffix such as 3.13.0t or 3.12.1-debug are skipped: unsupported builds).
+# ${PYENV_ROOT:-~/.pyenv}/versions/3.{9..13}.N/bin/python3.X (names with a suffix such as
+# 3.13.0t or 3.12.1-debug are skipped), then the interpreters under target/ that
+# scripts/pythons.sh prepares (target/cpython-3.14, -3.15, -3.13t), when they are there.
 #
 # Usage:
 #   derive.sh            print the table (this is how expected.txt was made:
 #                        derive.sh > expected.txt)
-#   derive.sh --check    compare each derived [3.X] section with the same
-#                        section of expected.txt; exit 1 on any difference or
-#                        on a version expected.txt does not have.
+#   derive.sh --check    compare each derived section with the same section of expected.txt;
+#                        exit 1 on any difference or on a version expected.txt does not have.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../.." && pwd)
 expected="$here/expected.txt"
 check=0
 case "${1:-}" in
@@ -35,7 +38,7 @@ pythons=()
 if [[ -n "${PYTHONS:-}" ]]; then
   read -r -a pythons <<<"$PYTHONS"
 else
-  root="${PYENV_ROOT:-/root/.pyenv}/versions"
+  root="${PYENV_ROOT:-$HOME/.pyenv}/versions"
   for minor in 9 10 11 12 13; do
     for d in "$root"/3."$minor".*; do
       [[ -d "$d" ]] || continue
@@ -48,15 +51,20 @@ else
       fi
     done
   done
+  for exe in "$top"/target/cpython-3.13t/bin/python3.13t "$top"/target/cpython-3.14/usr/bin/python3.14 \
+      "$top"/target/cpython-3.15/usr/bin/python3.15; do
+    [[ -x "$exe" ]] && pythons+=("$exe")
+  done
 fi
 if [[ ${#pythons[@]} -eq 0 ]]; then
-  echo "derive.sh: no Python 3.9-3.13 found (set PYTHONS)" >&2
+  echo "derive.sh: no CPython found (set PYTHONS)" >&2
   exit 2
 fi
 
-# derive_one PYTHON OUTFILE: write "[3.X]" + derive.c output to OUTFILE.
+# derive_one PYTHON OUTFILE [ft]: write "[3.X]" + derive.c output to OUTFILE; with `ft`, the
+# free-threaded layout of the same headers (no interpreter to check it against).
 derive_one() {
-  local py=$1 out=$2 info inc mm gil dbg
+  local py=$1 out=$2 headers_ft=${3:-} info inc mm gil dbg full name flags=()
   info=$("$py" -c 'import sys, sysconfig
 print("%d.%d" % sys.version_info[:2])
 print(sysconfig.get_paths()["include"])
@@ -67,59 +75,79 @@ print(sys.version.split()[0])') || {
     return 1
   }
   { read -r mm; read -r inc; read -r gil; read -r dbg; read -r full; } <<<"$info"
-  if [[ "$gil" != 0 || "$dbg" != 0 ]]; then
-    echo "derive.sh: $py ($full) is a free-threaded or debug build: refused" >&2
+  if [[ "$dbg" != 0 ]]; then
+    echo "derive.sh: $py ($full) is a debug build: refused" >&2
     return 1
   fi
-  echo "derive.sh: $full  $py  headers=$inc" >&2
+  name=$mm
+  [[ "$gil" != 0 ]] && name="${mm}t"
+  if [[ -n "$headers_ft" ]]; then
+    name="${mm}t"
+    flags=(-DPy_GIL_DISABLED=1)
+  fi
+  if [[ ! -f "$inc/Python.h" ]]; then
+    echo "derive.sh: $full: no headers at $inc (Debian: libpython$mm-dev)" >&2
+    return 1
+  fi
+  echo "derive.sh: $name ($full)  $py  headers=$inc ${flags[*]}" >&2
+  # -I$inc/..: Debian's multiarch pyconfig.h (<x86_64-linux-gnu/python3.X/pyconfig.h>)
   gcc -O0 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
-    -I"$inc" -o "$tmp/derive-$mm" "$here/derive.c" || {
+    "${flags[@]}" -I"$inc" -I"$inc/.." -o "$tmp/derive-$name" "$here/derive.c" || {
     echo "derive.sh: compiling derive.c against $inc failed" >&2
     return 1
   }
-  { echo "[$mm]" && "$tmp/derive-$mm"; } >"$out" || return 1
+  { echo "[$name]" && "$tmp/derive-$name"; } >"$out" || return 1
   if ! grep -qx "version=$mm" "$out"; then
     echo "derive.sh: $py reports $mm but its headers say $(grep '^version=' "$out")" >&2
     return 1
   fi
+  [[ -n "$headers_ft" ]] && return 0
   # 3.13+: cross-check against the interpreter's own _Py_DebugOffsets.
   if [[ "${mm#3.}" -ge 13 ]]; then
-    "$py" "$here/debug_offsets.py" >"$tmp/dbg-raw-$mm" || {
+    "$py" "$here/debug_offsets.py" "$out" >"$tmp/dbg-raw-$name" || {
       echo "derive.sh: debug_offsets.py failed under $py" >&2
       return 1
     }
-    grep -v '^#' "$tmp/dbg-raw-$mm" >"$tmp/dbg-$mm"
-    local n=0 name val want
-    while IFS='=' read -r name val; do
-      want=$(grep -m1 "^$name=" "$out" | cut -d= -f2)
+    grep -v '^#' "$tmp/dbg-raw-$name" >"$tmp/dbg-$name"
+    local n=0 field val want
+    while IFS='=' read -r field val; do
+      want=$(grep -m1 "^$field=" "$out" | cut -d= -f2)
       if [[ "$want" != "$val" ]]; then
-        echo "derive.sh: $full: $name: headers say '$want', _Py_DebugOffsets says '$val'" >&2
+        echo "derive.sh: $full: $field: headers say '$want', _Py_DebugOffsets says '$val'" >&2
         return 1
       fi
       n=$((n + 1))
-    done <"$tmp/dbg-$mm"
-    echo "derive.sh: $full: $n values agree with _Py_DebugOffsets" >&2
+    done <"$tmp/dbg-$name"
+    echo "derive.sh: $name ($full): $n values agree with _Py_DebugOffsets" >&2
   fi
 }
 
-# section FILE MM: print the body of section [MM] of FILE.
+# section FILE NAME: print the body of section [NAME] of FILE.
 section() {
   awk -v want="[$2]" '
     /^\[/ { on = ($0 == want); next }
     on && NF { print }' "$1"
 }
 
+jobs=()
+for py in "${pythons[@]}"; do
+  jobs+=("$py:")
+  minor=$("$py" -c 'import sys, sysconfig; print(sys.version_info[1] if not sysconfig.get_config_var("Py_GIL_DISABLED") else 0)' 2>/dev/null || echo 0)
+  [[ "$minor" -ge 14 ]] && jobs+=("$py:ft")
+done
+
 status=0
 i=0
 if [[ $check -eq 0 ]]; then
-  echo "# CPython struct offsets for mlprof (x86_64, GIL, non-debug builds)."
+  echo "# CPython struct offsets for mlprof (x86_64, non-debug builds; 3.Xt: free-threaded)."
   echo "# Generated by pyframes/layouts-derivation/derive.sh; regenerate, do not edit."
   echo "# Must match pyframes/src/layouts.rs (its tests read this file)."
   echo
 fi
-for py in "${pythons[@]}"; do
+for job in "${jobs[@]}"; do
   i=$((i + 1))
-  if ! derive_one "$py" "$tmp/out-$i"; then
+  py=${job%:*}
+  if ! derive_one "$py" "$tmp/out-$i" "${job##*:}"; then
     status=1
     continue
   fi
@@ -128,15 +156,15 @@ for py in "${pythons[@]}"; do
     echo
     continue
   fi
-  mm=$(head -1 "$tmp/out-$i" | tr -d '[]')
-  if ! grep -qx "\[$mm\]" "$expected"; then
-    echo "derive.sh --check: $mm is not in expected.txt (new version? see docs/design/python-layouts.md)" >&2
+  name=$(head -1 "$tmp/out-$i" | tr -d '[]')
+  if ! grep -qx "\[$name\]" "$expected"; then
+    echo "derive.sh --check: $name is not in expected.txt (new version? see docs/design/python-layouts.md)" >&2
     status=1
     continue
   fi
-  if diff -u --label "expected.txt [$mm]" --label "derived [$mm] ($py)" \
-      <(section "$expected" "$mm") <(section "$tmp/out-$i" "$mm") >&2; then
-    echo "derive.sh --check: $mm OK" >&2
+  if diff -u --label "expected.txt [$name]" --label "derived [$name] ($py)" \
+      <(section "$expected" "$name") <(section "$tmp/out-$i" "$name") >&2; then
+    echo "derive.sh --check: $name OK" >&2
   else
     status=1
   fi

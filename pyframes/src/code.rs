@@ -2,10 +2,7 @@
 //! they are encoded. Locations only; the caller copies the bytes (in a signal handler into
 //! wire records, in the collector into strings).
 
-use crate::layouts::{
-    Layout, UNICODE_STATE_ASCII_BIT, UNICODE_STATE_COMPACT_BIT, UNICODE_STATE_KIND_MASK,
-    UNICODE_STATE_KIND_SHIFT,
-};
+use crate::layouts::{Layout, UNICODE_STATE_KIND_MASK};
 use crate::Memory;
 
 /// Raw data of a `str` or `bytes` object in the target: address, byte length, and bytes per
@@ -91,23 +88,21 @@ pub fn describe(mem: &impl Memory, l: &Layout, code: usize, max_bytes: usize) ->
 fn string(mem: &impl Memory, l: &Layout, s: usize, max_bytes: usize) -> Option<Blob> {
     let state = mem.int(s + l.unicode_state)? as u32;
     let length = mem.word(s + l.unicode_length)?;
-    let kind = ((state >> UNICODE_STATE_KIND_SHIFT) & UNICODE_STATE_KIND_MASK) as u8;
-    if state >> UNICODE_STATE_COMPACT_BIT & 1 == 0 || !matches!(kind, 1 | 2 | 4) {
+    let kind = ((state >> l.unicode_kind_shift) & UNICODE_STATE_KIND_MASK) as u8;
+    if state >> l.unicode_compact_bit & 1 == 0 || !matches!(kind, 1 | 2 | 4) {
         return None;
     }
-    let ascii = state >> UNICODE_STATE_ASCII_BIT & 1 == 1;
+    let ascii = state >> l.unicode_ascii_bit & 1 == 1;
     // PyCompactUnicodeObject adds utf8_length and utf8 (and wstr_length before 3.12).
-    let extra = if ascii {
-        0
-    } else if l.minor >= 12 {
-        16
+    let header = if ascii {
+        l.ascii_object_size
     } else {
-        24
+        l.compact_object_size
     };
     let cap = max_bytes / kind as usize * kind as usize;
     let len = length.checked_mul(kind as usize)?.min(cap);
     Some(Blob {
-        addr: s + l.ascii_object_size + extra,
+        addr: s + header,
         len,
         kind,
     })

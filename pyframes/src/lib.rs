@@ -1,11 +1,13 @@
 //! Reading CPython's frames, the same way from two places: the preload library reads its own
 //! threads with direct loads inside a signal handler; the collector reads waiting threads of
-//! another process with `process_vm_readv`. Both supply a [`Memory`]; the layouts (3.9-3.13),
-//! the walk and the code-object readers are shared.
+//! another process with `process_vm_readv`. Both supply a [`Memory`]; the layouts (every
+//! CPython build mlprof reads: [`layouts::ALL`]), the walk, the self-check of a layout read from
+//! the interpreter and the code-object readers are shared.
 //!
 //! `no_std`, no allocation, no locks: this code runs inside signal handlers.
 #![no_std]
 
+pub mod check;
 pub mod code;
 #[allow(dead_code)] // the full table and its helpers are also read by tests and tools
 pub mod layouts;
@@ -56,9 +58,9 @@ pub fn plausible(addr: usize, size: usize, align: usize) -> bool {
 
 /// The interpreter being read: its layout and the address of its `PyCode_Type`.
 #[derive(Clone, Copy, Debug)]
-pub struct Interpreter {
-    /// Offsets for this version.
-    pub layout: &'static layouts::Layout,
+pub struct Interpreter<'a> {
+    /// Offsets for this build.
+    pub layout: &'a layouts::Layout,
     /// Address of `PyCode_Type` in the target.
     pub code_type: usize,
 }

@@ -1,7 +1,9 @@
 //! The frame walker: from a thread state to (code object, instruction offset) pairs, innermost
-//! first, for CPython 3.9-3.13. Pointer-only (no strings, no line tables): about ten reads per
+//! first, for every [`Layout`]. Pointer-only (no strings, no line tables): about ten reads per
 //! frame. Every code object is type-checked against `PyCode_Type`, cycles and depth are
-//! capped, and shim / incomplete frames are skipped as CPython itself skips them.
+//! capped, shim / incomplete frames are skipped as CPython itself skips them, and on 3.15+ a
+//! chain that does not end in the thread's base frame is a failed walk (as CPython's own
+//! reader treats it).
 //! Runs inside signal handlers: no allocation, no locks.
 
 use crate::layouts::{FrameKind, InstrKind, Layout, CODE_UNIT_SIZE, OWNER_GENERATOR};
@@ -25,6 +27,8 @@ pub struct Walk {
     pub truncated: bool,
     /// A pointer failed validation; the frames before it are kept.
     pub failed: bool,
+    /// The last frame visited (reported or skipped), 0 if none.
+    pub last: usize,
 }
 
 /// Walk `tstate`'s frames into `out`.
@@ -37,8 +41,13 @@ pub fn walk(mem: &impl Memory, rt: &Interpreter, tstate: usize, out: &mut [Frame
     // Frames visited, including skipped shims; bounds the loop even on a corrupt chain.
     for _ in 0..out.len() * 2 + 16 {
         if frame == 0 {
+            // 3.15+: every complete chain ends in the base frame inside the thread state.
+            if let Some(base) = l.tstate_base_frame.filter(|_| walk.last != 0) {
+                walk.failed |= mem.word(tstate + base) != Some(walk.last);
+            }
             return walk;
         }
+        walk.last = frame;
         match read_frame(mem, rt, frame) {
             Some(Some(f)) => {
                 if walk.depth == out.len() {
@@ -85,12 +94,16 @@ fn read_frame(mem: &impl Memory, rt: &Interpreter, frame: usize) -> Option<Optio
         Some(offset) => mem.byte(frame + offset)?,
         None => 0,
     };
-    if l.owner_cstack == Some(owner) {
+    if l.owner_shim.is_some_and(|shim| owner >= shim) {
         return Some(None);
     }
-    let code = mem.pointer(frame + l.frame_code)?;
-    if mem.word(code + 8)? != rt.code_type {
-        // 3.13: f_executable may be another object (a skipped frame); earlier: corruption.
+    // 3.14+: a `_PyStackRef`, the object with its tag bits cleared.
+    let code = mem.word(frame + l.frame_code)? & !l.executable_tag_mask;
+    if !crate::plausible(code, 8, 8) {
+        return None;
+    }
+    if mem.word(code + l.object_type)? != rt.code_type {
+        // 3.13+: f_executable may be another object (a skipped frame); earlier: corruption.
         return if l.frame_kind == FrameKind::Direct {
             Some(None)
         } else {
@@ -105,7 +118,7 @@ fn read_frame(mem: &impl Memory, rt: &Interpreter, frame: usize) -> Option<Optio
         InstrKind::LastiCodeUnits => mem.int(frame + l.frame_instr)?,
         InstrKind::PrevInstr | InstrKind::InstrPtr => {
             let instr = mem.word(frame + l.frame_instr)?;
-            let start = code + l.code_adaptive?;
+            let start = bytecode(mem, l, frame, code)?;
             let units = (instr as isize - start as isize) / CODE_UNIT_SIZE as isize;
             if incomplete(mem, l, code, owner, units) {
                 return Some(None);
@@ -114,6 +127,22 @@ fn read_frame(mem: &impl Memory, rt: &Interpreter, frame: usize) -> Option<Optio
         }
     };
     Some(Some(Frame { code, lasti }))
+}
+
+/// Where the bytecode the frame runs starts: inline in the code object, or (free-threaded
+/// 3.14+) the thread-local copy `co_tlbc->entries[frame->tlbc_index]`.
+fn bytecode(mem: &impl Memory, l: &Layout, frame: usize, code: usize) -> Option<usize> {
+    let (Some(index), Some(tlbc), Some(entries)) =
+        (l.frame_tlbc_index, l.code_tlbc, l.code_array_entries)
+    else {
+        return Some(code + l.code_adaptive?);
+    };
+    let index = usize::try_from(mem.int(frame + index)?).ok()?;
+    let array = mem.pointer(code + tlbc)?;
+    if index >= mem.word(array)? {
+        return None;
+    }
+    mem.pointer(array + entries + index.checked_mul(8)?)
 }
 
 /// CPython's `_PyFrame_IsIncomplete` (3.11+): a frame still running its prologue.

@@ -1,9 +1,11 @@
-//! The frame walker on hand-built thread images, one per CPython layout (3.9-3.13): a thread
-//! state, its frames and their code objects laid out in an in-memory `Memory` at the offsets
-//! of the layout, so the walk is checked without a live interpreter (as rbspy and py-spy test
-//! theirs). Each image holds the cases the walker must get right: instruction offsets in each
-//! version's encoding, shim frames of the C stack (3.12+), incomplete frames (3.11+), a
-//! non-code executable (3.13), corrupt links and the depth limit.
+//! The frame walker on hand-built thread images, one per CPython layout (`layouts::ALL`): a
+//! thread state, its frames and their code objects laid out in an in-memory `Memory` at the
+//! offsets of the layout, so the walk is checked without a live interpreter (as rbspy and
+//! py-spy test theirs; `recorded_walk.rs` walks images recorded from live interpreters). Each
+//! image holds the cases the walker must get right: instruction offsets in each version's
+//! encoding, shim frames of the C stack (3.12+), incomplete frames (3.11+), a non-code
+//! executable (3.13+), tagged stack references (3.14+), the base frame every chain ends in
+//! (3.15+), thread-local bytecode (free-threaded 3.14+), corrupt links and the depth limit.
 
 use mlprof_pyframes::layouts::{FrameKind, InstrKind, Layout, ALL, OWNER_GENERATOR};
 use mlprof_pyframes::walk::{walk, Frame};
@@ -62,6 +64,8 @@ struct Spec {
     owner: u8,
     /// 3.13: `f_executable` is a function object, not code.
     not_code: bool,
+    /// Free-threaded 3.14+: the frame runs this thread-local copy of the bytecode.
+    tlbc: i32,
 }
 
 fn frame(code: usize, units: i32) -> Spec {
@@ -70,6 +74,7 @@ fn frame(code: usize, units: i32) -> Spec {
         units,
         owner: 0,
         not_code: false,
+        tlbc: 0,
     }
 }
 
@@ -81,27 +86,61 @@ fn build(l: &Layout, specs: &[Spec]) -> (Image, usize, Vec<usize>, Vec<usize>) {
     let tstate = base + 0x100;
     let cframe = base + 0x800;
     let codes: Vec<usize> = (0..4).map(|i| base + 0x1000 + i * 0x400).collect();
-    for &code in &codes {
-        img.set_word(code + 8, CODE_TYPE);
+    for (i, &code) in codes.iter().enumerate() {
+        img.set_word(code + l.object_type, CODE_TYPE);
         if let Some(first) = l.code_firsttraceable {
             img.set_int(code + first, 2); // the first two units are the prologue
         }
+        if let (Some(tlbc), Some(entries)) = (l.code_tlbc, l.code_array_entries) {
+            // Two copies of the bytecode: the inline one, and one of another thread.
+            let array = base + 0x3000 + i * 0x40;
+            img.set_word(code + tlbc, array);
+            img.set_word(array, 2);
+            img.set_word(array + entries, code + l.code_adaptive.unwrap());
+            img.set_word(array + entries + 8, base + 0x4000 + i * 0x400);
+        }
     }
     let function = base + 0x2000;
-    img.set_word(function + 8, FUNCTION_TYPE);
+    img.set_word(function + l.object_type, FUNCTION_TYPE);
     let mut frames = Vec::new();
-    let mut previous = 0;
+    // 3.15+: the outermost frame's `previous` is the base frame the thread state points to
+    // (embedded after it), owned by the interpreter, holding None (a tagged reference).
+    let mut previous = match l.tstate_base_frame {
+        Some(at) => {
+            let base_frame = tstate + 0x400;
+            img.set_word(tstate + at, base_frame);
+            img.put(
+                base_frame + l.frame_owner.unwrap(),
+                &[l.owner_shim.unwrap()],
+            );
+            img.set_word(base_frame + l.frame_code, function | 1);
+            base_frame
+        }
+        None => 0,
+    };
     for (i, spec) in specs.iter().enumerate() {
         let f = base + 0x10000 + i * 0x180;
         let code = codes[spec.code];
         let executable = if spec.not_code { function } else { code };
-        img.set_word(f + l.frame_code, executable);
+        // 3.14+: a stack reference, tagged on every other frame (deferred / borrowed).
+        let tag = if i % 2 == 1 {
+            l.executable_tag_mask & 1
+        } else {
+            0
+        };
+        img.set_word(f + l.frame_code, executable | tag);
         img.set_word(f + l.frame_back, previous);
+        if let Some(at) = l.frame_tlbc_index {
+            img.set_int(f + at, spec.tlbc);
+        }
         match l.instr_kind {
             InstrKind::LastiBytes => img.set_int(f + l.frame_instr, spec.units * 2),
             InstrKind::LastiCodeUnits => img.set_int(f + l.frame_instr, spec.units),
             InstrKind::PrevInstr | InstrKind::InstrPtr => {
-                let start = code + l.code_adaptive.unwrap();
+                let start = match spec.tlbc {
+                    0 => code + l.code_adaptive.unwrap(),
+                    _ => base + 0x4000 + spec.code * 0x400,
+                };
                 img.set_word(
                     f + l.frame_instr,
                     (start as isize + 2 * spec.units as isize) as usize,
@@ -124,7 +163,7 @@ fn build(l: &Layout, specs: &[Spec]) -> (Image, usize, Vec<usize>, Vec<usize>) {
     (img, tstate, codes, frames)
 }
 
-fn interpreter(l: &'static Layout) -> Interpreter {
+fn interpreter(l: &'static Layout) -> Interpreter<'static> {
     Interpreter {
         layout: l,
         code_type: CODE_TYPE,
@@ -155,7 +194,7 @@ fn shim_incomplete_and_non_code_frames_are_skipped_where_the_version_has_them() 
     for l in ALL {
         let mut specs = vec![frame(0, 10)];
         let mut want = vec![10];
-        if let Some(cstack) = l.owner_cstack {
+        if let Some(cstack) = l.owner_shim {
             // 3.12+: the entry shim of a C call into Python.
             specs.push(Spec {
                 owner: cstack,
@@ -190,6 +229,46 @@ fn shim_incomplete_and_non_code_frames_are_skipped_where_the_version_has_them() 
 }
 
 #[test]
+fn frames_running_thread_local_bytecode_are_read_from_their_copy() {
+    for l in ALL.iter().filter(|l| l.frame_tlbc_index.is_some()) {
+        let specs = [
+            frame(0, 10),
+            Spec {
+                tlbc: 1,
+                ..frame(1, 33)
+            },
+            frame(2, 5),
+        ];
+        let (mut img, tstate, _, frames) = build(l, &specs);
+        let mut out = [Frame::default(); 16];
+        let w = walk(&img, &interpreter(l), tstate, &mut out);
+        assert_eq!((w.depth, w.failed), (3, false), "3.{}t", l.minor);
+        let got: Vec<i32> = out[..3].iter().map(|f| f.lasti).collect();
+        assert_eq!(got, [5, 33, 10], "3.{}t", l.minor);
+        // An index past the code's array of copies is a failed walk, not a guessed line.
+        img.set_int(frames[1] + l.frame_tlbc_index.unwrap(), 2);
+        let w = walk(&img, &interpreter(l), tstate, &mut out);
+        assert_eq!((w.depth, w.failed), (1, true), "3.{}t", l.minor);
+    }
+}
+
+#[test]
+fn from_3_15_a_chain_that_does_not_end_in_the_base_frame_is_a_failed_walk() {
+    for l in ALL.iter().filter(|l| l.tstate_base_frame.is_some()) {
+        let specs = [frame(0, 10), frame(1, 3)];
+        let (mut img, tstate, _, frames) = build(l, &specs);
+        let mut out = [Frame::default(); 16];
+        let w = walk(&img, &interpreter(l), tstate, &mut out);
+        assert_eq!((w.depth, w.failed), (2, false), "3.{}", l.minor);
+        assert_eq!(w.last, tstate + 0x400);
+        // The outermost frame's link cut: what was read is kept, the walk says it failed.
+        img.set_word(frames[0] + l.frame_back, 0);
+        let w = walk(&img, &interpreter(l), tstate, &mut out);
+        assert_eq!((w.depth, w.failed), (2, true), "3.{}", l.minor);
+    }
+}
+
+#[test]
 fn corrupt_chains_end_the_walk_with_the_frames_read_so_far() {
     for l in ALL {
         let specs = [frame(0, 1), frame(1, 2), frame(2, 3)];
@@ -211,7 +290,7 @@ fn corrupt_chains_end_the_walk_with_the_frames_read_so_far() {
         // A code pointer to something that is not code (before 3.13 that is corruption).
         if l.frame_kind != FrameKind::Direct {
             let (mut img, tstate, codes, _) = build(l, &specs);
-            img.set_word(codes[1] + 8, FUNCTION_TYPE);
+            img.set_word(codes[1] + l.object_type, FUNCTION_TYPE);
             let w = walk(&img, &interp, tstate, &mut out);
             assert_eq!((w.depth, w.failed), (1, true), "3.{}", l.minor);
         }

@@ -13,13 +13,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mlprof_pyframes::{layouts, walk, Interpreter};
+use mlprof_pyframes::check::Types;
+use mlprof_pyframes::layouts::{self, Source};
+use mlprof_pyframes::{walk, Interpreter};
 use mlprof_wire::{python_status, sample_flags};
 
 use super::events::Decoded;
 use super::perf::{OpenError, ThreadIps};
 use super::remote::Remote;
-use super::{monotonic_ns, procfs, waits};
+use super::{interpreter, monotonic_ns, procfs, waits};
 use crate::error::{Error, Result};
 use crate::recording::mapped::{self, MAX_INTERPRETER_BYTES};
 use crate::recording::maps::{library_name, MappedFile};
@@ -41,11 +43,16 @@ pub struct Options<'a> {
 
 /// The interpreter found in the target.
 struct Python {
-    /// `3.11.7` (or `3.11` when only the file name tells).
+    /// `3.11.7` (or `3.11` when only the file name tells; `3.13.5t` for a free-threaded
+    /// build).
     version: String,
-    layout: &'static layouts::Layout,
+    layout: layouts::Layout,
+    /// Read from the interpreter's `_Py_DebugOffsets` alone: checked on its stacks first.
+    unchecked: bool,
     runtime: u64,
     code_type: u64,
+    /// `PyUnicode_Type`, `PyBytes_Type`: what the self-check compares against.
+    types: Types,
 }
 
 /// CPU time between two instruction pointers perf records on a thread: the newest one when a
@@ -83,9 +90,21 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let period = Duration::from_secs_f64(1.0 / opts.rate_hz.max(1) as f64);
     let period_ns = period.as_nanos() as u64;
     let interp = Interpreter {
-        layout: python.layout,
+        layout: &python.layout,
         code_type: python.code_type as usize,
     };
+    if python.unchecked {
+        let mem = Remote::new(pid);
+        let mut states = vec![(0usize, 0usize, None); MAX_THREADS];
+        let n = walk::threads(&mem, &python.layout, python.runtime as usize, &mut states);
+        let tstates: Vec<usize> = states[..n].iter().map(|s| s.0).collect();
+        interpreter::self_check(&mem, &interp, &python.types, &tstates).map_err(|why| {
+            Error::new(format!(
+                "process {pid} runs CPython {}, but {why}: its lines would not be right",
+                python.version
+            ))
+        })?;
+    }
     // An address in the interpreter's code, for CPU time where no instruction pointer was
     // sampled (perf events not permitted): it counts as Python.
     let interpreter_ip = maps
@@ -147,7 +166,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
             last_wall = now_abs;
             // Its reads are cached by block: a fresh one each round sees the threads as they are.
             let mem = Remote::new(pid);
-            let n = walk::threads(&mem, python.layout, python.runtime as usize, &mut states);
+            let n = walk::threads(&mem, &python.layout, python.runtime as usize, &mut states);
             let listed: HashSet<u32> = all.iter().map(|&(tid, _)| tid).collect();
             // The threads that ended: their events' descriptors closed, their clocks forgotten.
             perf.keep(&listed);
@@ -197,7 +216,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                         frames[..w.depth]
                             .iter()
                             .map(|f| {
-                                let id = waits::code_id(&mem, python.layout, f.code, &mut decoded);
+                                let id = waits::code_id(&mem, &python.layout, f.code, &mut decoded);
                                 (id, f.lasti)
                             })
                             .collect()
@@ -280,7 +299,11 @@ pub fn record(opts: &Options) -> Result<Recording> {
         start_ns: 0,
         command: command.clone(),
         python: Some(python.version.clone()),
-        python_status: python_status::WALKED,
+        python_status: if python.unchecked {
+            python_status::WALKED_OFFSETS
+        } else {
+            python_status::WALKED
+        },
         sample_interval_ns: period_ns,
         samples,
         codes: std::mem::take(&mut decoded.codes),
@@ -398,28 +421,35 @@ fn find_python(pid: u32, maps: &[MappedFile]) -> Result<Python> {
                     m.path
                 ))
             })?;
-        let mut parts = version.split('.');
-        let (major, minor) = (
-            parts.next().and_then(|p| p.parse().ok()).unwrap_or(0),
-            parts.next().and_then(|p| p.parse().ok()).unwrap_or(0),
-        );
-        let layout = layouts::for_version(major, minor).ok_or_else(|| {
-            Error::new(format!(
-                "process {pid} runs CPython {version}, which mlprof cannot read (it reads \
-                 CPython 3.9 to 3.13)"
-            ))
-        })?;
-        if free_threaded(name) {
-            return Err(Error::new(format!(
-                "process {pid} runs a free-threaded CPython {version} ({name}), which mlprof \
-                 cannot read"
-            )));
-        }
+        let runtime = runtime + bias;
+        // 3.13+: the build is what its own `_Py_DebugOffsets` says, else what its name says.
+        let published = version_major_minor(&version)
+            .filter(|&v| v >= (3, 13))
+            .and_then(|_| {
+                let mut flag = [0u8; 8];
+                let at = runtime as usize + layouts::FREE_THREADED;
+                Remote::new(pid).read_uncached(at, &mut flag).ok()?;
+                Some(u64::from_le_bytes(flag) == 1)
+            });
+        let version = match published.unwrap_or_else(|| free_threaded(name)) {
+            true if !version.ends_with('t') => format!("{version}t"),
+            _ => version,
+        };
+        let mem = Remote::new(pid);
+        let (layout, source) = interpreter::layout(&mem, &version, runtime as usize)
+            .map_err(|why| Error::new(format!("process {pid}: {why}")))?;
+        let symbol = |name: &str| symbols.values.get(name).map_or(0, |v| (v + bias) as usize);
+        let types = Types {
+            unicode: symbol("PyUnicode_Type"),
+            bytes: symbol("PyBytes_Type"),
+        };
         return Ok(Python {
             version,
             layout,
-            runtime: runtime + bias,
+            unchecked: source == Source::Offsets,
+            runtime,
             code_type: code_type + bias,
+            types,
         });
     }
     if let Some((path, why)) = unread {
@@ -449,7 +479,13 @@ fn elf_symbols(pid: u32, map: &MappedFile) -> std::result::Result<Symbols, Strin
     let opened = mapped::open_mapped(Some(pid), map, MAX_INTERPRETER_BYTES)?;
     let data = mapped::Bounded::new(opened.file);
     let file = object::File::parse(&data).map_err(|_| "not an ELF file".to_string())?;
-    let wanted = ["_PyRuntime", "PyCode_Type", "Py_Version"];
+    let wanted = [
+        "_PyRuntime",
+        "PyCode_Type",
+        "Py_Version",
+        "PyUnicode_Type",
+        "PyBytes_Type",
+    ];
     let mut values = HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         if let Ok(name) = sym.name() {
@@ -470,6 +506,11 @@ fn version_hex(pid: u32, addr: Option<u64>) -> Option<String> {
     let v = read_u32(&Remote::new(pid), addr? as usize)?;
     let (major, minor, micro) = (v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff);
     (major == 3).then(|| format!("{major}.{minor}.{micro}"))
+}
+
+/// `(3, 11)` of `3.11.7`.
+fn version_major_minor(version: &str) -> Option<(u8, u8)> {
+    interpreter::parse(version).map(|(major, minor, _)| (major, minor))
 }
 
 /// `3.11` from `python3.11`, `libpython3.11.so.1.0`.
@@ -1146,7 +1187,7 @@ mod tests {
         };
         let dir = std::env::temp_dir().join(format!("mlprof-attach-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let renamed = dir.join("libpython3.14.so.1.0");
+        let renamed = dir.join("libpython3.8.so.1.0");
         std::fs::copy(&lib, &renamed).unwrap();
         let maps = [MappedFile {
             start: 0x7f00_0000_0000,
@@ -1163,9 +1204,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let err = err.expect("refused");
         assert!(
-            err.contains(
-                "runs CPython 3.14, which mlprof cannot read (it reads CPython 3.9 to 3.13)"
-            ),
+            err.contains(&format!(
+                "runs CPython 3.8, which mlprof cannot read (it reads {})",
+                interpreter::supported()
+            )),
             "{err}"
         );
     }

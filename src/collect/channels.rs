@@ -217,7 +217,7 @@ impl Channels {
             let s = &mut channel.summary;
             if !newest.contains(path)
                 || s.py_runtime == 0
-                || s.python_status != python_status::WALKED
+                || !python_status::walked(s.python_status)
             {
                 continue;
             }

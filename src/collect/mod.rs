@@ -11,6 +11,7 @@ pub mod gpu;
 pub(crate) mod gpu_calls;
 mod gpu_kernels;
 mod gpu_tensors;
+pub mod interpreter;
 mod mapping;
 mod perf;
 pub mod procfs;

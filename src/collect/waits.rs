@@ -145,10 +145,12 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
     if waiting.is_empty() {
         return;
     }
-    let Some(layout) = layout_of(target.python) else {
+    let mem = Remote::new(target.pid);
+    // The layout its preload library walks with: the same function over the same memory.
+    let Ok((layout, _)) = super::interpreter::layout(&mem, target.python, target.runtime) else {
         return;
     };
-    let mem = Remote::new(target.pid);
+    let layout = &layout;
     let interp = Interpreter {
         layout,
         code_type: target.code_type,
@@ -223,11 +225,6 @@ fn timed_wait_since(mem: &Remote, out: &Decoded, tid: u32) -> Option<u64> {
     let mut word = [0u8; 8];
     mem.read_uncached(cell as usize, &mut word).ok()?;
     Some(u64::from_ne_bytes(word)).filter(|&since| since != 0)
-}
-
-fn layout_of(version: &str) -> Option<&'static layouts::Layout> {
-    let mut parts = version.split('.');
-    layouts::for_version(parts.next()?.parse().ok()?, parts.next()?.parse().ok()?)
 }
 
 /// The id of the code object at `addr`: the preload's if it sent this object, else one of our

@@ -322,11 +322,21 @@ fn python_warnings(rec: &Recording) -> Vec<String> {
     for c in &rec.channels {
         let why = match c.python_status {
             status::UNSUPPORTED_VERSION => {
-                "this CPython build has no supported layout (debug build or unsupported version)"
+                "this CPython build has no supported layout (a debug build, or a version older \
+                 than mlprof reads)"
             }
-            status::FREE_THREADED => "free-threaded CPython builds are not supported yet",
+            status::FREE_THREADED => "this free-threaded CPython build cannot be read",
             status::OFFSETS_MISMATCH => {
-                "the interpreter's debug offsets differ from mlprof's table"
+                "the interpreter's self-description (_Py_DebugOffsets) is not one mlprof can \
+                 read"
+            }
+            status::CHECK_PENDING => {
+                "the layout its _Py_DebugOffsets gives (a version newer than mlprof knows) \
+                 could not be checked: no Python stack was seen"
+            }
+            status::CHECK_FAILED => {
+                "the layout its _Py_DebugOffsets gives (a version newer than mlprof knows) \
+                 did not fit its stacks"
             }
             status::MISSING_SYMBOL => "a required interpreter symbol was not found",
             status::READ_REFUSED => {

@@ -30,15 +30,23 @@ pub enum LineTableFormat {
 }
 
 impl LineTableFormat {
-    /// The format for CPython `major.minor`; `None` if unsupported.
-    /// 3.14 keeps the 3.11 location table (`Objects/locations.md` unchanged).
+    /// The format for CPython `major.minor`, as its layout (`mlprof_pyframes::layouts`)
+    /// carries it; for a minor newer than any known, the newest's (its frames are walked only
+    /// after the self-check of a layout read from the interpreter). `None` for anything older
+    /// or another major.
     pub fn for_version(major: u8, minor: u8) -> Option<Self> {
-        match (major, minor) {
-            (3, 9) => Some(Self::Lnotab39),
-            (3, 10) => Some(Self::Linetable310),
-            (3, 11..=14) => Some(Self::Locations311),
-            _ => None,
-        }
+        use mlprof_pyframes::layouts::{self, LineTable};
+        let newest = layouts::newest();
+        let layout = match layouts::for_version(major, minor) {
+            Some(l) => l,
+            None if major == 3 && minor > newest.minor => newest,
+            None => return None,
+        };
+        Some(match layout.line_table {
+            LineTable::Lnotab39 => Self::Lnotab39,
+            LineTable::Lnotab310 => Self::Linetable310,
+            LineTable::Locations311 => Self::Locations311,
+        })
     }
 }
 
@@ -297,7 +305,8 @@ mod tests {
             assert_eq!(LineTableFormat::for_version(3, minor), Some(Locations311));
         }
         assert_eq!(LineTableFormat::for_version(3, 8), None);
-        assert_eq!(LineTableFormat::for_version(3, 15), None);
+        assert_eq!(LineTableFormat::for_version(3, 15), Some(Locations311));
+        assert_eq!(LineTableFormat::for_version(3, 16), Some(Locations311));
         assert_eq!(LineTableFormat::for_version(2, 7), None);
     }
 

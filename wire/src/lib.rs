@@ -84,19 +84,37 @@ pub const FILE_SUFFIX: &str = ".ring";
 pub mod python_status {
     /// Not a Python process (no CPython symbols).
     pub const NONE: u32 = 0;
-    /// Python frames are walked.
+    /// Python frames are walked with the derived table of this version (on 3.13+, which
+    /// agrees with the interpreter's `_Py_DebugOffsets` on every value).
     pub const WALKED: u32 = 1;
-    /// A CPython version without a layout table: Python attribution is off.
+    /// A CPython version without a layout table (older than 3.9, or a debug build): Python
+    /// attribution is off.
     pub const UNSUPPORTED_VERSION: u32 = 2;
-    /// A free-threaded build: Python attribution is off.
+    /// A free-threaded build that cannot be read. No longer sent (free-threaded builds are
+    /// read since 3.13t); kept for channels of older libraries.
     pub const FREE_THREADED: u32 = 3;
-    /// 3.13+: the interpreter's `_Py_DebugOffsets` disagree with our table.
+    /// 3.13+: the interpreter's `_Py_DebugOffsets` is not a table mlprof can read (its cookie,
+    /// version or values fail the checks).
     pub const OFFSETS_MISMATCH: u32 = 4;
     /// A required interpreter symbol was not found.
     pub const MISSING_SYMBOL: u32 = 5;
     /// The process may not read its own memory with `process_vm_readv` (a seccomp filter or
     /// a container's policy refuses the call): Python frames cannot be read safely.
     pub const READ_REFUSED: u32 = 6;
+    /// Python frames are walked with a layout taken from the interpreter's own
+    /// `_Py_DebugOffsets` (a minor newer than any known, or values that differ from the
+    /// derived table), which passed its self-check on a live stack.
+    pub const WALKED_OFFSETS: u32 = 7;
+    /// As [`WALKED_OFFSETS`], but the self-check has not run yet (no Python frame seen):
+    /// frames are not walked meanwhile.
+    pub const CHECK_PENDING: u32 = 8;
+    /// The layout taken from `_Py_DebugOffsets` failed its self-check: frames are not walked.
+    pub const CHECK_FAILED: u32 = 9;
+
+    /// Whether frames are walked in a process with this status.
+    pub const fn walked(status: u32) -> bool {
+        matches!(status, WALKED | WALKED_OFFSETS)
+    }
 }
 
 /// Process states stored in [`Header::state`].

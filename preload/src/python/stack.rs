@@ -97,7 +97,7 @@ pub fn send(reads: Reads, head: impl FnOnce(u32, u64, Stack) -> Record) {
 fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     let Some(ring) = channel::ring() else { return };
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
-    let rt = runtime::get();
+    let rt = runtime::get_or_check();
     let mut stack = Stack {
         tstate: rt.map_or(0, |rt| rt.this_thread_state()),
         ..Stack::default()
