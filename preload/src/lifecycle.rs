@@ -40,6 +40,7 @@ extern "C" fn on_load() {
     header.python_status.store(status, Ordering::Relaxed);
     publish_addresses(header);
     memory::pymem::resolve();
+    memory::pymem::install_free_threaded(header);
     memory::sampler::configure(
         env_u64(mlprof_wire::ENV_MEMORY_SAMPLE),
         env_u64(mlprof_wire::ENV_COPY_SAMPLE),
@@ -88,6 +89,7 @@ extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
 static HEAP_AT_FORK: AtomicI64 = AtomicI64::new(0);
 
 extern "C" fn on_fork_prepare() {
+    memory::free_threaded::flush(); // the heap the child inherits has this thread's share
     HEAP_AT_FORK.store(
         heap::counters().current.load(Ordering::Relaxed),
         Ordering::Relaxed,
@@ -226,6 +228,7 @@ pub fn record_exit(code: c_int, immediate: bool) {
     }
     // The exiting thread's CPU since its last sample (other threads' tails are not known).
     sampler::timer::send_tail();
+    memory::free_threaded::flush(); // its Python objects' heap change not yet shared
     let now = clock::monotonic_ns();
     header.exit_code.store(code, Ordering::Relaxed);
     header.exit_ns.store(now, Ordering::Relaxed);

@@ -55,6 +55,9 @@ pub struct Local {
     pub cuda_calls: Cell<u64>,
     /// The thread's CPU clock (ns) when it blocked SIGPROF.
     pub sigprof_block_cpu_ns: Cell<u64>,
+    /// Free-threaded builds: heap bytes this thread's Python allocations and frees changed
+    /// and that are not in the shared counters yet (`memory/free_threaded.rs`).
+    pub heap_pending: Cell<i64>,
 }
 
 const _: () = assert!(core::mem::size_of::<Local>() <= 256 && core::mem::align_of::<Local>() <= 16);
@@ -132,6 +135,14 @@ impl Local {
     #[inline]
     pub fn busy(&self) -> bool {
         self.busy.get() != 0
+    }
+}
+
+impl Entered<'_> {
+    /// Whether the thread was not busy before this guard (it is the outermost).
+    #[inline]
+    pub fn was_free(&self) -> bool {
+        self.1 == 0
     }
 }
 

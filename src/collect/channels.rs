@@ -639,6 +639,7 @@ impl Channel {
             );
         }
         s.python_status = header.python_status.load(Ordering::Relaxed);
+        s.python_heap = header.python_heap.load(Ordering::Relaxed);
         s.fork_depth = header
             .fork_depth
             .load(Ordering::Relaxed)

@@ -351,6 +351,35 @@ fn python_warnings(rec: &Recording) -> Vec<String> {
             out.push(text);
         }
     }
+    for c in &rec.channels {
+        use mlprof_wire::python_heap as heap;
+        let (why, lines) = match c.python_heap {
+            heap::REPLACED => (
+                "its allocator was replaced at start-up (PYTHONMALLOC or -X dev) after mlprof \
+                 wrapped it",
+                "and the lines' allocations leave them out too",
+            ),
+            heap::UNREADABLE => (
+                "its allocator's blocks did not read as mimalloc's",
+                "per-line allocations are still sampled",
+            ),
+            heap::UNWRAPPED => (
+                "its allocator could not be wrapped",
+                "and the lines' allocations leave them out too",
+            ),
+            _ => continue,
+        };
+        let version = c.python.as_deref().unwrap_or("?");
+        let text = format!(
+            "Python {version} (pid {}): {why}, so the heap, its peak and what lines held at \
+             it leave out Python objects (a free-threaded build serves them outside malloc); \
+             {lines}",
+            c.pid
+        );
+        if !out.iter().any(|w| w.contains(why)) {
+            out.push(text);
+        }
+    }
     out
 }
 

@@ -147,6 +147,8 @@ pub struct ChannelSummary {
     pub dropped: u64,
     /// One of `mlprof_wire::python_status`.
     pub python_status: u32,
+    /// How its Python objects count in the heap: one of `mlprof_wire::python_heap`.
+    pub python_heap: u32,
     /// Mean CPU sampling interval (0: not sampled).
     pub sample_interval_ns: u64,
     /// CPU samples.
@@ -296,6 +298,7 @@ impl ChannelSummary {
             records: self.records,
             dropped: self.dropped,
             python_status: self.python_status,
+            python_heap: self.python_heap,
             sample_interval_ns: self.sample_interval_ns,
             samples: Vec::new(),
             allocs: Vec::new(),
@@ -537,6 +540,7 @@ impl ChannelSummary {
             inherited_heap: h.inherited_heap,
             rank: Ranked::from_header(h.rank, h.local_rank, h.world_size),
             python_status: h.python_status.load(Ordering::Relaxed),
+            python_heap: h.python_heap.load(Ordering::Relaxed),
             sample_interval_ns: h.sample_interval_ns.load(Ordering::Relaxed) as u64,
             ..ChannelSummary::default()
         }

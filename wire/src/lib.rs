@@ -26,7 +26,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 
 /// The highest CPU sampling rate (samples per second) `run` and `attach` use; a higher
 /// `--rate` is clamped to it.
@@ -115,6 +115,23 @@ pub mod python_status {
     pub const fn walked(status: u32) -> bool {
         matches!(status, WALKED | WALKED_OFFSETS)
     }
+}
+
+/// How Python objects' memory is counted in the exact heap ([`Header::python_heap`]).
+pub mod python_heap {
+    /// Through `malloc` and pymalloc's arenas (default builds), or not a Python process.
+    pub const ARENAS: u32 = 0;
+    /// A free-threaded build: each object's mimalloc block, read from mimalloc's metadata by
+    /// the wrapper around Python's allocator.
+    pub const MIMALLOC: u32 = 1;
+    /// A free-threaded build whose allocator was replaced after ours was installed (by
+    /// `PYTHONMALLOC` or `-X dev`, at start-up): its objects are not counted.
+    pub const REPLACED: u32 = 2;
+    /// A free-threaded build whose blocks did not read as mimalloc's: not counted.
+    pub const UNREADABLE: u32 = 3;
+    /// A free-threaded build whose allocator could not be wrapped (no C API found): not
+    /// counted.
+    pub const UNWRAPPED: u32 = 4;
 }
 
 /// Process states stored in [`Header::state`].

@@ -52,6 +52,21 @@ impl HeapCounters {
         now
     }
 
+    /// Account what one thread gathered: `delta` bytes more in use (negative: fewer), from
+    /// `count` allocations of `bytes` in total; returns the heap after it.
+    #[inline]
+    pub fn add_batch(&self, delta: i64, bytes: u64, count: u64) -> i64 {
+        let now = self.current.fetch_add(delta, Ordering::Relaxed) + delta;
+        if bytes > 0 {
+            self.total.fetch_add(bytes, Ordering::Relaxed);
+            self.count.fetch_add(count, Ordering::Relaxed);
+        }
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        now
+    }
+
     /// Account a release of `bytes`.
     #[inline]
     pub fn sub(&self, bytes: u64) {
@@ -123,6 +138,8 @@ pub struct Header {
     pub python_version: [u8; PYVERSION_BYTES],
     /// One of [`crate::python_status`].
     pub python_status: AtomicU32,
+    /// How Python objects' memory is counted in `heap`: one of [`crate::python_heap`].
+    pub python_heap: AtomicU32,
     /// CPU sampling interval in nanoseconds (mean; 0 if not sampling).
     pub sample_interval_ns: AtomicU32,
     /// Address of `_PyRuntime` in this process (0 if Python frames are not walked): lets the

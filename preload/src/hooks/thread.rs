@@ -75,6 +75,7 @@ extern "C" fn begin(start: *mut c_void) {
 /// The thread ends: by returning, by `pthread_exit` or by cancellation (a cleanup handler).
 extern "C" fn end(_: *mut c_void) {
     sampler::timer::send_tail();
+    crate::memory::free_threaded::flush(); // its Python objects' heap change
     sampler::timer::disarm_this_thread();
     sampler::altstack::release_for_this_thread();
 }

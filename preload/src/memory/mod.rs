@@ -2,8 +2,10 @@
 //! ([`sampler`]), the set of sampled blocks still alive ([`live`]), peak marks, and the
 //! wrapper around Python's own allocator ([`pymem`]).
 
+pub mod free_threaded;
 pub mod live;
 pub mod mapped;
+mod mimalloc;
 pub mod pymem;
 pub mod regions;
 pub mod sampler;

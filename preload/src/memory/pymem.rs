@@ -4,6 +4,9 @@
 //! interpreter is initialised, by a thread holding the GIL (those domains are only used under
 //! the GIL, so nobody is reading the table we replace), from the sampling path of an
 //! allocation hook. The wrapper forwards to the allocator it replaced, as the C API requires.
+//! Free-threaded builds (whose objects mimalloc serves, never through `malloc`) get their own
+//! wrappers, installed at load time, that also count each block in the heap
+//! (`free_threaded.rs`).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,12 +21,12 @@ use crate::python::runtime;
 /// `PyMemAllocatorEx` (CPython 3.5+).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Allocator {
-    ctx: *mut c_void,
-    malloc: Option<extern "C" fn(*mut c_void, size_t) -> *mut c_void>,
-    calloc: Option<extern "C" fn(*mut c_void, size_t, size_t) -> *mut c_void>,
-    realloc: Option<extern "C" fn(*mut c_void, *mut c_void, size_t) -> *mut c_void>,
-    free: Option<extern "C" fn(*mut c_void, *mut c_void)>,
+pub(super) struct Allocator {
+    pub(super) ctx: *mut c_void,
+    pub(super) malloc: Option<extern "C" fn(*mut c_void, size_t) -> *mut c_void>,
+    pub(super) calloc: Option<extern "C" fn(*mut c_void, size_t, size_t) -> *mut c_void>,
+    pub(super) realloc: Option<extern "C" fn(*mut c_void, *mut c_void, size_t) -> *mut c_void>,
+    pub(super) free: Option<extern "C" fn(*mut c_void, *mut c_void)>,
 }
 
 const EMPTY: Allocator = Allocator {
@@ -64,6 +67,8 @@ static GET_ARENA: AtomicUsize = AtomicUsize::new(0);
 static SET_ARENA: AtomicUsize = AtomicUsize::new(0);
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The wrappers are the free-threaded ones (`free_threaded.rs`).
+static FREE_THREADED: AtomicBool = AtomicBool::new(false);
 static GET: AtomicUsize = AtomicUsize::new(0);
 static SET: AtomicUsize = AtomicUsize::new(0);
 
@@ -153,8 +158,14 @@ pub fn arenas_uncounted() -> bool {
 }
 
 /// Install the wrapper if it is not yet and this is the moment (interpreter initialised, GIL
-/// held by this thread). Called from the sampling path only, so the checks are rare.
+/// held by this thread). Called from the sampling path only, so the checks are rare. A
+/// free-threaded build's wrapper is installed at load time instead ([`install_free_threaded`]);
+/// here it is only checked, once, to be still in place.
 pub fn install_if_ready() {
+    if FREE_THREADED.load(Ordering::Relaxed) {
+        super::free_threaded::confirm();
+        return;
+    }
     if INSTALLED.load(Ordering::Acquire) || !sampler::alloc_sampling() {
         return;
     }
@@ -193,9 +204,47 @@ pub fn install_if_ready() {
     }
 }
 
+/// A free-threaded build (its layout says where mimalloc keeps block sizes): wrap MEM and OBJ
+/// now, at load time, before the interpreter has allocated anything through them and while
+/// this is the only thread, so every object is counted in the heap from its allocation to its
+/// free (`free_threaded.rs`). Tells the channel header how objects are counted.
+pub fn install_free_threaded(header: &mlprof_wire::Header) {
+    use mlprof_wire::python_heap;
+    let Some(m) = runtime::layout().and_then(|l| l.mimalloc) else {
+        return;
+    };
+    let [get, set] = [&GET, &SET].map(|a| a.load(Ordering::Relaxed));
+    if get == 0 || set == 0 || INSTALLED.swap(true, Ordering::AcqRel) {
+        header
+            .python_heap
+            .store(python_heap::UNWRAPPED, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: as in `install_if_ready`: CPython's functions with these exact C signatures.
+    let (get, set) = unsafe {
+        (
+            core::mem::transmute::<usize, extern "C" fn(c_int, *mut Allocator)>(get),
+            core::mem::transmute::<usize, extern "C" fn(c_int, *const Allocator)>(set),
+        )
+    };
+    super::free_threaded::set_layout(m);
+    FREE_THREADED.store(true, Ordering::Relaxed);
+    let saved = SAVED.0.get() as *mut Allocator;
+    for (i, domain) in [DOMAIN_MEM, DOMAIN_OBJ].into_iter().enumerate() {
+        // SAFETY: entry `i` of SAVED, written before any wrapper using it is installed; load
+        // time, before `main`: no other thread exists to allocate meanwhile.
+        let entry = unsafe { saved.add(i) };
+        get(domain, entry);
+        set(domain, &super::free_threaded::wrappers(entry.cast()));
+    }
+    header
+        .python_heap
+        .store(python_heap::MIMALLOC, Ordering::Relaxed);
+}
+
 /// The allocator we wrapped, from the `ctx` our wrappers receive.
 #[inline]
-fn original(ctx: *mut c_void) -> &'static Allocator {
+pub(super) fn original(ctx: *mut c_void) -> &'static Allocator {
     // SAFETY: `ctx` is the address of a SAVED entry, written before this wrapper was installed
     // and never written again.
     unsafe { &*(ctx as *const Allocator) }
@@ -231,7 +280,7 @@ fn allocate(size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
 /// Record a sampled Python allocation.
 #[cold]
 #[inline(never)]
-fn sample(l: &local::Local, ptr: *mut c_void, size: usize, weight: u64) {
+pub(super) fn sample(l: &local::Local, ptr: *mut c_void, size: usize, weight: u64) {
     let _entered = l.hold();
     // Python's MEM and OBJ allocators are called with the GIL held.
     let reads = sampler::reads(true);
