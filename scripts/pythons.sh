@@ -1,46 +1,75 @@
 #!/usr/bin/env bash
-# Finds the CPythons 3.9-3.13 on this machine (pyenv, then PATH) and gives each a virtual
-# environment with numpy, pytest and pytest-xdist under target/test-venvs/py3.X, reused when already there.
-# Prints the interpreters it prepared. Used by scripts/test.sh and scripts/quickstart.sh.
+# Finds a CPython of every build mlprof reads (the sections of
+# pyframes/layouts-derivation/expected.txt: 3.9 ... 3.15, 3.13t ...) and gives each a virtual
+# environment with numpy, pytest and pytest-xdist under target/test-venvs/py3.X (py3.13t for a
+# free-threaded build), reused when already there. An interpreter is looked for under pyenv,
+# then under target/cpython-3.X (prepared before), then on PATH; one found nowhere is prepared
+# under target/ by the helper scripts in $MLPROF_PYTHON_TOOLS (newer-cpython.sh for 3.14+,
+# free-threaded-cpython.sh for 3.13t) when that directory has them, else skipped (the tests
+# report it as skipped). MLPROF_PYTHON_MINORS="3.11 3.14" asks for those builds only. Prints
+# the builds it prepared. Used by scripts/test.sh and scripts/wheel.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venvs=target/test-venvs
 mkdir -p "$venvs"
 packages=(numpy pytest pytest-xdist)
+tools=${MLPROF_PYTHON_TOOLS:-../shared/tools}
 
-find_python() { # $1 = 3.X
-    local minor=$1 candidate
-    for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$minor".*/bin/python"$minor"; do
-        case "$candidate" in *[!0-9./a-zA-Z_-]*) continue ;; esac
-        [ -x "$candidate" ] && found=$candidate
-    done
-    [ -n "${found:-}" ] && { echo "$found"; return; }
-    command -v "python$minor" || true
+all_builds() {
+    sed -n 's/^\[\(3\.[0-9]*t\{0,1\}\)\]$/\1/p' pyframes/layouts-derivation/expected.txt
 }
 
-minors=${MLPROF_PYTHON_MINORS:-"3.9 3.10 3.11 3.12 3.13"}
+find_python() { # $1 = 3.X or 3.Xt
+    local build=$1 candidate found=""
+    case "$build" in
+    *t) ;;
+    *)
+        for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$build".*/bin/python"$build"; do
+            case "$candidate" in *[!0-9./a-zA-Z_-]*) continue ;; esac
+            [ -x "$candidate" ] && found=$candidate
+        done
+        ;;
+    esac
+    [ -n "$found" ] && { echo "$found"; return; }
+    for candidate in "target/cpython-$build/usr/bin/python$build" "target/cpython-$build/bin/python$build"; do
+        [ -x "$candidate" ] && { echo "$PWD/$candidate"; return; }
+    done
+    command -v "python$build" && return
+    # Not installed: prepared under target/ where the helper scripts are at hand.
+    case "$build" in
+    3.13t)
+        [ -x "$tools/free-threaded-cpython.sh" ] &&
+            "$tools/free-threaded-cpython.sh" "target/cpython-$build" 2>/dev/null | tail -n 1
+        ;;
+    *t) ;; # no other free-threaded build can be had here
+    *)
+        [ -x "$tools/newer-cpython.sh" ] &&
+            "$tools/newer-cpython.sh" "$build" "target/cpython-$build" 2>/dev/null | tail -n 1
+        ;;
+    esac
+    return 0
+}
+
+builds=${MLPROF_PYTHON_MINORS:-$(all_builds | tr '\n' ' ')}
 prepared=()
-for minor in $minors; do
-    found=""
-    exe=$(find_python "$minor")
-    [ -n "$exe" ] || { echo "pythons: CPython $minor not found, skipped" >&2; continue; }
-    venv=$venvs/py$minor
+for build in $builds; do
+    exe=$(find_python "$build")
+    [ -n "$exe" ] && [ -x "$exe" ] || { echo "pythons: CPython $build not found, skipped" >&2; continue; }
+    venv=$venvs/py$build
     if ! "$venv/bin/python" -c "import numpy" 2>/dev/null; then
         echo "pythons: creating $venv from $exe" >&2
-        rm -rf "$venv"
-        "$exe" -m venv "$venv"
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
+        scripts/make_venv.sh "$exe" "$venv" "${packages[@]}"
     elif ! "$venv/bin/python" -c "import pytest, xdist" 2>/dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
     fi
     # The notebook test runs on the default python3's version: its venv gets Jupyter's kernel
     # and notebook runner too.
-    if [ "$minor" = "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ] &&
+    if [ "$build" = "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ] &&
         ! "$venv/bin/python" -c "import ipykernel, nbclient, nbformat" 2>/dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
             ipykernel nbclient nbformat >&2
     fi
-    prepared+=("$minor")
+    prepared+=("$build")
 done
-[ ${#prepared[@]} -gt 0 ] || { echo "pythons: no CPython 3.9-3.13 found" >&2; exit 1; }
+[ ${#prepared[@]} -gt 0 ] || { echo "pythons: no CPython found" >&2; exit 1; }
 echo "pythons: ready with numpy and pytest: ${prepared[*]}" >&2

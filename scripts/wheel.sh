@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the mlprof wheel (maturin, linked against glibc 2.17 through zig: manylinux2014) and
-# checks it as a user would get it: installed into a fresh venv of every CPython 3.9-3.13 found,
+# checks it as a user would get it: installed into a fresh venv of every CPython build found
+# (scripts/pythons.sh: 3.9 ... 3.15 and the free-threaded ones),
 # `mlprof --version`, `python -m mlprof run` on a numpy script, and the pytest plugin's markers,
 # leaks, a forking test and an xdist run (scripts/wheel_check.py).
 # Usage: scripts/wheel.sh [OUT_DIR]   (default target/wheels)
@@ -33,12 +34,9 @@ for venv in target/test-venvs/py3.*; do
     base=$(readlink -f "$venv/bin/python")
     minor=${venv##*/py}
     fresh=target/wheel-check/py$minor
-    rm -rf "$fresh"
     # A fresh venv from the same interpreter; the test venv's packages are reused from pip's
     # cache (numpy, pytest, pytest-xdist).
-    "$base" -m venv "$fresh"
-    "$fresh/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "$wheel" numpy pytest pytest-xdist >&2
+    scripts/make_venv.sh "$base" "$fresh" "$wheel" numpy pytest pytest-xdist
     (cd target/wheel-check && "../../$fresh/bin/python" ../../scripts/wheel_check.py --full)
     checked+=("$minor")
 done
