@@ -11,6 +11,7 @@ fn main() {
         "csrc/deadline.c",
         "csrc/signal.c",
         "csrc/sigwait.c",
+        "csrc/mprotect.c",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -41,6 +41,7 @@ extern "C" fn on_load() {
     publish_addresses(header);
     memory::pymem::resolve();
     memory::pymem::install_free_threaded(header);
+    crate::python::jit::init(runtime::addresses().1);
     memory::sampler::configure(
         env_u64(mlprof_wire::ENV_MEMORY_SAMPLE),
         env_u64(mlprof_wire::ENV_COPY_SAMPLE),

@@ -341,6 +341,7 @@ impl Channels {
                 merged_cpu_samples: events.merged_cpu_samples,
                 peak_marks: events.peak_marks,
                 gpu_calls: decoded.gpu.take(),
+                interpreter_code: decoded.interpreter_code,
                 codes: decoded.codes,
                 threads: decoded.threads,
                 queued: queued_of(&decoded.queued),
@@ -395,6 +396,7 @@ impl Channels {
                         ..channel.summary.mapped.counters()
                     },
                     gpu_calls: d.gpu.calls().clone(),
+                    interpreter_code: d.interpreter_code.clone(),
                     still_running: live.contains(path),
                     ..channel.summary.clone()
                 };

@@ -146,6 +146,12 @@ impl Decoder {
                         Some(f) => self.out.gpu.free(f.addr, f.space, t_ns),
                         None => self.out.malformed += 1,
                     },
+                    Some(Kind::InterpreterCode) => match r.as_interpreter_code() {
+                        Some((start, bytes, made)) => {
+                            self.out.interpreter_code(start, bytes, made, t_ns)
+                        }
+                        None => self.out.malformed += 1,
+                    },
                     Some(Kind::MappedMark) => match r.as_mapped_mark() {
                         Some(bytes) if bytes <= MAX_RECORD_BYTES => {
                             self.out.mapped_marks.push((t_ns, bytes))

@@ -34,6 +34,10 @@ pub struct Events {
 
 /// Decoded events of one channel. Once snapshots are taken ([`Decoded::share`]), `samples`,
 /// `allocs`, `copies` and `peak_marks` hold only the events since the last one; the earlier
+/// Most regions of interpreter JIT code kept per process (CPython maps one per trace; a long
+/// run compiles a few thousand). Past it, new ones are not kept, and their time is native.
+pub const MAX_INTERPRETER_CODE: usize = 1 << 16;
+
 /// ones are in the shared [`Events`], and [`Decoded::take_events`] returns them all.
 #[derive(Clone, Debug, Default)]
 pub struct Decoded {
@@ -70,6 +74,9 @@ pub struct Decoded {
     pub mappings: Vec<AllocSample>,
     /// Marks of the highest bytes mapped: (ns from launch, bytes), rising.
     pub mapped_marks: Vec<(u64, u64)>,
+    /// Code the interpreter's JIT made (few: copied into each snapshot; at most
+    /// [`MAX_INTERPRETER_CODE`]).
+    pub interpreter_code: Vec<crate::recording::InterpreterCode>,
     /// Times a thread blocked SIGPROF, in arrival order.
     pub sigprof_blocks: Vec<SigprofBlock>,
     /// Index in `mappings` of each sampled mapping still mapped, by address.
@@ -179,6 +186,33 @@ const MERGE_DIVISOR: u64 = 1000;
 const MAX_SPREAD_FRAMES: usize = 1 << 16;
 
 impl Decoded {
+    /// `bytes` at `start` were made executable by the interpreter's JIT (`made`) or unmapped,
+    /// at `t_ns`. Untrusted: a region of more than 1 GiB, or past the address space, is not
+    /// believed.
+    pub fn interpreter_code(&mut self, start: u64, bytes: u64, made: bool, t_ns: u64) {
+        let Some(end) = start.checked_add(bytes).filter(|_| bytes <= 1 << 30) else {
+            self.malformed += 1;
+            return;
+        };
+        if made {
+            if self.interpreter_code.len() < MAX_INTERPRETER_CODE {
+                self.interpreter_code.push(crate::recording::InterpreterCode {
+                    start,
+                    end,
+                    from_ns: t_ns,
+                    until_ns: None,
+                });
+            }
+        } else if let Some(c) = self
+            .interpreter_code
+            .iter_mut()
+            .rev()
+            .find(|c| c.start == start && c.until_ns.is_none())
+        {
+            c.until_ns = Some(t_ns);
+        }
+    }
+
     /// Add an off-CPU sample, merged into the thread's previous one when that has the same
     /// stack and falls in the same merge window (weights add up).
     pub fn push_waiting(&mut self, sample: CpuSample) {

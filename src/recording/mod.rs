@@ -191,6 +191,33 @@ pub struct ChannelSummary {
     pub mapped: MappedMemory,
     /// Its CUDA runtime calls (empty without CUDA).
     pub gpu_calls: GpuCalls,
+    /// Code its interpreter compiled itself (CPython's JIT), in the order made.
+    pub interpreter_code: Vec<InterpreterCode>,
+}
+
+/// Memory a process's interpreter made executable for its own JIT's code: time there is the
+/// interpreter's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterpreterCode {
+    /// First byte.
+    pub start: u64,
+    /// Past the last byte.
+    pub end: u64,
+    /// When it was made executable (ns from launch).
+    pub from_ns: u64,
+    /// When it was unmapped (ns from launch), if it was.
+    pub until_ns: Option<u64>,
+}
+
+impl ChannelSummary {
+    /// Whether `ip` was in code of its interpreter's JIT at `t_ns`.
+    pub fn in_interpreter_code(&self, ip: u64, t_ns: u64) -> bool {
+        self.interpreter_code.iter().any(|c| {
+            (c.start..c.end).contains(&ip)
+                && c.from_ns <= t_ns
+                && c.until_ns.is_none_or(|u| t_ns <= u)
+        })
+    }
 }
 
 /// A process's place in a distributed job (`mlprof_wire::RANK_VARIABLES`).
@@ -311,6 +338,7 @@ impl ChannelSummary {
             threads: self.threads.clone(),
             queued: Vec::new(),
             maps: self.maps.clone(),
+            interpreter_code: self.interpreter_code.clone(),
             py_runtime: self.py_runtime,
             py_code_type: self.py_code_type,
             last_wait_ns: self.last_wait_ns,

@@ -61,6 +61,11 @@ pub fn native_names(rec: &Recording) -> NativeNames {
                 names.insert((ci, sample.ip), r.clone());
                 continue;
             }
+            // Code the interpreter compiled itself (CPython's JIT): the interpreter's time.
+            if channel.in_interpreter_code(sample.ip, sample.t_ns) {
+                names.insert((ci, sample.ip), interpreter_jit(sample.ip));
+                continue;
+            }
             // Outside every file, or in shared anonymous memory (`/dev/zero (deleted)`, a
             // memfd: JIT compilers that map their code twice): code made at run time.
             let map = perf_map.get_or_insert_with(|| perfmap::PerfMap::of_pid(channel.pid));
@@ -81,6 +86,21 @@ pub fn native_names(rec: &Recording) -> NativeNames {
 fn anonymous_code(path: &str) -> bool {
     path == "/dev/zero (deleted)" || path.starts_with("/memfd:") || path.starts_with("/SYSV")
 }
+
+/// Code CPython's JIT compiled from the process's Python: the interpreter's.
+fn interpreter_jit(ip: u64) -> native::Resolved {
+    native::Resolved {
+        library: INTERPRETER_JIT.to_string(),
+        path: String::new(),
+        symbol: Some(INTERPRETER_JIT.to_string()),
+        class: crate::recording::maps::CodeClass::Interpreter,
+        file_offset: ip,
+        function_offset: None,
+    }
+}
+
+/// The name of code CPython's JIT made.
+pub const INTERPRETER_JIT: &str = "<CPython JIT>";
 
 /// A function of code generated at run time, named by the process's perf map.
 fn jit_function(name: &str, ip: u64) -> native::Resolved {

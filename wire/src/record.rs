@@ -85,6 +85,10 @@ pub enum Kind {
     GpuKernelName = 21,
     /// The kernel trace's state ([`crate::gpu_trace`]): `a` = state, `b` = its detail.
     GpuTrace = 22,
+    /// Memory the interpreter itself made executable (CPython's JIT: its traces of Python
+    /// code), `a` = start, `b` = bytes, `c` = 1; or such memory unmapped, `c` = 0. Time spent
+    /// there is the interpreter's, on the lines its traces run.
+    InterpreterCode = 23,
 }
 
 /// Most bytes of a region's name ([`Kind::Region`]); the preload library cuts longer names.
@@ -177,6 +181,7 @@ impl Kind {
             20 => Some(Kind::GpuCorrelation),
             21 => Some(Kind::GpuKernelName),
             22 => Some(Kind::GpuTrace),
+            23 => Some(Kind::InterpreterCode),
             _ => None,
         }
     }
@@ -559,6 +564,18 @@ impl Record {
         Some(self.words_of(Kind::Free)?[0])
     }
 
+    /// A [`Kind::InterpreterCode`] record: `bytes` at `start` made executable by the
+    /// interpreter (`made`), or unmapped.
+    pub fn interpreter_code(tid: u32, ts_ns: u64, start: u64, bytes: u64, made: bool) -> Record {
+        Record::with(Kind::InterpreterCode, tid, ts_ns, [start, bytes, made as u64, 0, 0])
+    }
+
+    /// `(start, bytes, made)` of a [`Kind::InterpreterCode`] record.
+    pub fn as_interpreter_code(&self) -> Option<(u64, u64, bool)> {
+        let [start, bytes, made, ..] = self.words_of(Kind::InterpreterCode)?;
+        Some((start, bytes, made != 0))
+    }
+
     /// A [`Kind::PeakMark`] record: the heap reached `heap_bytes`.
     pub fn peak_mark(tid: u32, ts_ns: u64, heap_bytes: u64) -> Record {
         Record::with(Kind::PeakMark, tid, ts_ns, [heap_bytes, 0, 0, 0, 0])
@@ -678,6 +695,11 @@ mod tests {
             caller: u64::MAX,
         };
         assert_eq!(Record::sample(tid, ts, sample).as_sample(), Some(sample));
+        for made in [true, false] {
+            let r = Record::interpreter_code(tid, ts, u64::MAX - 4096, 1 << 40, made);
+            assert_eq!(r.as_interpreter_code(), Some((u64::MAX - 4096, 1 << 40, made)));
+            assert_eq!(r.as_sample(), None);
+        }
         let code = Code {
             id: UNKNOWN_CODE - 1,
             firstlineno: -5,

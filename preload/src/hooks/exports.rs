@@ -1,5 +1,5 @@
 //! The exported names of the hooks written in C (`csrc/wait.c`, `csrc/signal.c`,
-//! `csrc/sigwait.c`). A Rust
+//! `csrc/sigwait.c`, `csrc/mprotect.c`). A Rust
 //! cdylib exports only Rust items, so each is a naked function of no frame at all that jumps to
 //! the C code: a thread force-unwound while inside one (cancelled in `poll`, or leaving a
 //! signal handler by `pthread_exit`) meets only C frames.
@@ -41,3 +41,4 @@ export!(sigwaitinfo => mlprof_sigwaitinfo);
 export!(sigwait => mlprof_sigwait);
 export!(signalfd => mlprof_signalfd);
 export!(read => mlprof_read);
+export!(mprotect => mlprof_mprotect);

@@ -62,6 +62,9 @@ pub unsafe extern "C" fn mmap64(
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     // SAFETY: forwarded caller contract.
     let r = unsafe { real::munmap(addr, len) };
+    if r == 0 {
+        crate::python::jit::unmapped(addr as usize, len);
+    }
     if r == 0 && !inside() {
         let _errno = errno::Saved::new();
         mapped::unmapped(addr as usize, len);

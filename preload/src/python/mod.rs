@@ -3,6 +3,7 @@
 //! with the collector (`mlprof-pyframes`).
 
 pub mod codes;
+pub mod jit;
 pub mod read;
 pub mod runtime;
 pub mod stack;
