@@ -196,12 +196,13 @@ impl Decoded {
         };
         if made {
             if self.interpreter_code.len() < MAX_INTERPRETER_CODE {
-                self.interpreter_code.push(crate::recording::InterpreterCode {
-                    start,
-                    end,
-                    from_ns: t_ns,
-                    until_ns: None,
-                });
+                self.interpreter_code
+                    .push(crate::recording::InterpreterCode {
+                        start,
+                        end,
+                        from_ns: t_ns,
+                        until_ns: None,
+                    });
             }
         } else if let Some(c) = self
             .interpreter_code

@@ -199,6 +199,11 @@ fn process(rec: &Recording, pid: u32, images: &[&ChannelSummary]) -> Process {
         // `sh`, and it is `sh`. A fork image that went on to exec counts its own growth only
         // (its inherited heap was the parent's, gone at the exec).
         python: last.and_then(|l| l.python.clone()),
+        python_layout: last.and_then(|l| match l.python_status {
+            mlprof_wire::python_status::WALKED => Some("table".to_string()),
+            mlprof_wire::python_status::WALKED_OFFSETS => Some("interpreter".to_string()),
+            _ => None,
+        }),
         peak_heap_bytes: images
             .iter()
             .enumerate()

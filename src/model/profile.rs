@@ -322,8 +322,15 @@ pub struct Process {
     pub command: Vec<String>,
     /// How it ended.
     pub exit: Exit,
-    /// CPython version, if the process was a Python interpreter.
+    /// CPython version, if the process was a Python interpreter (`3.13.5t` for a
+    /// free-threaded build).
     pub python: Option<String>,
+    /// Where the layout its frames were read with came from: `"table"` (mlprof's table of that
+    /// version, agreeing on 3.13+ with the interpreter's own `_Py_DebugOffsets`) or
+    /// `"interpreter"` (its `_Py_DebugOffsets` alone, for a version newer than mlprof knows or
+    /// values the table does not have, after a self-check); absent when frames were not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_layout: Option<String>,
     /// Highest heap (bytes in live malloc-family blocks) the process reached; exact.
     pub peak_heap_bytes: u64,
     /// Highest resident set size seen.

@@ -82,7 +82,7 @@ fn one_line_error(out: &Output, expected: &str) {
 #[test]
 fn a_spinning_line_gets_the_cpu_as_python_and_the_program_runs_on() {
     let spin = markers("spin_line.py")["spin"];
-    for py in fixture::pythons() {
+    for py in fixture::every_build() {
         let (mut child, mut out) = spinner(&py.exe, "8");
         let p = attached(child.id(), "3");
         assert!(p.attached);

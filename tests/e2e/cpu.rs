@@ -500,11 +500,12 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
         let v = &py.minor;
         let args = [os(&py.exe), os(&script)];
         let p = fixture::profile_args(&[], &args, &[]).profile;
-        // CPU shares, as above: the main process's own waiting for its workers is real. The
-        // function `compute` runs 2 s of its thread's CPU by construction; its `while` line
-        // (a clock read each turn) takes a share of it that sampling splits unevenly on a
-        // loaded machine (the marked line had 79% of the CPU on lines there), so the
-        // function's lines are compared.
+        // The function `compute` runs 2 s of its thread's CPU by construction (its thread's
+        // own clock, `time.thread_time`); its `while` line (a clock read each turn) takes a
+        // share of it that sampling splits unevenly on a loaded machine, so the function's
+        // lines are compared with that 2 s. (Around it the program has CPU of its own: 3.14's
+        // `Pool` takes 0.36 s to start without mlprof.) The workers idle meanwhile and charge
+        // none of it.
         let on_cpu: f64 = p.lines.iter().map(cpu_time).sum();
         let compute: f64 = p
             .lines
@@ -514,9 +515,9 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
             .sum();
         let lost = fixture::straddle(&p, 1.0);
         assert!(
-            compute >= 0.8 * on_cpu - lost,
-            "{v}: the compute function has {compute:.2} s of {on_cpu:.2} s of CPU on lines \
-             (straddling sample {lost:.2} s)"
+            (1.8 - lost..2.2 + lost).contains(&compute),
+            "{v}: the compute function has {compute:.2} s of CPU on lines for its 2 s ({on_cpu:.2} \
+             s on all lines; straddling sample {lost:.2} s)"
         );
         let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
         assert!(

@@ -32,7 +32,7 @@ fn diff(args: &[&std::ffi::OsStr]) -> (std::process::Output, String) {
 #[test]
 fn the_line_that_grew_comes_first_with_its_change() {
     let m = markers("growth.py");
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;
         let dir = fixture::tempdir();
         let base = saved(py, &dir, "base", "growth.py", &["1000"]);
@@ -113,7 +113,7 @@ fn the_line_that_grew_comes_first_with_its_change() {
 
 #[test]
 fn two_runs_of_an_unchanged_program_differ_only_within_noise() {
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;
         let dir = fixture::tempdir();
         let a = saved(py, &dir, "a", "growth.py", &["2000"]);

@@ -1,6 +1,7 @@
-//! Test fixture: the mlprof binary, the installed CPythons (3.9-3.13), the numpy-capable ones
-//! (virtual environments made by `scripts/test.sh`), and a helper to run a profiled command
-//! and read its profile.
+//! Test fixture: the mlprof binary, the installed CPythons (every build of mlprof's layout
+//! list, `builds`: the default builds in `pythons`, the free-threaded ones apart), the ones with
+//! numpy (virtual environments made by `scripts/test.sh`), and helpers to run a profiled
+//! command and read its profile.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -41,8 +42,19 @@ pub fn script_or_example(name: &str) -> PathBuf {
 pub struct Python {
     /// Path of the executable.
     pub exe: PathBuf,
-    /// `3.11`.
+    /// `3.11` (`3.13t` for a free-threaded build).
     pub minor: String,
+    /// A free-threaded (`Py_GIL_DISABLED`) build.
+    pub free_threaded: bool,
+}
+
+impl Python {
+    /// `(3, 14)`.
+    pub fn version(&self) -> (u8, u8) {
+        let mut parts = self.minor.trim_end_matches('t').split('.');
+        let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (next(), next())
+    }
 }
 
 fn found(var: &str, default: fn() -> Vec<PathBuf>) -> Vec<Python> {
@@ -52,71 +64,204 @@ fn found(var: &str, default: fn() -> Vec<PathBuf>) -> Vec<Python> {
             .collect(),
         None => default(),
     };
-    paths
-        .into_iter()
-        .filter_map(|exe| {
-            Some(Python {
-                minor: minor_version(&exe)?,
-                exe,
-            })
-        })
+    paths.into_iter().filter_map(identify).collect()
+}
+
+fn identify(exe: PathBuf) -> Option<Python> {
+    let out = Command::new(&exe)
+        .args([
+            "-c",
+            "import sys, sysconfig; print('%d.%d%s' % (sys.version_info[:2] + \
+             ('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else '',)))",
+        ])
+        .output()
+        .ok()?;
+    let minor = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    out.status.success().then(|| Python {
+        free_threaded: minor.ends_with('t'),
+        minor,
+        exe,
+    })
+}
+
+/// Every CPython build mlprof reads (`3.9` … `3.15`, `3.13t` …), from its layout list: the
+/// one list the tests, the scripts and the messages share.
+pub fn builds() -> Vec<String> {
+    mlprof_pyframes::layouts::ALL
+        .iter()
+        .map(|l| format!("3.{}{}", l.minor, if l.free_threaded { "t" } else { "" }))
         .collect()
 }
 
-fn minor_version(exe: &Path) -> Option<String> {
-    let out = Command::new(exe)
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+/// Where the interpreters pyenv does not have are prepared (`scripts/pythons.sh`): Debian's
+/// 3.14 and 3.15 under `target/cpython-3.X/usr/bin`, a free-threaded build under
+/// `target/cpython-3.Xt/bin`.
+fn prepared(build: &str) -> PathBuf {
+    let dir = root().join("target").join(format!("cpython-{build}"));
+    let exe = format!("python{build}");
+    let debian = dir.join("usr/bin").join(&exe);
+    if debian.exists() {
+        debian
+    } else {
+        dir.join("bin").join(exe)
+    }
 }
 
-const MINORS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
+/// The installed interpreter of `build`: pyenv's newest `3.X.N`, else one prepared under
+/// `target/`, else `python3.X` on `PATH`.
+fn find_build(build: &str) -> Option<PathBuf> {
+    let home = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+        .unwrap_or_default();
+    if !build.ends_with('t') {
+        if let Some(exe) = newest_pyenv(&home.join("versions"), build) {
+            return Some(exe);
+        }
+    }
+    let exe = prepared(build);
+    if exe.exists() {
+        return Some(exe);
+    }
+    let name = format!("python{build}");
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(&name))
+            .find(|p| p.exists())
+    })
+}
 
-/// Every installed CPython 3.9-3.13 (pyenv), or those in `MLPROF_TEST_PYTHONS` (a PATH-style
-/// list). Panics if there is none: these tests are about real interpreters.
+/// Say, once per list, which builds of the layout list were not found: a counted skip.
+fn report_missing(what: &str, all: &[Python], wanted: &[String]) {
+    for build in wanted {
+        if !all.iter().any(|p| &p.minor == build) {
+            skipped(&format!(
+                "skipped for CPython {build}: no {what} found (scripts/pythons.sh prepares one)"
+            ));
+        }
+    }
+}
+
+/// Every installed default-build CPython mlprof reads, oldest first (pyenv, then the ones
+/// `scripts/pythons.sh` prepares under `target/`, then `PATH`), or those in
+/// `MLPROF_TEST_PYTHONS` (a PATH-style list; its free-threaded ones go to [`free_threaded`]).
+/// Panics if there is none: these tests are about real interpreters.
 pub fn pythons() -> &'static [Python] {
     static ALL: OnceLock<Vec<Python>> = OnceLock::new();
     ALL.get_or_init(|| {
-        let all = found("MLPROF_TEST_PYTHONS", || {
-            let home = std::env::var_os("PYENV_ROOT")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
-                .unwrap_or_default();
-            MINORS
-                .iter()
-                .filter_map(|m| newest_pyenv(&home.join("versions"), m))
-                .collect()
-        });
+        let all: Vec<Python> = every_python()
+            .iter()
+            .filter(|p| !p.free_threaded)
+            .cloned()
+            .collect();
         assert!(
             !all.is_empty(),
-            "no CPython 3.9-3.13 found (set MLPROF_TEST_PYTHONS)"
+            "no CPython found (set MLPROF_TEST_PYTHONS)"
         );
         eprintln!("pythons under test: {}", names(&all));
         all
     })
 }
 
-/// The CPythons with numpy: `target/test-venvs/py3.X` made by `scripts/test.sh`, or
-/// `MLPROF_TEST_NUMPY_PYTHONS`. Panics if there is none.
+/// The installed free-threaded CPythons (3.13t …), oldest first; may be none (a counted skip).
+pub fn free_threaded() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        every_python()
+            .iter()
+            .filter(|p| p.free_threaded)
+            .cloned()
+            .collect()
+    })
+}
+
+/// Every default build, then every free-threaded one: for the tests of what the frame reader
+/// and the allocator wrapper do, which every build must pass.
+pub fn every_build() -> Vec<&'static Python> {
+    pythons().iter().chain(free_threaded()).collect()
+}
+
+/// The oldest and the newest default build: for tests of what does not depend on how an
+/// interpreter is read (the CLI, renderers, budgets, process trees), which would only repeat
+/// themselves on every minor between.
+pub fn spread(all: &'static [Python]) -> Vec<&'static Python> {
+    let mut out: Vec<&Python> = all.first().into_iter().collect();
+    if let Some(last) = all.last().filter(|_| all.len() > 1) {
+        out.push(last);
+    }
+    out
+}
+
+fn every_python() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let wanted = builds();
+        let mut all = found("MLPROF_TEST_PYTHONS", || {
+            builds().iter().filter_map(|b| find_build(b)).collect()
+        });
+        all.sort_by_key(|p| (p.free_threaded, p.version()));
+        if std::env::var_os("MLPROF_TEST_PYTHONS").is_none() {
+            report_missing("interpreter", &all, &wanted);
+        }
+        all
+    })
+}
+
+/// The CPythons with numpy: `target/test-venvs/py3.X` made by `scripts/test.sh` (default
+/// builds, oldest first), or `MLPROF_TEST_NUMPY_PYTHONS`. Panics if there is none.
 pub fn numpy_pythons() -> &'static [Python] {
     static ALL: OnceLock<Vec<Python>> = OnceLock::new();
     ALL.get_or_init(|| {
-        let all = found("MLPROF_TEST_NUMPY_PYTHONS", || {
-            let venvs = root().join("target/test-venvs");
-            MINORS
-                .iter()
-                .map(|m| venvs.join(format!("py{m}/bin/python")))
-                .filter(|p| p.exists())
-                .collect()
-        });
+        let all: Vec<Python> = every_numpy_python()
+            .iter()
+            .filter(|p| !p.free_threaded)
+            .cloned()
+            .collect();
         assert!(
             !all.is_empty(),
             "no Python with numpy found: run scripts/test.sh (it creates target/test-venvs)"
         );
         eprintln!("numpy pythons under test: {}", names(&all));
+        all
+    })
+}
+
+/// The free-threaded CPythons with numpy (`target/test-venvs/py3.13t` …); may be none.
+pub fn numpy_free_threaded() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        every_numpy_python()
+            .iter()
+            .filter(|p| p.free_threaded)
+            .cloned()
+            .collect()
+    })
+}
+
+/// Every numpy build, default then free-threaded.
+pub fn every_numpy_build() -> Vec<&'static Python> {
+    numpy_pythons()
+        .iter()
+        .chain(numpy_free_threaded())
+        .collect()
+}
+
+fn every_numpy_python() -> &'static [Python] {
+    static ALL: OnceLock<Vec<Python>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let wanted = builds();
+        let mut all = found("MLPROF_TEST_NUMPY_PYTHONS", || {
+            let venvs = root().join("target/test-venvs");
+            builds()
+                .iter()
+                .map(|b| venvs.join(format!("py{b}/bin/python")))
+                .filter(|p| p.exists())
+                .collect()
+        });
+        all.sort_by_key(|p| (p.free_threaded, p.version()));
+        if std::env::var_os("MLPROF_TEST_NUMPY_PYTHONS").is_none() {
+            report_missing("venv with numpy", &all, &wanted);
+        }
         all
     })
 }

@@ -43,7 +43,7 @@ fn device(p: &Profile) -> &DeviceTensors {
 #[test]
 fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
     let torch = fake_torch();
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let v = &py.minor;
         let env = [("PYTHONPATH", torch.as_str())];
         let plain = Command::new(&py.exe)

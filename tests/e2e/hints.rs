@@ -36,7 +36,7 @@ fn mode(py: &fixture::Python, mode: &str) -> Profile {
 #[test]
 fn line_hints_fire_on_their_workloads_and_not_on_the_fixed_ones() {
     let m = markers("hints.py");
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;
         // (mode that triggers, kind, marker, mode that must not)
         for (on, kind, marker, off) in [

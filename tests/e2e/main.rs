@@ -27,6 +27,7 @@ mod gpu_tensors;
 mod hints;
 mod hostile;
 mod html;
+mod interpreters;
 mod linetables;
 mod mapped;
 mod memory;

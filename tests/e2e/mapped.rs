@@ -15,7 +15,7 @@ fn run(py: &fixture::Python, scenario: &str) -> Profile {
 #[test]
 fn mappings_are_held_at_their_lines_and_unmapped_ones_are_gone() {
     let m = markers("mapped.py");
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let v = &py.minor;
         let p = run(py, "lines");
         let peak = p.memory.peak_mapped_bytes as f64;
@@ -60,7 +60,7 @@ fn mappings_are_held_at_their_lines_and_unmapped_ones_are_gone() {
 #[test]
 fn a_fork_child_counts_the_mappings_it_makes_not_those_it_inherited() {
     let m = markers("mapped.py");
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let v = &py.minor;
         let p = run(py, "fork");
         let python: Vec<_> = p.processes.iter().filter(|p| p.python.is_some()).collect();
@@ -94,7 +94,7 @@ fn a_fork_child_counts_the_mappings_it_makes_not_those_it_inherited() {
 
 #[test]
 fn openblas_buffers_are_mapped_not_heap_and_the_heap_stays_below_rss() {
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;
         let p = run(py, "openblas");
         let mem = &p.memory;

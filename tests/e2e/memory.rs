@@ -214,6 +214,7 @@ fn pool_peaks_are_right(py: &fixture::Python, method: &str, alloc_line: u32) {
     let v = format!("{} {method}", py.minor);
     let (base, _) = pool_growth(py, "0", method);
     let base_per_worker = base.iter().map(|&(g, _)| g).fold(f64::MAX, f64::min);
+
     let (growth, profile) = pool_growth(py, "100", method);
     assert_eq!(
         growth.iter().map(|&(_, n)| n).sum::<u64>(),
@@ -221,10 +222,14 @@ fn pool_peaks_are_right(py: &fixture::Python, method: &str, alloc_line: u32) {
         "{v}: four tasks"
     );
     for (own, count) in growth {
-        let truth = base_per_worker + count as f64 * 100.0 * MB;
+        // Its arrays on top of what the worker holds then, which is at most the base run's
+        // peak: where start-up's own peak is the higher (a spawn worker of 3.14 peaks at
+        // 18 MB while it starts, then holds 15 MB), the arrays' peak has less beneath it.
+        let arrays = count as f64 * 100.0 * MB;
+        let truth = base_per_worker + arrays;
         assert!(
-            within(own, truth, 0.02),
-            "{v}: a worker grew {own}, truth {truth}"
+            own >= arrays && own <= 1.02 * truth,
+            "{v}: a worker grew {own}, truth {arrays} to {truth}"
         );
     }
     let line = line(&profile, "pool.py", alloc_line);

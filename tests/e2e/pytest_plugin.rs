@@ -106,7 +106,7 @@ fn check_outcomes(out: &Output, how: &str) {
 
 #[test]
 fn tests_over_their_limits_fail_naming_their_lines_on_every_python() {
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let dir = module_dir();
         let out = pytest(&py.exe, &dir, &["--mlprof", "-rA", "test_limits.py"]);
         check_outcomes(&out, &format!("CPython {}", py.minor));
@@ -307,7 +307,7 @@ fn bad_limits_are_one_clear_usage_error() {
 #[test]
 fn marked_regions_carry_their_exact_peaks_and_lines_on_every_python() {
     let m = markers("marks.py");
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let run = fixture::profile_with_env(
             &[py.exe.as_os_str(), fixture::script("marks.py").as_os_str()],
             &[(
@@ -370,7 +370,7 @@ fn mlprof_text(p: &mlprof::model::Profile) -> String {
 
 #[test]
 fn a_region_may_end_before_one_opened_inside_it_by_another_thread() {
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let run = fixture::profile_with_env(
             &[
                 py.exe.as_os_str(),

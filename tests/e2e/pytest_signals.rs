@@ -335,7 +335,7 @@ fn pytest_main_in_a_program_passes_signals_on() {
 /// On every Python: pdb's prompt loop changed over the versions (3.13's is new).
 #[test]
 fn ctrl_c_at_a_pdb_prompt_stays_in_pdb() {
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         ctrl_c_at_a_pdb_prompt(py, false);
     }
 }

@@ -10,7 +10,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 fn four_ranks_their_straggler_and_their_memory_imbalance_are_named() {
     let m = markers("ranks.py");
     let script = fixture::script("ranks.py");
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let v = &py.minor;
         let run = fixture::profile(&[os(&py.exe), os(&script)]);
         assert!(run.output.status.success(), "{v}");

@@ -29,7 +29,7 @@ fn growth_laws_are_fitted_and_projected_and_a_failed_size_is_reported() {
     let script = fixture::script("growth.py");
     // One BLAS thread: OpenBLAS reserves address space per thread, which the limit counts.
     let env = [("MEM_LIMIT_MB", LIMIT_MB), ("OPENBLAS_NUM_THREADS", "1")];
-    for py in fixture::numpy_pythons() {
+    for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;
         let (out, json) = sweep(
             &[

@@ -7,7 +7,9 @@
 //! the interpreter picks the thread's mimalloc heap from its thread state.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use mlprof_pyframes::Memory;
 
 use libc::{c_void, size_t};
 use mlprof_pyframes::layouts::Mimalloc;
@@ -66,7 +68,6 @@ const FLUSH_BYTES: i64 = 256 << 10;
 #[cold]
 #[inline(never)]
 fn flush_local(l: &local::Local) -> i64 {
-    used();
     let delta = l.heap_pending.replace(0);
     // Objects count in the heap's bytes, not in its allocation totals (pymalloc's do not
     // either, on the default build).
@@ -201,54 +202,58 @@ extern "C" fn ft_free(ctx: *mut c_void, ptr: *mut c_void) {
     f(orig.ctx, ptr);
 }
 
-/// Where the check of [`confirm`] stands: 0 not begun, then the number of checks since it
-/// began, [`CONFIRMED`] once settled.
-static CHECKS: AtomicU32 = AtomicU32::new(0);
-const CONFIRMED: u32 = u32::MAX;
-/// Checks without a single allocation through our wrappers before they count as replaced.
-const CHECKS_TO_REPLACED: u32 = 16;
-/// Whether an allocation has come through our wrappers since the check began (read-mostly: set
-/// once).
-static USED: AtomicBool = AtomicBool::new(false);
+/// Whether [`confirm`] has run.
+static CONFIRMED: AtomicBool = AtomicBool::new(false);
 
-/// Note that our wrapper was called (a load first: the line stays shared once set).
-#[inline(always)]
-fn used() {
-    if !USED.load(Ordering::Relaxed) {
-        USED.store(true, Ordering::Relaxed);
+/// Words of a wrapper's context searched for our function: tracemalloc keeps the allocator it
+/// wraps (`PyMemAllocatorEx`, its `malloc` second) as its context.
+const CONTEXT_WORDS: usize = 8;
+
+/// Called at sampled `malloc`s, once the interpreter runs: whether our wrappers are still the
+/// allocator. Start-up replaces them under `PYTHONMALLOC` or `-X dev` (its debug hooks wrap
+/// the default allocator, not ours), and then no object is counted; a tool that wraps what it
+/// finds (tracemalloc) keeps ours underneath, its context holding our function. And whether
+/// mimalloc's metadata read as expected. The channel header says so.
+pub(super) fn confirm() {
+    if crate::python::runtime::initialized() {
+        check();
     }
 }
 
-/// Called at sampled `malloc`s: whether our wrappers are still called once the interpreter
-/// runs (start-up replaces them under `PYTHONMALLOC` or `-X dev`, and then no object is
-/// counted; a tool that wraps what it finds, as tracemalloc does, keeps ours underneath), and
-/// whether mimalloc's metadata read as expected. The first call after initialisation begins
-/// the check; an object allocated through ours before 16 more such calls settles it, else they
-/// count as replaced. The channel header says so.
-pub(super) fn confirm() {
-    use mlprof_wire::python_heap;
-    let n = CHECKS.load(Ordering::Relaxed);
-    if n == CONFIRMED || !crate::python::runtime::initialized() {
-        return;
+/// [`confirm`] at the process's exit, if it has not run (a program whose objects alone were
+/// allocated after start-up makes no sampled `malloc` to run it): the interpreter has been
+/// finalised by then, its allocators are still those it ran with.
+pub fn confirm_at_exit() {
+    if super::pymem::free_threaded() {
+        check();
     }
-    if n == 0 {
-        USED.store(false, Ordering::Relaxed);
-        CHECKS.store(1, Ordering::Relaxed);
+}
+
+fn check() {
+    use mlprof_wire::python_heap;
+    if CONFIRMED.load(Ordering::Relaxed) {
         return;
     }
     let Some(ring) = crate::channel::ring() else {
         return;
     };
+    if CONFIRMED.swap(true, Ordering::Relaxed) {
+        return;
+    }
     let status = &ring.header().python_heap;
-    if USED.load(Ordering::Relaxed) {
-        CHECKS.store(CONFIRMED, Ordering::Relaxed);
-        if mimalloc::off() {
-            status.store(python_heap::UNREADABLE, Ordering::Relaxed);
-        }
-    } else if n >= CHECKS_TO_REPLACED {
-        CHECKS.store(CONFIRMED, Ordering::Relaxed);
+    let Some(now) = super::pymem::current_obj() else {
+        return;
+    };
+    let ours = ft_malloc as extern "C" fn(*mut c_void, size_t) -> *mut c_void as usize;
+    let on_top = now.malloc.is_some_and(|f| f as usize == ours);
+    let underneath = || {
+        // Read through the kernel: the context is another library's.
+        (0..CONTEXT_WORDS)
+            .any(|i| crate::python::read::Direct.word(now.ctx as usize + 8 * i) == Some(ours))
+    };
+    if !on_top && !underneath() {
         status.store(python_heap::REPLACED, Ordering::Relaxed);
-    } else {
-        CHECKS.store(n + 1, Ordering::Relaxed);
+    } else if mimalloc::off() {
+        status.store(python_heap::UNREADABLE, Ordering::Relaxed);
     }
 }

@@ -242,6 +242,25 @@ pub fn install_free_threaded(header: &mlprof_wire::Header) {
         .store(python_heap::MIMALLOC, Ordering::Relaxed);
 }
 
+/// Whether the wrappers are the free-threaded ones.
+pub(super) fn free_threaded() -> bool {
+    FREE_THREADED.load(Ordering::Relaxed)
+}
+
+/// The OBJ domain's allocator in place now (`PyMem_GetAllocator`), if the C API was found.
+pub(super) fn current_obj() -> Option<Allocator> {
+    let get = GET.load(Ordering::Relaxed);
+    if get == 0 {
+        return None;
+    }
+    // SAFETY: CPython's `PyMem_GetAllocator`, resolved at load time (C API since 3.5); it
+    // copies the domain's allocator into our local.
+    let get = unsafe { core::mem::transmute::<usize, extern "C" fn(c_int, *mut Allocator)>(get) };
+    let mut now = EMPTY;
+    get(DOMAIN_OBJ, &mut now);
+    Some(now)
+}
+
 /// The allocator we wrapped, from the `ctx` our wrappers receive.
 #[inline]
 pub(super) fn original(ctx: *mut c_void) -> &'static Allocator {

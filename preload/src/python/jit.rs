@@ -41,7 +41,12 @@ pub fn init(code_type: usize) {
     let mut found = (code_type, 0usize, 0usize);
     // SAFETY: dl_iterate_phdr calls `each` with valid info for every loaded object; `found`
     // outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut (usize, usize, usize)).cast()) };
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(each),
+            (&mut found as *mut (usize, usize, usize)).cast(),
+        )
+    };
     let (_, lo, hi) = found;
     if lo == 0 || hi <= lo {
         return;
@@ -77,7 +82,11 @@ unsafe extern "C" fn each(
     for i in 0..phnum {
         let (ph, start, end) = segment(i);
         if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
-            found.1 = if found.1 == 0 { start } else { found.1.min(start) };
+            found.1 = if found.1 == 0 {
+                start
+            } else {
+                found.1.min(start)
+            };
             found.2 = found.2.max(end);
         }
     }

@@ -89,7 +89,7 @@ fn random_bytes_over_the_ring() {
 
 #[test]
 fn a_huge_head_position_is_not_drained_for_ever() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &[], "channel_scribble.py", &["head", "1"]);
         assert_warned(&warnings, &py.minor, &["ring positions are corrupt"]);
     }
@@ -97,7 +97,7 @@ fn a_huge_head_position_is_not_drained_for_ever() {
 
 #[test]
 fn a_huge_slot_count_is_refused() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &[], "channel_scribble.py", &["slots", "1"]);
         assert_warned(&warnings, &py.minor, &["header became invalid"]);
     }
@@ -107,7 +107,7 @@ fn a_huge_slot_count_is_refused() {
 fn records_claiming_huge_depths_and_lengths_are_dropped() {
     // The program's own allocation hooks must not write into the ring while it publishes its
     // forged records (its sampler is blocked meanwhile).
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &FEW_RECORDS, "channel_scribble.py", &["deep", "1"]);
         assert_warned(&warnings, &py.minor, &["2 malformed records dropped"]);
     }
@@ -120,7 +120,7 @@ const FEW_RECORDS: [&str; 4] = ["--memory-sample-bytes", "0", "--copy-sample-byt
 
 #[test]
 fn a_channel_truncated_to_zero_and_back() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &FEW_RECORDS, "channel_truncate.py", &["zero"]);
         assert_warned(
             &warnings,
@@ -132,7 +132,7 @@ fn a_channel_truncated_to_zero_and_back() {
 
 #[test]
 fn a_channel_truncated_to_half() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &FEW_RECORDS, "channel_truncate.py", &["half"]);
         assert_warned(&warnings, &py.minor, &["truncated"]);
     }
@@ -140,7 +140,7 @@ fn a_channel_truncated_to_half() {
 
 #[test]
 fn stray_ring_files_are_skipped_with_warnings() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let warnings = check(py, &[], "channel_stray.py", &[]);
         for name in ["garbage.ring", "x.ring", "short.ring", "dir.ring"] {
             assert!(
@@ -154,7 +154,7 @@ fn stray_ring_files_are_skipped_with_warnings() {
 
 #[test]
 fn code_objects_named_after_a_fifo_or_dev_zero_are_not_read() {
-    for py in fixture::pythons() {
+    for py in fixture::spread(fixture::pythons()) {
         let dir = fixture::tempdir();
         let fifo = dir.join("pipe.py");
         let fifo = fifo.to_str().unwrap();
