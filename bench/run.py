@@ -176,6 +176,17 @@ def build_pyspy_native(cmd, out=None):
     return build_pyspy(cmd, out, native=True)
 
 
+def build_cpython_sampler(cmd, out=None):
+    # CPython 3.15's own sampling profiler: `python -m profiling.sampling run [--collapsed -o
+    # FILE] script args...`, with its defaults (1 kHz, wall-clock mode, read from a process of
+    # its own). Absent before 3.15.
+    python, script, *args = cmd
+    if not _importable(python, "profiling.sampling"):
+        return None
+    path = out or _scratch("cpython-sampler.txt")
+    return [python, "-m", "profiling.sampling", "run", "--collapsed", "-o", path, script, *args]
+
+
 def build_memray(cmd, out=None):
     # memray 1.x: `python -m memray run [-q] [-f] [-o FILE] [--native] script args...`
     # Default mode (every allocation recorded, Python stacks only, the parent process only:
@@ -414,6 +425,7 @@ def parse_pyspy_native(out, ctx):
     return parse_pyspy(out, ctx, native=True)
 
 
+
 PROFILERS = {
     "none": Profiler("none", build_none),
     "mlprof": Profiler("mlprof", build_mlprof, parse_mlprof, ".json", True, True),
@@ -427,13 +439,18 @@ PROFILERS = {
     "memray": Profiler("memray", build_memray, parse_memray, ".bin", reports_peak=True,
                        note="memray: default mode, parent process only (no --follow-fork)"),
     "scalene": Profiler("scalene", build_scalene, parse_scalene, ".json", reports_peak=True),
+    "cpython-sampler": Profiler("cpython-sampler", build_cpython_sampler, None, ".txt",
+                                note="cpython-sampler: CPython 3.15's own "
+                                "`python -m profiling.sampling run`, its defaults (1 kHz, "
+                                "wall clock, from a process of its own)"),
     "fil": Profiler("fil", build_fil, parse_fil, "", reports_peak=True,
                     note="fil: Fil sets OPENBLAS_NUM_THREADS/OMP_NUM_THREADS=1 (and similar) "
                          "in the profiled process, so the BLAS workloads run single-threaded "
                          "under it"),
 }
 # Compared by default (py-spy-native only when asked for with --profilers).
-DEFAULT_PROFILERS = ["mlprof", "mlprof-cpu", "mlprof-min", "py-spy", "memray", "scalene", "fil"]
+DEFAULT_PROFILERS = ["mlprof", "mlprof-cpu", "mlprof-min", "py-spy", "memray", "scalene", "fil",
+                     "cpython-sampler"]
 
 
 def profiler_unavailable_note(name, python):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests of all crates and the end-to-end tests, which profile real
-# Python programs on every CPython 3.9-3.13 found (each given a venv with numpy first).
+# Python programs on every CPython build found (3.9-3.15 and the free-threaded ones; each given
+# a venv with numpy first, scripts/pythons.sh).
 # Every test binary runs even when an earlier one failed (--no-fail-fast); the exit status is
 # cargo's, so non-zero when anything failed. Ends with one line summing every test binary's
 # results (passed, failed, ignored), after one saying how many test binaries failed when any

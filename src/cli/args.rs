@@ -80,7 +80,7 @@ pub(super) struct JupyterInstallArgs {
 
 #[derive(Args)]
 pub(super) struct AttachArgs {
-    /// Process id of a running CPython 3.9-3.13.
+    /// Process id of a running CPython (3.9-3.15, free-threaded 3.13t-3.15t).
     pub(super) pid: u32,
     /// Stop after SECONDS (default: at Ctrl-C, or when the process ends).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]

@@ -1,5 +1,5 @@
 //! Line tables of every code object of the standard library (every 2nd file), on every
-//! CPython 3.9-3.13 the fixture finds: mlprof's decoder (`LineIndex` and `line_for`) against
+//! CPython build the fixture finds: mlprof's decoder (`LineIndex` and `line_for`) against
 //! CPython's own `co_lines()` / `co_lnotab` per instruction offset.
 
 use std::path::Path;
@@ -171,11 +171,11 @@ fn check_dump(dump: &str) -> Tally {
 /// file (about 35-40k code objects per version); `MLPROF_LINETABLE_STRIDE=1` takes them all.
 #[test]
 fn line_tables_decode_as_cpython_does_on_the_standard_library() {
-    let pythons = fixture::pythons();
+    let pythons = fixture::every_build();
     let tallies: Vec<(String, Tally)> = std::thread::scope(|s| {
         let handles: Vec<_> = pythons
             .iter()
-            .map(|py| s.spawn(move || (py.minor.clone(), run_and_check(&py.exe))))
+            .map(|&py| s.spawn(move || (py.minor.clone(), run_and_check(&py.exe))))
             .collect();
         handles
             .into_iter()

@@ -341,3 +341,24 @@ fn figures_are_masked_and_words_kept() {
         "holds # at the peak (# of it) in float64"
     );
 }
+
+/// The README names the builds mlprof reads as its layout list has them (the one list the
+/// fixture, the scripts and the messages read too).
+#[test]
+fn the_readme_names_the_builds_of_the_layout_list() {
+    use mlprof_pyframes::layouts;
+    let readme = std::fs::read_to_string(fixture::root().join("README.md")).unwrap();
+    let (lo, hi) = (layouts::oldest().minor, layouts::newest().minor);
+    let free = layouts::ALL
+        .iter()
+        .filter(|l| l.free_threaded)
+        .map(|l| l.minor);
+    let (tlo, thi) = (free.clone().min().unwrap(), free.max().unwrap());
+    for text in [
+        format!("CPython 3.{lo}–3.{hi} and the\nfree-threaded 3.{tlo}t–3.{thi}t"),
+        format!("every CPython\n3.{lo}–3.{hi}"),
+        format!("CPython 3.{lo}–3.{hi} (or a free-threaded 3.{tlo}t–3.{thi}t)"),
+    ] {
+        assert!(readme.contains(&text), "README.md does not say {text:?}");
+    }
+}

@@ -1,7 +1,7 @@
 """Dump CPython line tables plus CPython's own per-offset line numbers.
 
 Used by the differential test `matches_cpython_on_stdlib` in
-src/symbolize/linetable.rs. Runs unchanged on CPython 3.9 to 3.13 (and later,
+src/symbolize/linetable.rs. Runs unchanged on CPython 3.9 to 3.15 (and later,
 as long as `co_lines()` exists).
 
 It compiles every ``.py`` file of the standard library from source (files that
