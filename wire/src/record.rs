@@ -567,7 +567,12 @@ impl Record {
     /// A [`Kind::InterpreterCode`] record: `bytes` at `start` made executable by the
     /// interpreter (`made`), or unmapped.
     pub fn interpreter_code(tid: u32, ts_ns: u64, start: u64, bytes: u64, made: bool) -> Record {
-        Record::with(Kind::InterpreterCode, tid, ts_ns, [start, bytes, made as u64, 0, 0])
+        Record::with(
+            Kind::InterpreterCode,
+            tid,
+            ts_ns,
+            [start, bytes, made as u64, 0, 0],
+        )
     }
 
     /// `(start, bytes, made)` of a [`Kind::InterpreterCode`] record.
@@ -697,7 +702,10 @@ mod tests {
         assert_eq!(Record::sample(tid, ts, sample).as_sample(), Some(sample));
         for made in [true, false] {
             let r = Record::interpreter_code(tid, ts, u64::MAX - 4096, 1 << 40, made);
-            assert_eq!(r.as_interpreter_code(), Some((u64::MAX - 4096, 1 << 40, made)));
+            assert_eq!(
+                r.as_interpreter_code(),
+                Some((u64::MAX - 4096, 1 << 40, made))
+            );
             assert_eq!(r.as_sample(), None);
         }
         let code = Code {
