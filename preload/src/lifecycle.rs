@@ -230,7 +230,10 @@ pub fn record_exit(code: c_int, immediate: bool) {
     // The exiting thread's CPU since its last sample (other threads' tails are not known).
     sampler::timer::send_tail();
     memory::free_threaded::flush(); // its Python objects' heap change not yet shared
-    memory::free_threaded::confirm_at_exit();
+    if !immediate {
+        // Not from `_exit` (a fork child's, a signal handler's): it asks the interpreter.
+        memory::free_threaded::confirm_at_exit();
+    }
     let now = clock::monotonic_ns();
     header.exit_code.store(code, Ordering::Relaxed);
     header.exit_ns.store(now, Ordering::Relaxed);

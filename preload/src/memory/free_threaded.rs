@@ -220,9 +220,10 @@ pub(super) fn confirm() {
     }
 }
 
-/// [`confirm`] at the process's exit, if it has not run (a program whose objects alone were
-/// allocated after start-up makes no sampled `malloc` to run it): the interpreter has been
-/// finalised by then, its allocators are still those it ran with.
+/// [`confirm`] at the process's normal exit (never from `_exit`: `PyMem_GetAllocator` takes a
+/// lock), if it has not run (a program whose objects alone were allocated after start-up makes
+/// no sampled `malloc` to run it): the interpreter has been finalised by then, its allocators
+/// are still those it ran with.
 pub fn confirm_at_exit() {
     if super::pymem::free_threaded() {
         check();
