@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the mlprof wheel (maturin, linked against glibc 2.17 through zig: manylinux2014) and
-# checks it as a user would get it: installed into a fresh venv of every CPython build found
-# (scripts/pythons.sh: 3.9 ... 3.15 and the free-threaded ones),
+# checks it as a user would get it: installed into a fresh venv of the oldest and the two newest
+# default CPython builds found and of every free-threaded one (scripts/pythons.sh; the wheel's
+# executable is the same for all, its Python package is pure Python: the oldest and newest
+# syntax, and the builds read differently, are what can break it),
 # `mlprof --version`, `python -m mlprof run` on a numpy script, and the pytest plugin's markers,
 # leaks, a forking test and an xdist run (scripts/wheel_check.py).
 # Usage: scripts/wheel.sh [OUT_DIR]   (default target/wheels)
@@ -30,7 +32,9 @@ if ! grep -q 'consistent with the following platform tag' <<<"$shown" ||
 fi
 scripts/pythons.sh >/dev/null
 checked=()
-for venv in target/test-venvs/py3.*; do
+default=$(ls -d target/test-venvs/py3.* | grep -v 't$' | sort -t. -k2 -n)
+chosen=$( (echo "$default" | head -n 1; echo "$default" | tail -n 2; ls -d target/test-venvs/py3.*t 2>/dev/null) | sort -u)
+for venv in $chosen; do
     base=$(readlink -f "$venv/bin/python")
     minor=${venv##*/py}
     fresh=target/wheel-check/py$minor
