@@ -208,6 +208,15 @@ pub(super) fn file_write(path: &Path) -> Result<FileWrite> {
     };
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => Err(cannot("Is a directory")),
+        // A link someone else made (planted while the program ran, in a shared directory):
+        // never followed, whatever the kernel's `fs.protected_symlinks` says.
+        Ok(meta) if meta.file_type().is_symlink() && !ours_or_roots(&meta) => {
+            use std::os::unix::fs::MetadataExt;
+            Err(cannot(&format!(
+                "it is a symbolic link another user made (uid {}): not followed",
+                meta.uid()
+            )))
+        }
         Ok(meta) => {
             let through = std::fs::metadata(path).map_err(|e| cannot(&io_reason(&e)))?;
             if through.is_dir() {
@@ -237,6 +246,14 @@ pub(super) fn file_write(path: &Path) -> Result<FileWrite> {
         },
         Err(e) => Err(cannot(&io_reason(&e))),
     }
+}
+
+/// Whether `meta` (of a link) belongs to us or to root (`/dev/stdout` is root's).
+fn ours_or_roots(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    meta.uid() == uid || meta.uid() == 0
 }
 
 /// `access(2)`: whether we may use `path` as `mode` says.

@@ -1,13 +1,14 @@
 //! The private directory of one run (0700) holding every process's channel file (0600),
-//! removed when the run ends; and the preload library, extracted once per build into a lasting
-//! private directory of the user, so that a descendant that outlives the run and execs a
-//! program later still finds the library its `LD_PRELOAD` names (see
-//! docs/design/process-trees.md).
+//! removed when the run ends; and the preload library and the Python start-up hook, extracted
+//! once per build into a lasting private directory of the user under names made of their
+//! contents, so that a descendant that outlives the run and execs a program later still finds
+//! what its `LD_PRELOAD` and `PYTHONPATH` name, and nobody else can put anything there (see
+//! docs/design/process-trees.md). A lasting directory that is not ours alone is refused.
 
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -19,6 +20,8 @@ static PRELOAD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmlprof_prel
 pub struct Session {
     dir: PathBuf,
     preload: PathBuf,
+    /// The lasting private directory (none with `MLPROF_PRELOAD`).
+    lasting: Option<PathBuf>,
 }
 
 impl Session {
@@ -30,6 +33,8 @@ impl Session {
         for parent in candidates(&mut refused) {
             match Session::create_in(&parent) {
                 Ok(session) => return Ok(session),
+                // Someone else's directory where ours should be: said, not worked around.
+                Err(e) if e.to_string().contains(SQUATTED) => return Err(e),
                 Err(e) => refused.push(e.to_string()),
             }
         }
@@ -41,27 +46,22 @@ impl Session {
     }
 
     fn create_in(parent: &Path) -> Result<Session> {
-        let dir = make_private_dir(parent)?;
-        let session = |preload| Session {
-            dir: dir.clone(),
-            preload,
-        };
-        if let Some(path) = std::env::var_os("MLPROF_PRELOAD") {
-            return Ok(session(PathBuf::from(path)));
-        }
-        if let Some(path) = lasting_library(parent) {
-            return Ok(session(path));
-        }
-        // The run's own directory: private (0700) under a parent nobody else can rename
-        // entries of (`candidates` checked it).
-        let path = dir.join("libmlprof_preload.so");
-        match write_private(&path, PRELOAD) {
-            Ok(()) => Ok(session(path)),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                Err(e)
+        let (preload, lasting) = match std::env::var_os("MLPROF_PRELOAD") {
+            Some(path) => (PathBuf::from(path), None),
+            None => {
+                // Where the library and the hook last: refused (never replaced by the run's
+                // own directory, which is gone after the run while descendants may still name
+                // it) when someone else holds it.
+                let lasting = lasting_dir(parent)?;
+                let lib = lasting_file(&lasting, "libmlprof_preload", ".so", PRELOAD)?;
+                (lib, Some(lasting))
             }
-        }
+        };
+        Ok(Session {
+            dir: make_private_dir(parent)?,
+            preload,
+            lasting,
+        })
     }
 
     /// The directory holding the channel files.
@@ -74,20 +74,52 @@ impl Session {
         &self.preload
     }
 
-    /// The directory holding mlprof's Python start-up hook (`mlprof-startup/sitecustomize.py`,
-    /// docs/design/gpu-tensors.md), written on first use: private (0700, the file 0600) inside
-    /// the run's directory, so nobody else can put code on the program's path.
+    /// The directory holding mlprof's Python start-up hook (`sitecustomize.py`,
+    /// docs/design/gpu-tensors.md): `mlprof-startup/HASH` in the lasting private directory
+    /// (0700, the files 0600), named by the hook's contents, so that what a descendant's
+    /// `PYTHONPATH` names outlives the run and nobody else can put code there. In the run's
+    /// own directory only with `MLPROF_PRELOAD` (a development build's library).
     pub fn startup_hook(&self) -> Result<PathBuf> {
-        let dir = self.dir.join(crate::recording::gpu_tensors::STARTUP_DIR);
-        if !dir.is_dir() {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
-            write_private(&dir.join("sitecustomize.py"), STARTUP_HOOK.as_bytes())?;
-            write_private(&dir.join("mlprof_gpu_trace.py"), STARTUP_TRACE.as_bytes())?;
+        let root = match &self.lasting {
+            Some(lasting) => lasting.join(crate::recording::gpu_tensors::STARTUP_DIR),
+            None => self.dir.join(crate::recording::gpu_tensors::STARTUP_DIR),
+        };
+        private_dir(&root)?;
+        let files: [(&str, &[u8]); 2] = [
+            ("sitecustomize.py", STARTUP_HOOK.as_bytes()),
+            ("mlprof_gpu_trace.py", STARTUP_TRACE.as_bytes()),
+        ];
+        let hash = files.iter().fold(0u64, |h, (name, bytes)| {
+            h ^ fnv1a(name.as_bytes()) ^ fnv1a(bytes).rotate_left(17)
+        });
+        let dir = root.join(format!("{hash:016x}"));
+        let complete = |dir: &Path| {
+            files
+                .iter()
+                .all(|(name, bytes)| std::fs::read(dir.join(name)).is_ok_and(|have| have == *bytes))
+        };
+        if complete(&dir) {
+            return Ok(dir);
         }
-        Ok(dir)
+        // Made whole under a fresh name, then renamed into place: a concurrent run never sees
+        // half of it.
+        let partial = root.join(partial_name());
+        private_dir(&partial)?;
+        let made = files
+            .iter()
+            .try_for_each(|(name, bytes)| write_private(&partial.join(name), bytes));
+        let renamed = made.and_then(|()| {
+            std::fs::rename(&partial, &dir).or_else(|e| {
+                // Another run put it there first.
+                if complete(&dir) {
+                    Ok(())
+                } else {
+                    Err(Error::new(format!("cannot create {}: {e}", dir.display())))
+                }
+            })
+        });
+        let _ = std::fs::remove_dir_all(&partial);
+        renamed.map(|()| dir)
     }
 }
 
@@ -97,8 +129,21 @@ static STARTUP_HOOK: &str = include_str!("startup/sitecustomize.py");
 static STARTUP_TRACE: &str = include_str!("startup/mlprof_gpu_trace.py");
 
 impl Drop for Session {
+    /// The directory is renamed first, then removed: a process still starting (a fork child
+    /// making its channel, which names the directory by its path) then finds no directory
+    /// instead of adding a file to one being removed, which would keep it from going.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let mut gone = self.dir.clone().into_os_string();
+        gone.push(".gone");
+        let target = match std::fs::rename(&self.dir, &gone) {
+            Ok(()) => PathBuf::from(gone),
+            Err(_) => self.dir.clone(),
+        };
+        for _ in 0..8 {
+            if std::fs::remove_dir_all(&target).is_ok() || !target.exists() {
+                break;
+            }
+        }
     }
 }
 
@@ -134,11 +179,13 @@ fn candidates(refused: &mut Vec<String>) -> Vec<PathBuf> {
     out
 }
 
-/// The preload library in the user's lasting private directory (`$XDG_RUNTIME_DIR/mlprof`,
-/// else `PARENT/mlprof-UID`), named by a hash of its bytes and written there if missing.
-/// `None` if that directory is not ours alone or has no room (then the run's own directory is
-/// used).
-fn lasting_library(parent: &Path) -> Option<PathBuf> {
+/// What the error of a lasting directory someone else holds says.
+const SQUATTED: &str = "is not mlprof's private directory";
+
+/// The user's lasting private directory (`$XDG_RUNTIME_DIR/mlprof`, else `PARENT/mlprof-UID`),
+/// created if missing: ours, 0700, a directory, not a link. One that someone else made first
+/// (or opened to others) is refused with a one-line error naming it.
+fn lasting_dir(parent: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
@@ -153,34 +200,77 @@ fn lasting_library(parent: &Path) -> Option<PathBuf> {
         });
     let dir = match runtime {
         Some(runtime) => runtime.join("mlprof"),
+        None if safe_parent(parent, uid) => parent.join(format!("mlprof-{uid}")),
         None => {
-            if !safe_parent(parent, uid) {
-                return None;
-            }
-            parent.join(format!("mlprof-{uid}"))
+            return Err(Error::new(format!(
+                "{} lets other users replace its entries",
+                parent.display()
+            )))
         }
     };
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let meta = std::fs::symlink_metadata(&dir).ok()?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return None;
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(Error::new(format!(
+            "{} {SQUATTED} (a link or a file is there): remove it, or set TMPDIR to a private \
+             directory",
+            dir.display()
+        )));
     }
-    let path = dir.join(format!("libmlprof_preload-{:016x}.so", fnv1a(PRELOAD)));
-    if std::fs::read(&path).is_ok_and(|have| have == PRELOAD) {
-        return Some(path);
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(Error::new(format!(
+            "{} {SQUATTED} (owner uid {}, mode {:o}): another user may have made it; remove \
+             it, or set TMPDIR to a private directory",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(dir)
+}
+
+/// `PREFIX-HASH.SUFFIX` in `dir`, holding `bytes` (named by their hash), written there if
+/// missing or different.
+fn lasting_file(dir: &Path, prefix: &str, suffix: &str, bytes: &[u8]) -> Result<PathBuf> {
+    let path = dir.join(format!("{prefix}-{:016x}{suffix}", fnv1a(bytes)));
+    if std::fs::read(&path).is_ok_and(|have| have == bytes) {
+        return Ok(path);
     }
     // Written under a fresh temporary name and renamed: a concurrent run never sees half a
     // file, and two runs never share a temporary file.
+    let partial = dir.join(partial_name());
+    if let Err(e) = write_private(&partial, bytes) {
+        let _ = std::fs::remove_file(&partial); // no room: leave no partial file behind
+        return Err(e);
+    }
+    std::fs::rename(&partial, &path)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// A name for something being made, this process's and this moment's alone.
+fn partial_name() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let partial = dir.join(format!(".partial-{}-{nanos}", std::process::id()));
-    if write_private(&partial, PRELOAD).is_err() {
-        let _ = std::fs::remove_file(&partial); // no room: leave no partial file behind
-        return None;
+    format!(".partial-{}-{nanos}", std::process::id())
+}
+
+/// Create `dir` (0700) if missing; it must then be ours, private, and not a link.
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 => Ok(()),
+        Ok(_) => Err(Error::new(format!(
+            "{} is not mlprof's private directory",
+            dir.display()
+        ))),
+        Err(e) => Err(Error::new(format!("cannot create {}: {e}", dir.display()))),
     }
-    std::fs::rename(&partial, &path).ok()?;
-    Some(path)
 }
 
 /// Whether only `uid` (or root) can replace entries of `dir`: owned by one of them, and not

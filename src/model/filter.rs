@@ -27,8 +27,9 @@ impl Filter {
     }
 }
 
-/// mlprof's own Python start-up hook (docs/design/gpu-tensors.md), run from the run's private
-/// directory (gone after the run): never a line of the program, nor a frame of its stacks.
+/// mlprof's own Python start-up hook (docs/design/gpu-tensors.md), run from the user's lasting
+/// private directory (`mlprof-startup/HASH`): never a line of the program, nor a frame of its
+/// stacks.
 pub fn is_mlprof_hook(file: &str) -> bool {
     file.split('/')
         .any(|dir| dir == crate::recording::gpu_tensors::STARTUP_DIR)

@@ -28,6 +28,7 @@ mod hints;
 mod hostile;
 mod html;
 mod interpreters;
+mod leftovers;
 mod linetables;
 mod mapped;
 mod memory;
