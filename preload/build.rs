@@ -12,6 +12,7 @@ fn main() {
         "csrc/signal.c",
         "csrc/sigwait.c",
         "csrc/mprotect.c",
+        "csrc/fortify.c",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

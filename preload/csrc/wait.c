@@ -1,5 +1,6 @@
 /* Blocking waits that a signal interrupts with EINTR even under SA_RESTART: poll, ppoll,
- * select, pselect, epoll_wait, epoll_pwait, nanosleep, clock_nanosleep. Native libraries often
+ * select, pselect, epoll_wait, epoll_pwait, epoll_pwait2, nanosleep, clock_nanosleep (and, in
+ * fortify.c, the _FORTIFY_SOURCE entry points of poll and ppoll). Native libraries often
  * treat that EINTR as an error, so when our own sampling signal (and only ours) interrupted the
  * call, it is made again with the time that was left. EINTR caused by anything else is returned
  * as is.
@@ -37,6 +38,7 @@ typedef int (*select_fn)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
 typedef int (*pselect_fn)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
 typedef int (*epoll_pwait_fn)(int, struct epoll_event *, int, int, const sigset_t *);
+typedef int (*epoll_pwait2_fn)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
 typedef int (*nanosleep_fn)(const struct timespec *, struct timespec *);
 typedef int (*clock_nanosleep_fn)(clockid_t, int, const struct timespec *, struct timespec *);
 
@@ -46,6 +48,8 @@ static select_fn real_select;
 static pselect_fn real_pselect;
 static epoll_wait_fn real_epoll_wait;
 static epoll_pwait_fn real_epoll_pwait;
+/* glibc 2.35+; an older one has none, and a program that calls it cannot be one of its. */
+static epoll_pwait2_fn real_epoll_pwait2;
 static nanosleep_fn real_nanosleep;
 static clock_nanosleep_fn real_clock_nanosleep;
 
@@ -56,6 +60,7 @@ HIDDEN void mlprof_waits_resolve(void) {
     __atomic_store_n(&real_pselect, (pselect_fn)dlsym(RTLD_NEXT, "pselect"), __ATOMIC_RELAXED);
     __atomic_store_n(&real_epoll_wait, (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait"), __ATOMIC_RELAXED);
     __atomic_store_n(&real_epoll_pwait, (epoll_pwait_fn)dlsym(RTLD_NEXT, "epoll_pwait"), __ATOMIC_RELAXED);
+    __atomic_store_n(&real_epoll_pwait2, (epoll_pwait2_fn)dlsym(RTLD_NEXT, "epoll_pwait2"), __ATOMIC_RELAXED);
     __atomic_store_n(&real_nanosleep, (nanosleep_fn)dlsym(RTLD_NEXT, "nanosleep"), __ATOMIC_RELAXED);
     __atomic_store_n(&real_clock_nanosleep, (clock_nanosleep_fn)dlsym(RTLD_NEXT, "clock_nanosleep"), __ATOMIC_RELAXED);
     __atomic_store_n(&real_poll, (poll_fn)dlsym(RTLD_NEXT, "poll"), __ATOMIC_RELEASE);
@@ -184,6 +189,29 @@ HIDDEN int mlprof_epoll_pwait(int epfd, struct epoll_event *events, int max, int
     do {
         before = mlprof_signals_taken();
         r = real_epoll_pwait(epfd, events, max, timeout > 0 ? mlprof_remaining_ms(deadline, now_ns()) : timeout, mask);
+    } while (OURS(r, before));
+    mlprof_wait_end(since);
+    return r;
+}
+
+HIDDEN int mlprof_epoll_pwait2(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
+                               const sigset_t *mask) {
+    uint64_t deadline, before, since;
+    struct timespec left;
+    int r;
+    if (!ready())
+        return -1;
+    if (!real_epoll_pwait2) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (!mlprof_timespec_valid(timeout)) /* the kernel's EINVAL, at once, as without us */
+        return real_epoll_pwait2(epfd, events, max, timeout, mask);
+    since = blocks_ts(timeout) ? mlprof_wait_begin() : 0;
+    deadline = mlprof_deadline_ts(timeout, now_ns());
+    do {
+        before = mlprof_signals_taken();
+        r = real_epoll_pwait2(epfd, events, max, timeout ? mlprof_remaining_ts(deadline, now_ns(), &left) : 0, mask);
     } while (OURS(r, before));
     mlprof_wait_end(since);
     return r;

@@ -321,6 +321,44 @@ fn our_sampling_signal_does_not_make_poll_fail_with_eintr() {
     );
 }
 
+/// The same for `poll`, `ppoll` and `epoll_pwait2`, built plain and with `_FORTIFY_SOURCE=3`
+/// (whose `__poll_chk` and `__ppoll_chk` glibc's own versions would take past our hooks).
+#[test]
+fn our_sampling_signal_does_not_make_fortified_waits_fail_with_eintr() {
+    let dir = fixture::tempdir();
+    for (name, flags) in [
+        ("plain", &[][..]),
+        ("fortified", &["-O2", "-D_FORTIFY_SOURCE=3"][..]),
+    ] {
+        let exe = dir.join(name);
+        let cc = std::process::Command::new("cc")
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(fixture::root().join("tests/native/waits_eintr.c"))
+            .status()
+            .expect("cc is needed to build the test program");
+        assert!(cc.success());
+        if name == "fortified" {
+            let nm = std::process::Command::new("nm")
+                .arg("-D")
+                .arg(&exe)
+                .output();
+            let symbols = String::from_utf8_lossy(&nm.expect("nm").stdout).into_owned();
+            assert!(
+                symbols.contains("__poll_chk") && symbols.contains("__ppoll_chk"),
+                "the compiler called the plain functions: {symbols}"
+            );
+        }
+        let run = fixture::profile(&[os(&exe)]);
+        assert_eq!(
+            String::from_utf8_lossy(&run.output.stdout),
+            "poll 0 after >= 290 ms\nppoll 0 after >= 290 ms\nepoll_pwait2 0 after >= 290 ms\n",
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn a_blas_pool_works_for_the_line_that_waits_for_it() {
     let m = markers("cpu_lines.py");

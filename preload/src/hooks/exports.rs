@@ -1,5 +1,5 @@
 //! The exported names of the hooks written in C (`csrc/wait.c`, `csrc/signal.c`,
-//! `csrc/sigwait.c`, `csrc/mprotect.c`). A Rust
+//! `csrc/sigwait.c`, `csrc/mprotect.c`, `csrc/fortify.c`). A Rust
 //! cdylib exports only Rust items, so each is a naked function of no frame at all that jumps to
 //! the C code: a thread force-unwound while inside one (cancelled in `poll`, or leaving a
 //! signal handler by `pthread_exit`) meets only C frames.
@@ -42,3 +42,7 @@ export!(sigwait => mlprof_sigwait);
 export!(signalfd => mlprof_signalfd);
 export!(read => mlprof_read);
 export!(mprotect => mlprof_mprotect);
+export!(epoll_pwait2 => mlprof_epoll_pwait2);
+export!(__read_chk => mlprof_read_chk);
+export!(__poll_chk => mlprof_poll_chk);
+export!(__ppoll_chk => mlprof_ppoll_chk);

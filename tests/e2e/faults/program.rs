@@ -329,7 +329,7 @@ fn signals_sent_to_the_whole_process_group_reach_the_program_once() {
 #[test]
 fn group_signals_reach_a_program_that_waits_for_them_once_and_sigprof_never() {
     let path = script("signals_waited.py");
-    for mode in ["sigwait", "signalfd"] {
+    for mode in ["sigwait", "signalfd", "signalfd_chk"] {
         for py in pythons() {
             let argv = [os(&py.exe), os(&path), os(mode)];
             let (plain, got, profile) = in_own_group(&argv);
