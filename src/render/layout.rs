@@ -116,7 +116,11 @@ pub fn wrap(indent: usize, text: &str, hang: usize, width: usize) -> Vec<String>
         loop {
             let gap = usize::from(!fresh);
             let room = width.saturating_sub(used + gap);
-            let w = cells(word);
+            // Whether it fits is told by its first `room` cells alone: a word of megabytes is
+            // not measured whole for every line it is split into (that made wrapping quadratic
+            // in its length).
+            let fits = prefix_end(word, room) == word.len();
+            let w = if fits { cells(word) } else { room + 1 };
             if w <= room {
                 if !fresh {
                     line.push(' ');
@@ -508,6 +512,19 @@ mod tests {
         assert_eq!(name_and_place(n, "t.py:3", 80), format!("{n} (t.py:3)"));
         assert_eq!(name_and_place(n, "t.py:3", 25), "process_a_very_… (t.py:3)");
         assert_eq!(cells(&name_and_place(n, "a_long_library.so", 20)), 20);
+    }
+
+    /// A word of 20 MiB (a saved profile's command line can hold one) is split in one pass:
+    /// before, each line measured the rest of the word, and this took hours.
+    #[test]
+    fn a_huge_word_is_wrapped_in_one_pass() {
+        let word = "x".repeat(20 << 20);
+        let lines = wrap(2, &format!("a {word} b"), 4, 80);
+        let joined: usize = lines.iter().map(|l| l.trim_start().len()).sum();
+        assert_eq!(joined, (20 << 20) + 3, "a, the word, a space and b");
+        assert!(lines.iter().all(|l| cells(l) <= 80));
+        let n: usize = 20 << 20;
+        assert_eq!(lines.len(), 1 + n.div_ceil(76));
     }
 
     #[test]
