@@ -692,10 +692,13 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
                 "{v}: the {name} line waited {measured:.3} s (runnable {queued:.3} s of it); \
                  the profile says {waited:.3} s"
             );
+            // The calls' own Python, and a sample the kernel's timer fired late for (every
+            // core busy) that straddles the line's boundary.
             let cpu = l.measures.cpu_python_s + l.measures.cpu_native_s;
+            let late = fixture::straddle(&run.profile, 1.0);
             assert!(
-                cpu < 0.1 * measured,
-                "{v}: the {name} line used {cpu:.3} s of CPU"
+                cpu < 0.1 * measured + late,
+                "{v}: the {name} line used {cpu:.3} s of CPU (a late sample: {late:.3} s)"
             );
         }
         // Short waits: CPU and waiting add up to the loop's wall time less its run-queue delay
