@@ -1,73 +1,71 @@
-"""The Python start-up hook's own cost (docs/design/gpu-tensors.md), without a GPU: the wall
-time of starting Python and of importing a module, with the hook first on PYTHONPATH (as
-`mlprof run` puts it, MLPROF_DIR set) and without, interleaved, median of R runs each. The hook
-adds one module at start-up and a finder asked about every import (one comparison each); with
-PyTorch on the CPU it also wraps torch's loader and queues the trace's switch for a CUDA
-initialisation that never comes.
+"""The PyTorch hook's own cost (preload/src/python/tensors.rs, docs/design/gpu-tensors.md),
+without a GPU: each command run under `mlprof run` with the hook (the default) and with
+`--no-gpu-tensors` (no hook), interleaved, median of R runs each. The hook is a C audit hook:
+until `import torch` it compares one event name per audit event (and CPython, having a hook,
+builds each event's argument tuple); with PyTorch on the CPU it also compiles the tracing half
+once and queues the trace's switch for a CUDA initialisation that never comes.
 
-usage: python bench/startup_hook.py [--python PY] [--runs R] [--torch-python PY]
+Two kinds of figure: the wall time of a whole command (start-up, many imports, `import torch`),
+and the CPU time a program measures of its own loop of audited calls (`sys._getframe`, which
+raises an audit event each call: the worst case for a program without torch).
+
+usage: python bench/startup_hook.py [--python PY] [--runs R] [--torch-python PY] [--mlprof BIN]
 """
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOK = os.path.join(ROOT, "src", "launch", "startup")
+
+# A loop of 2 million audited calls; prints the CPU seconds it took, by the process's own clock.
+AUDITED = ("import sys, time\nt = time.process_time()\nf = sys._getframe\n"
+           "for _ in range(2_000_000):\n    f()\nprint(time.process_time() - t)\n")
 
 
-def timed(argv, env):
+def run(mlprof, hooked, argv, out_dir):
+    cmd = [mlprof, "run", "-q", "-o", os.path.join(out_dir, "p.json")]
+    if not hooked:
+        cmd.append("--no-gpu-tensors")
     start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    done = subprocess.run(cmd + ["--"] + argv, check=True, stdout=subprocess.PIPE, text=True)
+    return time.perf_counter() - start, done.stdout
 
 
-def compare(name, argv, runs, run_dir, hook_dir, cached):
-    plain_env = dict(os.environ)
-    plain_env.pop("PYTHONPATH", None)
-    # Whether Python may cache the hook's bytecode (the first Python process of a run compiles
-    # it; later ones read it back unless PYTHONDONTWRITEBYTECODE is set).
-    if cached:
-        plain_env.pop("PYTHONDONTWRITEBYTECODE", None)
-    else:
-        plain_env["PYTHONDONTWRITEBYTECODE"] = "1"
-    hook_env = dict(plain_env, PYTHONPATH=hook_dir, MLPROF_DIR=run_dir)
-    timed(argv, plain_env)
-    timed(argv, hook_env)
-    plain, hooked = [], []
-    for _ in range(runs):
-        plain.append(timed(argv, plain_env))
-        hooked.append(timed(argv, hook_env))
-    p, h = statistics.median(plain), statistics.median(hooked)
-    print(f"| {name} | {p * 1e3:.1f} ms | {h * 1e3:.1f} ms | {(h - p) * 1e3:+.1f} ms |")
+def compare(mlprof, name, argv, runs, out_dir, own_clock=False):
+    """Median of the wall time (or, with `own_clock`, of what the program printed)."""
+    figures = {True: [], False: []}
+    for _ in range(runs + 1):  # the first pair warms the caches and is dropped
+        for hooked in (False, True):
+            wall, out = run(mlprof, hooked, argv, out_dir)
+            figures[hooked].append(float(out.split()[-1]) if own_clock else wall)
+    p, h = (statistics.median(figures[k][1:]) for k in (False, True))
+    print(f"| {name} | {p * 1e3:.1f} ms | {h * 1e3:.1f} ms | {(h - p) * 1e3:+.1f} ms "
+          f"| {h / p:.3f} |")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", default="python3")
     ap.add_argument("--torch-python", default=os.path.join(ROOT, "target/torch-venv/bin/python"))
+    ap.add_argument("--mlprof", default=os.path.join(ROOT, "target/release/mlprof"))
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as run_dir:
-        hook_dir = os.path.join(run_dir, "mlprof-startup")
-        os.mkdir(hook_dir)
-        for name in ("sitecustomize.py", "mlprof_gpu_trace.py"):
-            shutil.copy(os.path.join(HOOK, name), hook_dir)
-        print("| what | without the hook | with it | added |")
-        print("|---|--:|--:|--:|")
-        for cached, how in ((False, "compiled"), (True, "bytecode cached")):
-            compare(f"python -c pass (hook {how})", [args.python, "-c", "pass"], args.runs,
-                    run_dir, hook_dir, cached)
-        compare("import json, email, http.client (many imports)",
+    with tempfile.TemporaryDirectory() as out_dir:
+        print("| what (under `mlprof run`) | `--no-gpu-tensors` | with the hook | added | ratio |")
+        print("|---|--:|--:|--:|--:|")
+        compare(args.mlprof, "python -c pass", [args.python, "-c", "pass"], args.runs, out_dir)
+        compare(args.mlprof, "import json, email, http.client (many imports)",
                 [args.python, "-c", "import json, email.message, http.client"],
-                args.runs, run_dir, hook_dir, True)
+                args.runs, out_dir)
+        compare(args.mlprof, "2M `sys._getframe()` calls (CPU, the program's own clock)",
+                [args.python, "-c", AUDITED], max(5, args.runs // 2), out_dir, own_clock=True)
         if os.path.exists(args.torch_python):
             code = "import torch; torch.ones(64, 64).sum()"
-            compare("import torch (CPU)", [args.torch_python, "-c", code], max(5, args.runs // 4),
-                    run_dir, hook_dir, True)
+            compare(args.mlprof, "import torch (CPU)", [args.torch_python, "-c", code],
+                    max(5, args.runs // 4), out_dir)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Finds a CPython of every build mlprof reads (the sections of
 # pyframes/layouts-derivation/expected.txt: 3.9 ... 3.15, 3.13t ...) and gives each a virtual
-# environment with numpy, pytest and pytest-xdist under target/test-venvs/py3.X (py3.13t for a
+# environment with numpy, pytest, pytest-xdist and coverage under target/test-venvs/py3.X (py3.13t for a
 # free-threaded build), reused when already there. An interpreter is looked for under pyenv,
 # then under target/cpython-3.X (prepared before), then on PATH; one found nowhere is prepared
 # under target/ by the helper scripts in $MLPROF_PYTHON_TOOLS (newer-cpython.sh for 3.14+,
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venvs=target/test-venvs
 mkdir -p "$venvs"
-packages=(numpy pytest pytest-xdist)
+packages=(numpy pytest pytest-xdist coverage)
 tools=${MLPROF_PYTHON_TOOLS:-../shared/tools}
 
 all_builds() {
@@ -59,7 +59,7 @@ for build in $builds; do
     if ! "$venv/bin/python" -c "import numpy" 2>/dev/null; then
         echo "pythons: creating $venv from $exe" >&2
         scripts/make_venv.sh "$exe" "$venv" "${packages[@]}"
-    elif ! "$venv/bin/python" -c "import pytest, xdist" 2>/dev/null; then
+    elif ! "$venv/bin/python" -c "import pytest, xdist, coverage" 2>/dev/null; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
     fi
     # The notebook test runs on the default python3's version: its venv gets Jupyter's kernel

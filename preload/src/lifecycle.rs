@@ -12,8 +12,13 @@ use mlprof_wire::{
 use crate::python::{codes, runtime};
 use crate::{channel, clock, heap, hooks, memory, real, sampler};
 
-/// Runs when the dynamic loader initialises the library (`.init_array`).
-extern "C" fn on_load() {
+/// Runs when the dynamic loader initialises the library (`.init_array`), which glibc calls
+/// with the program's `argc`, `argv` and `envp`.
+extern "C" fn on_load(
+    argc: c_int,
+    argv: *const *const libc::c_char,
+    _envp: *const *const libc::c_char,
+) {
     let _errno = crate::errno::Saved::new();
     real::resolve();
     hooks::copy::resolve();
@@ -42,6 +47,9 @@ extern "C" fn on_load() {
     memory::pymem::resolve();
     memory::pymem::install_free_threaded(header);
     crate::python::jit::init(runtime::addresses().1);
+    if status != mlprof_wire::python_status::NONE {
+        crate::python::tensors::init(argc, argv);
+    }
     memory::sampler::configure(
         env_u64(mlprof_wire::ENV_MEMORY_SAMPLE),
         env_u64(mlprof_wire::ENV_COPY_SAMPLE),
@@ -71,7 +79,8 @@ extern "C" fn on_load() {
 
 #[used]
 #[link_section = ".init_array"]
-static ON_LOAD: extern "C" fn() = on_load;
+static ON_LOAD: extern "C" fn(c_int, *const *const libc::c_char, *const *const libc::c_char) =
+    on_load;
 
 extern "C" {
     /// glibc's `on_exit`: like `atexit`, but the handler receives the exit status, also when

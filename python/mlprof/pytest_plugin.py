@@ -8,8 +8,10 @@
     @pytest.mark.limit_leaks("1 MiB")    # fails if the test left that much more allocated
 
 The markers have pytest-memray's names and meaning. ``--mlprof`` re-runs pytest under
-``mlprof run`` when it was not started that way (this pytest becomes mlprof by exec, so signals
-sent to it reach the tests as they would without mlprof); each test's call is a region
+``mlprof run`` when it was not started that way: before any conftest is imported, this pytest
+becomes mlprof by exec of the very command line that started it (interpreter flags, ``-m
+pytest`` or the script, a runner such as ``coverage run``), so the tests run as without mlprof
+and signals sent to it reach them as they would; each test's call is a region
 (``mlprof_region_begin``/``end`` of the preload library), whose exact heap high comes back at
 once. A test over its limit waits (at most ``--mlprof-wait`` seconds) for the collector's
 summary of the region, which names the lines that held the memory.
@@ -127,9 +129,30 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """``--mlprof`` in a pytest that is the whole process, outside mlprof: become ``mlprof run``
+    of the very command that started this one (the same interpreter, flags, script or module,
+    arguments), before any conftest file is imported, so that the tests run as they would
+    without mlprof and every conftest is imported once, by the inner pytest."""
+    namespace = early_config.known_args_namespace
+    if not getattr(namespace, "mlprof", False) or active() or os.environ.get(_INNER):
+        return
+    if not _whole_process(early_config):
+        return  # pytest.main() in a program: pytest_cmdline_main runs mlprof as a child
+    command = _mlprof_command(
+        getattr(namespace, "mlprof_output", None),
+        getattr(namespace, "mlprof_html", None),
+        _original_command(),
+    )
+    _release_standard_streams(early_config)
+    _exec(command, _inner_env())
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """``--mlprof`` outside mlprof: run this same pytest command under ``mlprof run`` and end
-    with its status."""
+    """``--mlprof`` in ``pytest.main()`` called by a program, outside mlprof: run the same tests
+    under ``mlprof run`` as a child (``python FLAGS -m pytest ARGS``) and end with its status.
+    (A pytest that is the whole process became mlprof before its conftest files were read.)"""
     if not config.getoption("mlprof") or active():
         return None
     if os.environ.get(_INNER):
@@ -140,23 +163,63 @@ def pytest_cmdline_main(config):
             "cleared?); tests run unmeasured\n"
         )
         return None
-    binary = _binary.require()
-    command = [binary, "run"]
-    output = config.getoption("mlprof_output")
-    if output:
-        command += ["-o", output]
-    else:
-        command += ["--quiet"]
-    pages = config.getoption("mlprof_html")
-    if pages:
-        command += ["--regions-html", pages]
-    command += ["--", sys.executable, "-m", "pytest"] + _pytest_args(config)
-    env = dict(os.environ)
-    env[_INNER] = "1"
+    python = [sys.executable] + _interpreter_flags() + ["-m", "pytest"] + _pytest_args(config)
+    command = _mlprof_command(
+        config.getoption("mlprof_output"), config.getoption("mlprof_html"), python
+    )
     _release_standard_streams(config)
     if _whole_process(config):
-        _exec(command, env)
-    return _call(command, env)
+        _exec(command, _inner_env())
+    return _call(command, _inner_env())
+
+
+def _mlprof_command(output, pages, python):
+    command = [_binary.require(), "run"]
+    command += ["-o", output] if output else ["--quiet"]
+    if pages:
+        command += ["--regions-html", pages]
+    return command + ["--"] + python
+
+
+def _inner_env():
+    env = dict(os.environ)
+    env[_INNER] = "1"
+    return env
+
+
+def _original_command():
+    """The command line that started this interpreter, to run again as it was: its flags
+    (``-O``, ``-W``, ``-X``, ``-I``, ``-P`` ...), then ``-m pytest``, the ``pytest`` script or
+    another runner (``coverage run -m pytest``), then the arguments: ``sys.orig_argv`` (3.10+),
+    else what the kernel kept of the process's arguments (``/proc/self/cmdline``), else the
+    flags rebuilt from ``sys.flags``, ``sys.warnoptions`` and ``sys._xoptions`` before
+    ``-m pytest`` or ``sys.argv[0]``."""
+    orig = getattr(sys, "orig_argv", None)
+    if not orig:
+        try:
+            with open("/proc/self/cmdline", "rb") as f:
+                orig = [os.fsdecode(a) for a in f.read().split(b"\0")[:-1]]
+        except OSError:
+            orig = None
+    if orig:
+        return [sys.executable] + list(orig[1:])
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in ("pytest", "pytest.__main__"):
+        how = ["-m", "pytest"]
+    else:
+        how = [sys.argv[0]]
+    return [sys.executable] + _interpreter_flags() + how + sys.argv[1:]
+
+
+def _interpreter_flags():
+    """This interpreter's flags as command-line options (what ``multiprocessing`` gives its
+    children)."""
+    flags = getattr(subprocess, "_args_from_interpreter_flags", None)
+    try:
+        return list(flags()) if flags else []
+    except Exception:
+        return []
 
 
 def _whole_process(config):

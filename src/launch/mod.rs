@@ -101,11 +101,8 @@ pub fn spawn(
     if !sampling.gpu_time {
         cmd.env(var(mlprof_wire::ENV_GPU_KERNELS), "0");
     }
-    if sampling.gpu_tensors {
-        // Best effort: without the hook the report keeps the segment view and says why.
-        if let Ok(dir) = session.startup_hook() {
-            cmd.env("PYTHONPATH", pythonpath(&dir));
-        }
+    if !sampling.gpu_tensors {
+        cmd.env(var(mlprof_wire::ENV_GPU_TENSORS), "0");
     }
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
@@ -131,17 +128,6 @@ use std::os::fd::AsFd;
 /// An environment variable name shared with the preload library (`mlprof_wire::ENV_*`).
 fn var(name: &CStr) -> &OsStr {
     OsStr::from_bytes(name.to_bytes())
-}
-
-/// `PYTHONPATH` for the child: the start-up hook's directory first, then the user's own value
-/// (kept as is), so the program's modules, and its own `sitecustomize`, are found as before.
-fn pythonpath(hook: &std::path::Path) -> OsString {
-    let mut value = hook.as_os_str().to_owned();
-    if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-        value.push(":");
-        value.push(existing);
-    }
-    value
 }
 
 fn preload_value(session: &Session) -> OsString {

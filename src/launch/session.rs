@@ -1,9 +1,9 @@
 //! The private directory of one run (0700) holding every process's channel file (0600),
-//! removed when the run ends; and the preload library and the Python start-up hook, extracted
-//! once per build into a lasting private directory of the user under names made of their
-//! contents, so that a descendant that outlives the run and execs a program later still finds
-//! what its `LD_PRELOAD` and `PYTHONPATH` name, and nobody else can put anything there (see
-//! docs/design/process-trees.md). A lasting directory that is not ours alone is refused.
+//! removed when the run ends; and the preload library, extracted once per build into a lasting
+//! private directory of the user under a name made of its contents, so that a descendant that
+//! outlives the run and execs a program later still finds what its `LD_PRELOAD` names, and
+//! nobody else can put anything there (see docs/design/process-trees.md). A lasting directory
+//! that is not ours alone is refused.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -20,8 +20,6 @@ static PRELOAD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmlprof_prel
 pub struct Session {
     dir: PathBuf,
     preload: PathBuf,
-    /// The lasting private directory (none with `MLPROF_PRELOAD`).
-    lasting: Option<PathBuf>,
 }
 
 impl Session {
@@ -46,21 +44,19 @@ impl Session {
     }
 
     fn create_in(parent: &Path) -> Result<Session> {
-        let (preload, lasting) = match std::env::var_os("MLPROF_PRELOAD") {
-            Some(path) => (PathBuf::from(path), None),
+        let preload = match std::env::var_os("MLPROF_PRELOAD") {
+            Some(path) => PathBuf::from(path),
             None => {
-                // Where the library and the hook last: refused (never replaced by the run's
+                // Where the library lasts: refused (never replaced by the run's
                 // own directory, which is gone after the run while descendants may still name
                 // it) when someone else holds it.
                 let lasting = lasting_dir(parent)?;
-                let lib = lasting_file(&lasting, "libmlprof_preload", ".so", PRELOAD)?;
-                (lib, Some(lasting))
+                lasting_file(&lasting, "libmlprof_preload", ".so", PRELOAD)?
             }
         };
         Ok(Session {
             dir: make_private_dir(parent)?,
             preload,
-            lasting,
         })
     }
 
@@ -73,60 +69,7 @@ impl Session {
     pub fn preload_path(&self) -> &Path {
         &self.preload
     }
-
-    /// The directory holding mlprof's Python start-up hook (`sitecustomize.py`,
-    /// docs/design/gpu-tensors.md): `mlprof-startup/HASH` in the lasting private directory
-    /// (0700, the files 0600), named by the hook's contents, so that what a descendant's
-    /// `PYTHONPATH` names outlives the run and nobody else can put code there. In the run's
-    /// own directory only with `MLPROF_PRELOAD` (a development build's library).
-    pub fn startup_hook(&self) -> Result<PathBuf> {
-        let root = match &self.lasting {
-            Some(lasting) => lasting.join(crate::recording::gpu_tensors::STARTUP_DIR),
-            None => self.dir.join(crate::recording::gpu_tensors::STARTUP_DIR),
-        };
-        private_dir(&root)?;
-        let files: [(&str, &[u8]); 2] = [
-            ("sitecustomize.py", STARTUP_HOOK.as_bytes()),
-            ("mlprof_gpu_trace.py", STARTUP_TRACE.as_bytes()),
-        ];
-        let hash = files.iter().fold(0u64, |h, (name, bytes)| {
-            h ^ fnv1a(name.as_bytes()) ^ fnv1a(bytes).rotate_left(17)
-        });
-        let dir = root.join(format!("{hash:016x}"));
-        let complete = |dir: &Path| {
-            files
-                .iter()
-                .all(|(name, bytes)| std::fs::read(dir.join(name)).is_ok_and(|have| have == *bytes))
-        };
-        if complete(&dir) {
-            return Ok(dir);
-        }
-        // Made whole under a fresh name, then renamed into place: a concurrent run never sees
-        // half of it.
-        let partial = root.join(partial_name());
-        private_dir(&partial)?;
-        let made = files
-            .iter()
-            .try_for_each(|(name, bytes)| write_private(&partial.join(name), bytes));
-        let renamed = made.and_then(|()| {
-            std::fs::rename(&partial, &dir).or_else(|e| {
-                // Another run put it there first.
-                if complete(&dir) {
-                    Ok(())
-                } else {
-                    Err(Error::new(format!("cannot create {}: {e}", dir.display())))
-                }
-            })
-        });
-        let _ = std::fs::remove_dir_all(&partial);
-        renamed.map(|()| dir)
-    }
 }
-
-/// The start-up hook's source (`src/launch/startup/sitecustomize.py`), and its tracing half,
-/// loaded only when the program imports `torch`.
-static STARTUP_HOOK: &str = include_str!("startup/sitecustomize.py");
-static STARTUP_TRACE: &str = include_str!("startup/mlprof_gpu_trace.py");
 
 impl Drop for Session {
     /// The directory is renamed first, then removed: a process still starting (a fork child
@@ -255,22 +198,6 @@ fn partial_name() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!(".partial-{}-{nanos}", std::process::id())
-}
-
-/// Create `dir` (0700) if missing; it must then be ours, private, and not a link.
-fn private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 => Ok(()),
-        Ok(_) => Err(Error::new(format!(
-            "{} is not mlprof's private directory",
-            dir.display()
-        ))),
-        Err(e) => Err(Error::new(format!("cannot create {}: {e}", dir.display()))),
-    }
 }
 
 /// Whether only `uid` (or root) can replace entries of `dir`: owned by one of them, and not

@@ -27,12 +27,10 @@ impl Filter {
     }
 }
 
-/// mlprof's own Python start-up hook (docs/design/gpu-tensors.md), run from the user's lasting
-/// private directory (`mlprof-startup/HASH`): never a line of the program, nor a frame of its
-/// stacks.
+/// The Python code mlprof's preload library runs in a process that imports `torch`
+/// (docs/design/gpu-tensors.md): never a line of the program, nor a frame of its stacks.
 pub fn is_mlprof_hook(file: &str) -> bool {
-    file.split('/')
-        .any(|dir| dir == crate::recording::gpu_tensors::STARTUP_DIR)
+    mlprof_wire::TENSOR_HOOK_FILE.to_str() == Ok(file)
 }
 
 /// The standard library, frozen modules, installed packages, and code a library generates
@@ -69,12 +67,12 @@ mod tests {
         assert!(!f.profiles("/venv/lib/python3.12/site-packages/numpy/core/numeric.py"));
         assert!(!f.profiles("/tmp/torchinductor_ana/kt/cktreaotpjatue3xqymqz5.py"));
         assert!(!f.profiles("<frozen importlib._bootstrap>"));
-        assert!(!f.profiles("/tmp/mlprof-x1/mlprof-startup/sitecustomize.py"));
+        assert!(!f.profiles("<mlprof gpu trace>"));
         let all = Filter {
             all: true,
             ..Filter::default()
         };
-        assert!(!all.profiles("/tmp/mlprof-x1/mlprof-startup/sitecustomize.py"));
+        assert!(!all.profiles("<mlprof gpu trace>"));
         assert!(Filter {
             all: true,
             ..Filter::default()

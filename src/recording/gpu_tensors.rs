@@ -1,11 +1,7 @@
 //! What PyTorch's CUDA allocator recorded of a process's tensors (its memory history, read in
-//! the process at exit by mlprof's start-up hook and written to the run's directory; read back
+//! the process at exit by the preload library's PyTorch hook and written to the run's directory; read back
 //! by `collect::gpu_tensors`): the allocator's events per device, the blocks live at the end,
 //! and the Python stacks of their allocations. See docs/design/gpu-tensors.md.
-
-/// The directory in the run's directory that holds mlprof's Python start-up hook
-/// (`launch::Session::startup_hook`): its frames are mlprof's, never a line of the program.
-pub const STARTUP_DIR: &str = "mlprof-startup";
 
 /// The trace of one process.
 #[derive(Clone, Debug, Default, PartialEq)]

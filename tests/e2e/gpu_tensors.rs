@@ -113,7 +113,7 @@ fn tensors_live_at_the_gpu_peak_are_charged_to_the_lines_that_allocated_them() {
         );
         // mlprof's own hook is no line of the program.
         assert!(
-            p.lines.iter().all(|l| !l.file.contains("mlprof-startup")),
+            p.lines.iter().all(|l| !l.file.contains("mlprof")),
             "{v}: {:?}",
             p.lines.iter().map(|l| &l.file).collect::<Vec<_>>()
         );
@@ -160,11 +160,22 @@ fn turned_off_or_ended_without_exit_handlers_the_report_says_what_it_has() {
         .lines
         .iter()
         .all(|l| l.measures.gpu_tensor_peak_bytes == 0));
-    // `python -S`: `site` never runs, so neither does the hook: no trace, the program as is.
+    // `python -S`: `site` never runs, and the hook (no `sitecustomize`: an audit hook of the
+    // preload library) traces as without `-S`; the program's output is its own.
     let quiet = [os(&py.exe), os("-S"), os(&script)];
+    let plain = Command::new(&py.exe)
+        .args(["-S".as_ref(), script.as_os_str()])
+        .env("PYTHONPATH", &torch)
+        .output()
+        .unwrap();
     let run = fixture::profile_args(&[], &quiet, &env);
     assert!(run.output.status.success());
-    assert!(run.profile.processes[0].gpu_tensors.is_none());
+    assert_eq!(run.output.stdout, plain.stdout);
+    let t = run.profile.processes[0].gpu_tensors.as_ref().unwrap();
+    assert_eq!(
+        (t.state.as_str(), t.devices[0].peak_allocated_bytes),
+        ("on", 32 * MIB + 100)
+    );
     // `os._exit`: the trace was switched on and never read; the report says so.
     let run = fixture::profile_script(py, SCRIPT, &["exit"], &env);
     let t = run.profile.processes[0].gpu_tensors.as_ref().unwrap();

@@ -1,6 +1,6 @@
-//! Nothing a run names outlives it where someone else could take it over (issue 46): the paths
-//! a descendant's `LD_PRELOAD` and `PYTHONPATH` name still exist after the run, in the user's
-//! own private directory; a lasting directory someone else made or opened is refused, named;
+//! Nothing a run names outlives it where someone else could take it over (issue 46): the path
+//! a descendant's `LD_PRELOAD` names still exists after the run, in the user's own private
+//! directory, and no `PYTHONPATH` is set at all; a lasting directory someone else made or opened is refused, named;
 //! a report is never written through a link another user planted while the program ran.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -23,6 +23,7 @@ fn run_in(tmp: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
         .env("TMPDIR", tmp)
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("MLPROF_PRELOAD")
+        .env_remove("PYTHONPATH")
         .stdin(Stdio::null())
         .output()
         .expect("run mlprof")
@@ -40,9 +41,9 @@ fn private_and_ours(path: &Path) -> bool {
         .is_ok_and(|m| m.uid() == uid() && m.mode() & 0o077 == 0 && !m.file_type().is_symlink())
 }
 
-/// A job that outlives the run keeps `LD_PRELOAD` and `PYTHONPATH`: what they name must still
-/// be there after the run (the run's own directory, whose name anyone could make again, is
-/// gone), in directories only the user can write.
+/// A job that outlives the run keeps `LD_PRELOAD`: what it names must still be there after the
+/// run (the run's own directory, whose name anyone could make again, is gone), in directories
+/// only the user can write. mlprof sets no `PYTHONPATH`: the program sees the one it was given.
 #[test]
 fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
     let py = &fixture::pythons()[0];
@@ -51,7 +52,7 @@ fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
     let profile = tmp.join("p.json");
     let script = format!(
         "import os\nopen({:?}, 'w').write(os.environ['LD_PRELOAD'] + '\\n' + \
-         os.environ['PYTHONPATH'] + '\\n' + os.environ['MLPROF_DIR'] + '\\n')\n",
+         repr(os.environ.get('PYTHONPATH')) + '\\n' + os.environ['MLPROF_DIR'] + '\\n')\n",
         out.display().to_string()
     );
     let run = run_in(
@@ -79,8 +80,8 @@ fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
         PathBuf::from(lines.next().unwrap()),
     );
     assert!(!run_dir.exists(), "the run's directory {run_dir:?} is gone");
-    let hook = PathBuf::from(pythonpath.split(':').next().unwrap());
-    for (what, path) in [("LD_PRELOAD", &preload), ("PYTHONPATH", &hook)] {
+    assert_eq!(pythonpath, "None", "mlprof set PYTHONPATH");
+    for (what, path) in [("LD_PRELOAD", &preload)] {
         assert!(
             path.exists(),
             "{what} names {path:?}, which is gone after the run"
@@ -102,7 +103,6 @@ fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
         }
         assert!(private_and_ours(path), "{what}: {path:?} is not private");
     }
-    assert!(hook.join("sitecustomize.py").is_file());
 }
 
 /// `TMPDIR/mlprof-UID` made by someone else first (here: left open to every user) is refused

@@ -68,6 +68,12 @@ pub const ENV_GPU_LAUNCH_SAMPLE: &CStr = c"MLPROF_GPU_LAUNCH_SAMPLE";
 /// Environment variable that, when `0`, keeps the preload library from setting up CUPTI (no
 /// GPU kernel time; `--no-gpu-time`).
 pub const ENV_GPU_KERNELS: &CStr = c"MLPROF_GPU_KERNELS";
+/// Environment variable that, when `0`, keeps the preload library from asking PyTorch for its
+/// CUDA allocator's trace (no tensors at the GPU peak; `--no-gpu-tensors`).
+pub const ENV_GPU_TENSORS: &CStr = c"MLPROF_GPU_TENSORS";
+/// The file name of the code the preload library runs in a process that imports `torch` (its
+/// tracing half): mlprof's, never a line of the program nor a frame of its stacks.
+pub const TENSOR_HOOK_FILE: &CStr = c"<mlprof gpu trace>";
 /// Environment variable with the CPU sampling rate in Hz (0: no CPU sampling).
 pub const ENV_RATE: &CStr = c"MLPROF_RATE_HZ";
 /// Environment variable that, when non-zero, keeps child processes unprofiled (`--no-follow`):

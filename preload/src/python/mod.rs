@@ -7,3 +7,4 @@ pub mod jit;
 pub mod read;
 pub mod runtime;
 pub mod stack;
+pub mod tensors;

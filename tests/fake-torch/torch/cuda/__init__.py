@@ -3,8 +3,6 @@ import os
 import sys
 import threading
 
-from . import memory
-
 _initialized = False
 _initialization_lock = threading.Lock()
 # As PyTorch's: (callable, the caller's stack as lines), run at initialisation.
@@ -38,6 +36,12 @@ def init():
     for f, _ in _queued_calls:
         f()
     del _queued_calls[:]
+
+
+# As PyTorch's `torch/cuda/__init__.py`: its memory and random-state modules are imported after
+# the initialisation functions, the one after the other.
+from . import memory  # noqa: E402
+from . import random  # noqa: E402,F401
 
 
 class _Allocator:

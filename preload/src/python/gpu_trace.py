@@ -1,8 +1,9 @@
-"""The tracing half of mlprof's Python start-up hook (docs/design/gpu-tensors.md), loaded from
-`sitecustomize.py` only when the program imports `torch`, so that a Python process that never
-does pays for none of it: switches PyTorch's CUDA allocator trace on when PyTorch initialises
-CUDA, and at exit writes it, reduced, to `gpu-tensors-PID.json` in the run's directory.
-Standard library only. Nothing here raises into the program.
+"""The tracing half of the preload library's PyTorch hook (preload/src/python/tensors.rs,
+docs/design/gpu-tensors.md): carried inside the library and run, in a namespace of its own,
+only in a process that imports `torch`, so that a Python process that never does pays for none
+of it. Switches PyTorch's CUDA allocator trace on when PyTorch initialises CUDA, and at exit
+writes it, reduced, to `gpu-tensors-PID.json` in the run's directory. Standard library only,
+and only modules PyTorch has imported already. Nothing here raises into the program.
 """
 
 import os as _os
@@ -129,9 +130,16 @@ def _dump(torch, run_dir, pid, entries):
 
 
 def start(torch, run_dir):
+    """Called while `torch` is still being imported, as soon as `torch.cuda` has defined its
+    initialisation functions and `torch.cuda.memory` has run: neither is an attribute of its
+    package yet (a submodule is bound to its package once it has run), so both are taken from
+    `sys.modules`. By the CUDA initialisation and the exit, `torch.cuda` is bound."""
+    import sys
+
     try:
-        record = torch.cuda.memory._record_memory_history
-        lazy = torch.cuda._lazy_call
+        cuda = sys.modules["torch.cuda"]
+        record = sys.modules["torch.cuda.memory"]._record_memory_history
+        lazy = cuda._lazy_call
         entries = int(_os.environ.get("MLPROF_GPU_TRACE_ENTRIES", _ENTRIES))
     except Exception:
         return  # a PyTorch without the trace: the collector keeps the segment view
@@ -147,15 +155,24 @@ def start(torch, run_dir):
         # `_lazy_call` formats the caller's stack for its error message (linecache reading the
         # sources of the whole import: about 30 ms); queued directly, the call is the same and
         # its note names us.
-        queue = getattr(torch.cuda, "_queued_calls", None)
-        lock = getattr(torch.cuda, "_initialization_lock", None)
+        # Started from an audit event, possibly one PyTorch's own CUDA initialisation raised
+        # while it holds the lock (`os.environ` set under it): the lock is taken only if free.
+        # Held, the initialisation is under way and drains the queue after this event.
+        queue = getattr(cuda, "_queued_calls", None)
+        lock = getattr(cuda, "_initialization_lock", None)
         if isinstance(queue, list) and lock is not None:
-            with lock:  # as _lazy_call: never between another thread's check and its drain
-                queued = not torch.cuda.is_initialized()
-                if queued:
-                    queue.append((switch_on, ["  queued by mlprof's start-up hook\n"]))
-            if not queued:
-                lazy(switch_on)
+            note = ["  queued by mlprof's PyTorch hook\n"]
+            if lock.acquire(blocking=False):
+                try:  # as _lazy_call: never between another thread's check and its drain
+                    queued = not cuda.is_initialized()
+                    if queued:
+                        queue.append((switch_on, note))
+                finally:
+                    lock.release()
+                if not queued:
+                    lazy(switch_on)
+            else:
+                queue.append((switch_on, note))
         else:
             lazy(switch_on)
     except Exception:

@@ -1,0 +1,1 @@
+"""As PyTorch's `torch.cuda.random`, imported right after `torch.cuda.memory`; empty here."""
