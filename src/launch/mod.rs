@@ -101,9 +101,11 @@ pub fn spawn(
     if !sampling.gpu_time {
         cmd.env(var(mlprof_wire::ENV_GPU_KERNELS), "0");
     }
-    if !sampling.gpu_tensors {
-        cmd.env(var(mlprof_wire::ENV_GPU_TENSORS), "0");
-    }
+    let tensors = sampling.gpu_tensors && gpu_tensors_possible();
+    cmd.env(
+        var(mlprof_wire::ENV_GPU_TENSORS),
+        if tensors { "1" } else { "0" },
+    );
     if stdout_to_stderr {
         cmd.stdout(Stdio::from(
             std::io::stderr()
@@ -128,6 +130,19 @@ use std::os::fd::AsFd;
 /// An environment variable name shared with the preload library (`mlprof_wire::ENV_*`).
 fn var(name: &CStr) -> &OsStr {
     OsStr::from_bytes(name.to_bytes())
+}
+
+/// Whether PyTorch could ever initialise CUDA here, so that the preload library's PyTorch hook
+/// is worth its cost (an audit hook makes CPython build every audit event's arguments: about
+/// 0.1 us more for each `id()`, `sys._getframe()`, `open()`; `docs/benchmarks.md`): an NVIDIA
+/// driver's device nodes (`/dev/nvidiactl`; WSL's `/dev/dxg`) or its `/proc` entry, or
+/// `MLPROF_GPU_TENSORS=1` in mlprof's own environment (a driver elsewhere, the test fakes).
+fn gpu_tensors_possible() -> bool {
+    let forced = std::env::var_os(var(mlprof_wire::ENV_GPU_TENSORS)).is_some_and(|v| v == "1");
+    forced
+        || ["/dev/nvidiactl", "/dev/dxg", "/proc/driver/nvidia/version"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
 }
 
 fn preload_value(session: &Session) -> OsString {

@@ -13,8 +13,14 @@ use std::time::{Duration, Instant};
 use mlprof::model::{invariants, Profile};
 
 /// The `mlprof` binary under test.
+/// The `mlprof` binary, with `MLPROF_GPU_TENSORS=1`: its runs ask PyTorch (here: the fake in
+/// tests/fake-torch) for tensors as on a machine with an NVIDIA driver, whose PyTorch hook is
+/// then in every Python process (`gpu_tensors::without_a_driver_no_hook_is_set_up` tests the
+/// other way).
 pub fn mlprof() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mlprof"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mlprof"));
+    c.env("MLPROF_GPU_TENSORS", "1");
+    c
 }
 
 /// Repository root.

@@ -450,3 +450,37 @@ fn the_html_page_carries_the_tensors_at_the_peak_and_shows_their_section_and_col
         assert!(page.contains(drawn), "{drawn}");
     }
 }
+
+/// Without an NVIDIA driver (no `/dev/nvidiactl`, no `/proc/driver/nvidia`), where PyTorch can
+/// never initialise CUDA, `mlprof run` sets up no PyTorch hook at all (it would cost every
+/// audited call of every Python process, for nothing): the fake torch is not traced, and the
+/// audited calls cost what they cost with `--no-gpu-tensors`. Where a driver is present the
+/// default is the hook (the rest of this file, forced with `MLPROF_GPU_TENSORS=1`).
+#[test]
+fn without_a_driver_no_hook_is_set_up() {
+    let driver = ["/dev/nvidiactl", "/dev/dxg", "/proc/driver/nvidia/version"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    let py = fixture::pythons().last().unwrap();
+    let torch = fake_torch();
+    let dir = fixture::tempdir();
+    let out = dir.join("p.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_mlprof"))
+        .args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py.exe)
+        .arg(fixture::script(SCRIPT))
+        .env("PYTHONPATH", &torch)
+        .env_remove("MLPROF_GPU_TENSORS")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let p: Profile = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let traced = p.processes[0].gpu_tensors.is_some();
+    assert_eq!(traced, driver, "traced: {traced}, a driver here: {driver}");
+}

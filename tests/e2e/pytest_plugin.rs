@@ -48,6 +48,7 @@ pub(crate) fn pytest_with_path(
         .current_dir(dir)
         .env("PYTHONPATH", python_path)
         .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
+        .env("MLPROF_GPU_TENSORS", "1") // as on a machine with a driver: fixture::mlprof
         .output()
         .expect("run pytest")
 }

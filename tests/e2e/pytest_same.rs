@@ -55,6 +55,7 @@ fn run(argv: &[&str], extra: &[&str], env: &[(&str, &str)]) -> (Verdicts, PathBu
         .current_dir(&dir)
         .env("PYTHONPATH", fixture::root().join("python"))
         .env("MLPROF_BIN", env!("CARGO_BIN_EXE_mlprof"))
+        .env("MLPROF_GPU_TENSORS", "1") // the PyTorch hook in: fixture::mlprof
         .env("SAME_IMPORTS", &imports)
         .envs(env.iter().copied())
         .env_remove("PYTHONSAFEPATH")

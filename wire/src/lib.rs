@@ -68,8 +68,9 @@ pub const ENV_GPU_LAUNCH_SAMPLE: &CStr = c"MLPROF_GPU_LAUNCH_SAMPLE";
 /// Environment variable that, when `0`, keeps the preload library from setting up CUPTI (no
 /// GPU kernel time; `--no-gpu-time`).
 pub const ENV_GPU_KERNELS: &CStr = c"MLPROF_GPU_KERNELS";
-/// Environment variable that, when `0`, keeps the preload library from asking PyTorch for its
-/// CUDA allocator's trace (no tensors at the GPU peak; `--no-gpu-tensors`).
+/// Environment variable that, when `1`, has the preload library ask PyTorch for its CUDA
+/// allocator's trace (tensors at the GPU peak); `mlprof run` sets it to `1` where an NVIDIA
+/// driver is present (or it is `1` in mlprof's own environment), else `0` (`--no-gpu-tensors`).
 pub const ENV_GPU_TENSORS: &CStr = c"MLPROF_GPU_TENSORS";
 /// The file name of the code the preload library runs in a process that imports `torch` (its
 /// tracing half): mlprof's, never a line of the program nor a frame of its stacks.

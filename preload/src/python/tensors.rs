@@ -82,15 +82,16 @@ const NAMES: [&CStr; 17] = [
 type AuditHook = unsafe extern "C" fn(*const c_char, Obj, *mut c_void) -> c_int;
 
 /// Register the hook (load time, single-threaded, before `main`, given the program's `argc`
-/// and `argv`), unless the run asked for no tensors (`MLPROF_GPU_TENSORS=0`), this process has
-/// no CPython C API, or the interpreter will switch to a debug raw allocator at start-up
+/// and `argv`) where the run asks for tensors (`MLPROF_GPU_TENSORS=1`: `mlprof run` sets it
+/// where an NVIDIA driver is present, unless `--no-gpu-tensors`), unless this process has no
+/// CPython C API, or the interpreter will switch to a debug raw allocator at start-up
 /// ([`debug_allocator_ahead`]).
 pub fn init(argc: c_int, argv: *const *const c_char) {
     // SAFETY: getenv with a valid C string at load time, before any thread can change the
     // environment; the result is read at once.
-    let off = unsafe { libc::getenv(mlprof_wire::ENV_GPU_TENSORS.as_ptr()) };
+    let on = unsafe { libc::getenv(mlprof_wire::ENV_GPU_TENSORS.as_ptr()) };
     // SAFETY: a non-null getenv result is a NUL-terminated string.
-    if !off.is_null() && unsafe { CStr::from_ptr(off) }.to_bytes() == b"0" {
+    if on.is_null() || unsafe { CStr::from_ptr(on) }.to_bytes() != b"1" {
         return;
     }
     let add = symbol(c"PySys_AddAuditHook");
