@@ -24,10 +24,14 @@ extern "C" fn on_load(
     hooks::copy::resolve();
     let Some(header) = attach(false) else {
         // Not launched by mlprof (no MLPROF_DIR): count nothing, send nothing. Launched by an
-        // mlprof run that has ended (an orphan that exec'd later): also keep this process's
-        // own children from loading the library.
-        if session_gone() {
+        // mlprof run that has ended (an orphan that exec'd later), or as another user (a
+        // descendant that changed user: `su`, `setpriv`), or given a directory that is not the
+        // user's own (someone made the ended run's name again): also keep this process's own
+        // children from loading the library, and forget the run's directory.
+        if session_unreachable() {
             strip_from_ld_preload();
+            // SAFETY: load time, no other thread reads the environment yet.
+            unsafe { libc::unsetenv(mlprof_wire::ENV_DIR.as_ptr()) };
         }
         return;
     };
@@ -167,6 +171,9 @@ fn publish_addresses(header: &Header) {
 fn attach(forked: bool) -> Option<&'static Header> {
     let mut dir = [0u8; 400];
     copy_env(mlprof_wire::ENV_DIR, &mut dir)?;
+    if !dir_is_ours(&dir) {
+        return None;
+    }
     let inherited = forked.then(|| HEAP_AT_FORK.load(Ordering::Relaxed));
     let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
         fill_identity(h, forked);
@@ -254,14 +261,25 @@ pub fn record_exit(code: c_int, immediate: bool) {
     ring.push(&Record::process_exit(clock::tid(), now, exit));
 }
 
-/// Whether `MLPROF_DIR` names a directory that no longer exists (its run has ended).
-fn session_gone() -> bool {
+/// Whether `MLPROF_DIR` is set and names no directory this process may use: gone (the run
+/// ended), another user's (this process changed user), a link, or open to others.
+fn session_unreachable() -> bool {
     let mut dir = [0u8; 400];
-    if copy_env(mlprof_wire::ENV_DIR, &mut dir).is_none() {
+    copy_env(mlprof_wire::ENV_DIR, &mut dir).is_some() && !dir_is_ours(&dir)
+}
+
+/// Whether `dir` (NUL-terminated) is a directory, not a link, owned by this process's
+/// effective user and closed to everyone else, as `mlprof run` makes the run's directory.
+fn dir_is_ours(dir: &[u8; 400]) -> bool {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `dir` is NUL-terminated (copy_env); `st` is a valid out-pointer.
+    if unsafe { libc::lstat(dir.as_ptr().cast(), &mut st) } != 0 {
         return false;
     }
-    // SAFETY: `dir` is NUL-terminated by copy_env; access only checks the path.
-    unsafe { libc::access(dir.as_ptr().cast(), libc::F_OK) != 0 }
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_uid == euid && st.st_mode & 0o077 == 0
 }
 
 /// Whether an `LD_PRELOAD` entry is this library: `libmlprof_preload*.so`, with any directory.

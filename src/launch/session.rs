@@ -125,15 +125,21 @@ fn candidates(refused: &mut Vec<String>) -> Vec<PathBuf> {
 /// What the error of a lasting directory someone else holds says.
 const SQUATTED: &str = "is not mlprof's private directory";
 
-/// The user's lasting private directory (`$XDG_RUNTIME_DIR/mlprof`, else `PARENT/mlprof-UID`),
-/// created if missing: ours, 0700, a directory, not a link. One that someone else made first
-/// (or opened to others) is refused with a one-line error naming it.
+/// The user's lasting directory (`PARENT/mlprof-UID` where only the user or root can replace
+/// entries of `PARENT`, as in a sticky `/tmp`; else `$XDG_RUNTIME_DIR/mlprof`), created if
+/// missing: ours, a directory, not a link, writable by nobody else, 0711 (others may go through
+/// it to the library, which is readable, but not list it): a descendant that changes user
+/// (`su`, `setpriv`) still loads the library its `LD_PRELOAD` names, which then sees the run is
+/// not its user's and takes itself out, rather than the loader printing an error into every
+/// program that user runs. `PARENT` comes first: `$XDG_RUNTIME_DIR` is removed at logout, while
+/// a `nohup` job outlives it, and is never open to another user. One that someone else made
+/// first (or opened to others' writes) is refused with a one-line error naming it.
 fn lasting_dir(parent: &Path) -> Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     // `$XDG_RUNTIME_DIR` only when it is this user's own private directory (under `sudo -E` it
-    // is another user's); otherwise `$TMPDIR`, which must not let others replace our entry.
+    // is another user's).
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
@@ -142,8 +148,8 @@ fn lasting_dir(parent: &Path) -> Result<PathBuf> {
                 .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
         });
     let dir = match runtime {
+        _ if safe_parent(parent, uid) => parent.join(format!("mlprof-{uid}")),
         Some(runtime) => runtime.join("mlprof"),
-        None if safe_parent(parent, uid) => parent.join(format!("mlprof-{uid}")),
         None => {
             return Err(Error::new(format!(
                 "{} lets other users replace its entries",
@@ -151,7 +157,7 @@ fn lasting_dir(parent: &Path) -> Result<PathBuf> {
             )))
         }
     };
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let _ = std::fs::DirBuilder::new().mode(0o711).create(&dir);
     let meta = std::fs::symlink_metadata(&dir)
         .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     if meta.file_type().is_symlink() || !meta.is_dir() {
@@ -161,7 +167,7 @@ fn lasting_dir(parent: &Path) -> Result<PathBuf> {
             dir.display()
         )));
     }
-    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return Err(Error::new(format!(
             "{} {SQUATTED} (owner uid {}, mode {:o}): another user may have made it; remove \
              it, or set TMPDIR to a private directory",
@@ -170,20 +176,29 @@ fn lasting_dir(parent: &Path) -> Result<PathBuf> {
             meta.mode() & 0o7777
         )));
     }
+    if meta.mode() & 0o7777 != 0o711 {
+        // Ours (an older mlprof made it 0700): as above, and never readable by others.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| Error::new(format!("cannot set the mode of {}: {e}", dir.display())))?;
+    }
     Ok(dir)
 }
 
 /// `PREFIX-HASH.SUFFIX` in `dir`, holding `bytes` (named by their hash), written there if
 /// missing or different.
 fn lasting_file(dir: &Path, prefix: &str, suffix: &str, bytes: &[u8]) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let path = dir.join(format!("{prefix}-{:016x}{suffix}", fnv1a(bytes)));
     if std::fs::read(&path).is_ok_and(|have| have == bytes) {
+        // An older mlprof wrote it 0600; the directory is ours alone to write, so is the file.
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
         return Ok(path);
     }
     // Written under a fresh temporary name and renamed: a concurrent run never sees half a
     // file, and two runs never share a temporary file.
     let partial = dir.join(partial_name());
-    if let Err(e) = write_private(&partial, bytes) {
+    // 0644: the library is code anyone may read (it is in the wheel); only its user may write.
+    if let Err(e) = write_file(&partial, bytes, 0o644) {
         let _ = std::fs::remove_file(&partial); // no room: leave no partial file behind
         return Err(e);
     }
@@ -240,12 +255,12 @@ fn make_private_dir(parent: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let fail = |e: std::io::Error| Error::new(format!("cannot write {}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(fail)?;

@@ -36,9 +36,10 @@ fn private_tmp() -> PathBuf {
     dir
 }
 
-fn private_and_ours(path: &Path) -> bool {
+/// Ours, not a link, and none of the permission bits `closed` set.
+fn ours_with(path: &Path, closed: u32) -> bool {
     std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.uid() == uid() && m.mode() & 0o077 == 0 && !m.file_type().is_symlink())
+        .is_ok_and(|m| m.uid() == uid() && m.mode() & closed == 0 && !m.file_type().is_symlink())
 }
 
 /// A job that outlives the run keeps `LD_PRELOAD`: what it names must still be there after the
@@ -90,7 +91,8 @@ fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
             !path.starts_with(&run_dir),
             "{what} names the run's directory: {path:?}"
         );
-        // Every directory from the lasting one down is ours alone.
+        // Every directory from the lasting one down is ours, writable and listable by nobody
+        // else (others may only go through it); the library is ours alone to write.
         let lasting = tmp.join(format!("mlprof-{}", uid()));
         assert!(
             path.starts_with(&lasting),
@@ -98,10 +100,13 @@ fn what_descendants_name_outlives_the_run_in_the_users_private_directory() {
         );
         let mut dir = path.parent();
         while let Some(d) = dir.filter(|d| d.starts_with(&lasting)) {
-            assert!(private_and_ours(d), "{what}: {d:?} is not private");
+            assert!(ours_with(d, 0o066), "{what}: {d:?} is open to others");
             dir = d.parent();
         }
-        assert!(private_and_ours(path), "{what}: {path:?} is not private");
+        assert!(
+            ours_with(path, 0o022),
+            "{what}: {path:?} is writable by others"
+        );
     }
 }
 
@@ -176,4 +181,163 @@ fn a_report_is_never_written_through_another_users_link() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+}
+
+/// A local user made for one test (`useradd`), removed at the end.
+struct OtherUser {
+    name: String,
+    uid: u32,
+}
+
+impl OtherUser {
+    fn create() -> OtherUser {
+        let name = format!("mlproft{}", std::process::id() % 100_000);
+        let _ = std::process::Command::new("userdel").arg(&name).output();
+        let made = std::process::Command::new("useradd")
+            .args(["-M", "-r", "-s", "/usr/sbin/nologin", &name])
+            .output()
+            .expect("run useradd");
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let id = std::process::Command::new("id")
+            .args(["-u", &name])
+            .output()
+            .unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        OtherUser { name, uid }
+    }
+
+    /// `setpriv` arguments that run what follows as this user.
+    fn become_args(&self) -> Vec<String> {
+        let id = self.uid.to_string();
+        [
+            "setpriv",
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            "--",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+impl Drop for OtherUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel")
+            .arg(&self.name)
+            .output();
+    }
+}
+
+/// As root, with a second local user made for the test: while a run goes on, that user can
+/// neither list nor read the run's directory, nor put anything where the run's `LD_PRELOAD`
+/// points; a descendant that becomes that user (`setpriv`) gets no loader error and none of
+/// the run's paths in its environment; after the run, the run's directory name made again by
+/// that user is not used by the victim's leftover job, and the library it names is unchanged.
+#[test]
+fn a_second_user_can_neither_read_a_run_nor_take_over_what_it_leaves() {
+    if uid() != 0
+        || std::process::Command::new("setpriv")
+            .arg("--help")
+            .output()
+            .is_err()
+    {
+        fixture::skipped("skipped: not root (or no setpriv), no second user to make");
+        return;
+    }
+    let other = OtherUser::create();
+    // A shared temporary directory like /tmp: everyone may create names, sticky.
+    let tmp = fixture::tempdir();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (out, err, info) = (
+        tmp.join("out.txt"),
+        tmp.join("err.txt"),
+        tmp.join("info.txt"),
+    );
+    let become_other = other.become_args().join(" ");
+    // The other user's attempts, given the run's paths as arguments ($1 the run's directory,
+    // $2 the preload library), and what its own environment holds.
+    let attempts = "ls \"$1\" >/dev/null 2>&1 && echo LISTED; \
+                    cat \"$1\"/* >/dev/null 2>&1 && echo READ; \
+                    touch \"$(dirname \"$2\")/planted\" 2>/dev/null && echo PLANTED; \
+                    cp /bin/true \"$2\" 2>/dev/null && echo REPLACED; \
+                    echo \"env:[$LD_PRELOAD][$MLPROF_DIR]\"";
+    let script = format!(
+        "printf '%s\\n%s\\n' \"$MLPROF_DIR\" \"$LD_PRELOAD\" > {info}; \
+         {become_other} sh -c '{attempts}' sh \"$MLPROF_DIR\" \"$LD_PRELOAD\" > {out} 2> {err}",
+        info = info.display(),
+        out = out.display(),
+        err = err.display(),
+    );
+    let profile = tmp.join("p.json");
+    let run = run_in(
+        &tmp,
+        &[
+            os("-q"),
+            os("-o"),
+            os(&profile),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os(&script),
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let seen = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(seen, "env:[][]\n", "what the other user could do and has");
+    assert_eq!(
+        std::fs::read_to_string(&err).unwrap(),
+        "",
+        "the loader's errors"
+    );
+    let info = std::fs::read_to_string(&info).unwrap();
+    let mut lines = info.lines();
+    let (run_dir, preload) = (
+        PathBuf::from(lines.next().unwrap()),
+        PathBuf::from(lines.next().unwrap()),
+    );
+    let library = std::fs::read(&preload).unwrap();
+    // After the run: the other user makes the run's directory name again, open to all.
+    assert!(!run_dir.exists());
+    let made = std::process::Command::new(&other.become_args()[0])
+        .args(&other.become_args()[1..])
+        .args(["sh", "-c", "mkdir -m 777 \"$1\"", "sh"])
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // The victim's leftover job starts a program with the environment the run gave it.
+    let leftover = std::process::Command::new("sh")
+        .args(["-c", "echo \"[$LD_PRELOAD][$MLPROF_DIR]\""])
+        .env("LD_PRELOAD", &preload)
+        .env("MLPROF_DIR", &run_dir)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&leftover.stdout), "[][]\n");
+    assert_eq!(String::from_utf8_lossy(&leftover.stderr), "");
+    assert_eq!(
+        std::fs::read_dir(&run_dir).unwrap().count(),
+        0,
+        "the leftover job wrote into the other user's directory"
+    );
+    assert_eq!(
+        std::fs::read(&preload).unwrap(),
+        library,
+        "the library changed"
+    );
+    let _ = std::fs::remove_dir_all(&run_dir);
 }
