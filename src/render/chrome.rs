@@ -18,7 +18,7 @@ pub fn render(p: &Profile) -> Result<String> {
         .processes
         .iter()
         .map(|proc| {
-            let name = format!("{} (pid {})", proc.command.join(" "), proc.pid);
+            let name = format!("{} (pid {})", super::shown_command(&proc.command), proc.pid);
             json!({"name": "process_name", "ph": "M", "ts": 0, "pid": proc.pid, "tid": 0, "args": {"name": name}})
         })
         .collect();
@@ -40,7 +40,7 @@ pub fn render(p: &Profile) -> Result<String> {
     let (stack_frames, samples) = sample_events(p);
     let doc = json!({"traceEvents": events, "displayTimeUnit": "ms",
         "stackFrames": stack_frames, "samples": samples,
-        "otherData": {"command": p.command.join(" "), "exporter": format!("mlprof {}", env!("CARGO_PKG_VERSION"))}});
+        "otherData": {"command": super::shown_command(&p.command), "exporter": format!("mlprof {}", env!("CARGO_PKG_VERSION"))}});
     serde_json::to_string(&doc).map_err(|e| Error::new(format!("chrome trace export: {e}")))
 }
 

@@ -81,7 +81,7 @@ pub fn text(d: &Diff, width: Option<usize>) -> String {
         };
         let text = format!(
             "{name:<5} {}  ({}, {exit}, {})",
-            clean(&run.command.join(" ")),
+            clean(&super::shown_command(&run.command)),
             clean(&run.path),
             seconds(run.wall_s)
         );
@@ -377,8 +377,8 @@ pub fn html(d: &Diff, base: &Profile, new: &Profile) -> Result<String> {
         [name.to_string(), show(c.base), show(c.new), change]
     })
     .collect();
-    ctx.insert("base_command", &d.base.command.join(" "));
-    ctx.insert("new_command", &d.new.command.join(" "));
+    ctx.insert("base_command", &super::shown_command(&d.base.command));
+    ctx.insert("new_command", &super::shown_command(&d.new.command));
     ctx.insert("base_path", &d.base.path);
     ctx.insert("new_path", &d.new.path);
     ctx.insert("summary", &summary);

@@ -21,7 +21,7 @@ pub fn render(p: &Profile) -> Result<String> {
     tera.add_raw_templates(vec![("base.html", BASE), ("report.html", REPORT)])
         .map_err(|e| Error::new(format!("HTML templates: {e}")))?;
     let mut ctx = Context::new();
-    ctx.insert("command", &p.command.join(" "));
+    ctx.insert("command", &super::shown_command(&p.command));
     ctx.insert("cards", &cards(p));
     ctx.insert("warnings", &p.warnings);
     ctx.insert("hints", &hints(p));

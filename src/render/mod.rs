@@ -19,6 +19,30 @@ pub const NO_FRAME: &str = "<no Python frame>";
 
 use crate::error::Result;
 
+/// An argument longer than this is shown by its first [`ARG_SHOWN`] characters and its length.
+const ARG_LIMIT: usize = 200;
+const ARG_SHOWN: usize = 80;
+
+/// A command line as reports show it: its arguments joined by spaces, each one longer than 200
+/// characters cut to its first 80 and `… (N bytes)`. The JSON profile keeps the whole command;
+/// a report that names it should not be megabytes of one argument (a program given its data
+/// on the command line).
+pub fn shown_command(command: &[String]) -> String {
+    let mut out = String::new();
+    for (i, arg) in command.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if arg.chars().count() > ARG_LIMIT {
+            out.extend(arg.chars().take(ARG_SHOWN));
+            out.push_str(&format!("\u{2026} ({} bytes)", arg.len()));
+        } else {
+            out.push_str(arg);
+        }
+    }
+    out
+}
+
 use crate::model::Profile;
 /// The narrowest width a text document is laid out at.
 pub use layout::MIN_WIDTH;
@@ -89,5 +113,22 @@ impl Measure {
             Measure::Alloc => "bytes allocated",
             Measure::Peak => "bytes held at the heap peak",
         }
+    }
+}
+
+#[cfg(test)]
+mod command_tests {
+    use super::shown_command;
+
+    #[test]
+    fn long_arguments_are_cut_and_short_ones_kept() {
+        let long = "x".repeat(128 * 1024);
+        let shown = shown_command(&["python".into(), "-c".into(), long.clone(), "ok".into()]);
+        assert_eq!(
+            shown,
+            format!("python -c {}\u{2026} (131072 bytes) ok", "x".repeat(80))
+        );
+        let exact = "y".repeat(200);
+        assert_eq!(shown_command(&[exact.clone()]), exact);
     }
 }

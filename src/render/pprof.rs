@@ -127,7 +127,7 @@ fn encode(p: &Profile, measure: Measure) -> Vec<u8> {
     }
     // Mapping 1 is the profiled program (pprof shows the first mapping as the profile's file);
     // Python frames belong to it. Native frames get one mapping per library.
-    let program = p.command.join(" ");
+    let program = super::shown_command(&p.command);
     let mut main = Pb::default();
     main.int(1, 1);
     main.int(5, s.id(&program));

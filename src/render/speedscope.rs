@@ -40,7 +40,7 @@ pub fn render(p: &Profile, measure: Measure) -> Result<String> {
         .collect();
     let doc = json!({
         "$schema": "https://www.speedscope.app/file-format-schema.json",
-        "name": format!("mlprof: {}", p.command.join(" ")),
+        "name": format!("mlprof: {}", super::shown_command(&p.command)),
         "exporter": format!("mlprof {}", env!("CARGO_PKG_VERSION")),
         "activeProfileIndex": active,
         "shared": {"frames": frames},

@@ -292,3 +292,31 @@ fn jupyter_install_takes_no_directory_name_and_imports_nothing_from_the_working_
     assert!(!marker.exists(), "the planted ipykernel.py ran");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program given megabytes on its command line (15 arguments of 100 kB): the JSON profile
+/// keeps them whole (the run's command), the text report shows each cut to its first 80
+/// characters and its length, and stays small and quick to write. (The HTML page carries the
+/// profile for its script, the whole command in it.)
+#[test]
+fn megabytes_of_arguments_are_kept_in_the_profile_and_cut_in_reports() {
+    let py = &fixture::pythons()[0];
+    let big = "a".repeat(100_000); // under the kernel's 128 KiB for one argument
+    let mut argv = vec![os(&py.exe), os("-c"), os("pass")];
+    argv.extend(std::iter::repeat_n(os(&big), 15));
+    let run = fixture::profile_args(&[], &argv, &[]);
+    // The run's command is mlprof's own argv, whole (a process's own is what its first 4 KiB
+    // of /proc/PID/cmdline hold).
+    assert_eq!(run.profile.command.len(), 18);
+    assert!(run.profile.command[17] == big);
+    let text = mlprof::render::text::render(&run.profile);
+    assert!(
+        text.len() < 16 * 1024,
+        "text report of {} bytes",
+        text.len()
+    );
+    assert!(
+        text.contains("(100000 bytes)"),
+        "{}",
+        &text[..2000.min(text.len())]
+    );
+}

@@ -26,7 +26,10 @@ pub(super) fn header(doc: &mut Doc, p: &Profile) {
     doc.wrap(
         Tone::Title,
         0,
-        &format!("mlprof: {}", clean(&p.command.join(" "))),
+        &format!(
+            "mlprof: {}",
+            clean(&crate::render::shown_command(&p.command))
+        ),
         8,
     );
     if p.attached {

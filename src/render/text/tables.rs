@@ -311,7 +311,7 @@ pub(super) fn processes(doc: &mut Doc, p: &Profile) {
 
 /// A process's row: its cells (rank first) and its command.
 fn process_row(proc: &Process) -> (Vec<String>, String) {
-    let command = proc.command.join(" ");
+    let command = crate::render::shown_command(&proc.command);
     let command = clean(&command);
     let text = if proc.forked && proc.inherited_heap_bytes > 0 {
         format!(
@@ -460,7 +460,7 @@ fn fold_row(p: &Profile, members: &[usize]) -> (Vec<String>, String) {
     let first = procs[0];
     let failed = procs.iter().filter(|q| q.exit.code != Some(0)).count();
     let command = if procs.iter().all(|q| q.command == first.command) {
-        clean(&first.command.join(" ")).into_owned()
+        clean(&crate::render::shown_command(&first.command)).into_owned()
     } else {
         format!(
             "{} ...",
