@@ -123,12 +123,12 @@ mod command_tests {
     #[test]
     fn long_arguments_are_cut_and_short_ones_kept() {
         let long = "x".repeat(128 * 1024);
-        let shown = shown_command(&["python".into(), "-c".into(), long.clone(), "ok".into()]);
+        let shown = shown_command(&["python".into(), "-c".into(), long, "ok".into()]);
         assert_eq!(
             shown,
             format!("python -c {}\u{2026} (131072 bytes) ok", "x".repeat(80))
         );
         let exact = "y".repeat(200);
-        assert_eq!(shown_command(&[exact.clone()]), exact);
+        assert_eq!(shown_command(std::slice::from_ref(&exact)), exact);
     }
 }
