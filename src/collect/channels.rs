@@ -422,11 +422,27 @@ const MIN_SIGPROF_CPU_NS: u64 = 50_000_000;
 fn unsampled(blocks: &[SigprofBlock], end_ns: u64) -> Vec<&SigprofBlock> {
     blocks
         .iter()
-        .filter(|b| match b.until_ns {
-            Some(_) => b.cpu_ns >= MIN_SIGPROF_CPU_NS,
-            None => end_ns.saturating_sub(b.from_ns) >= MIN_SIGPROF_BLOCK_NS,
+        .filter(|b| match (b.until_ns, b.cpu_at_block_ns) {
+            (Some(_), _) | (None, Some(_)) => b.cpu_ns >= MIN_SIGPROF_CPU_NS,
+            // Never read (its thread gone before the first look): by its length.
+            (None, None) => end_ns.saturating_sub(b.from_ns) >= MIN_SIGPROF_BLOCK_NS,
         })
         .collect()
+}
+
+/// Spans still open (a thread that has not unblocked SIGPROF): the CPU its thread used since,
+/// by the kernel's clock of the thread (`cpu_of`: `/proc/PID/task/TID/schedstat`), read at each
+/// look while the process lives; the first reading is the baseline. A helper thread that
+/// blocks every signal by design and waits (PyTorch's `resource_sharer`, jemalloc's background
+/// threads) then uses none, and is not said to have lost CPU. A thread gone keeps its last.
+fn watch_open_blocks(blocks: &mut [SigprofBlock], mut cpu_of: impl FnMut(u32) -> Option<u64>) {
+    for b in blocks.iter_mut().filter(|b| b.until_ns.is_none()) {
+        let Some(now) = cpu_of(b.tid) else { continue };
+        match b.cpu_at_block_ns {
+            None => b.cpu_at_block_ns = Some(now),
+            Some(base) => b.cpu_ns = now.saturating_sub(base),
+        }
+    }
 }
 
 /// The last component of `path`, for messages.
@@ -472,22 +488,31 @@ impl Channel {
         if long.is_empty() {
             return None;
         }
-        let span = |b: &&SigprofBlock| match b.until_ns {
-            Some(to) => format!(
-                "thread {} from {:.2} s to {:.2} s ({:.2} s of CPU, all on the line where it \
+        let span =
+            |b: &&SigprofBlock| match b.until_ns {
+                Some(to) => format!(
+                    "thread {} from {:.2} s to {:.2} s ({:.2} s of CPU, all on the line where it \
                  unblocked it)",
+                    b.tid,
+                    b.from_ns as f64 / 1e9,
+                    to as f64 / 1e9,
+                    b.cpu_ns as f64 / 1e9
+                ),
+                None => {
+                    format!(
+                "thread {} from {:.2} s to its end (the CPU time it used since, {}{:.2} s, is \
+                 missing from its lines)",
                 b.tid,
                 b.from_ns as f64 / 1e9,
-                to as f64 / 1e9,
-                b.cpu_ns as f64 / 1e9
-            ),
-            None => format!(
-                "thread {} from {:.2} s to its end (the CPU time it used since is missing from \
-                 its lines)",
-                b.tid,
-                b.from_ns as f64 / 1e9
-            ),
-        };
+                if b.cpu_at_block_ns.is_some() { "at least " } else { "unknown, over " },
+                if b.cpu_at_block_ns.is_some() {
+                    b.cpu_ns as f64 / 1e9
+                } else {
+                    MIN_SIGPROF_BLOCK_NS as f64 / 1e9
+                }
+            )
+                }
+            };
         let shown: Vec<String> = long.iter().take(3).map(span).collect();
         let more = long.len() - shown.len();
         let command = self
@@ -620,6 +645,12 @@ impl Channel {
             self.stop(why, now_ns, warnings);
             return;
         }
+        if self.summary.exit_code.is_none() {
+            let pid = self.summary.pid;
+            watch_open_blocks(&mut self.decoder.out.sigprof_blocks, |tid| {
+                procfs::thread_cpu_ns(pid, tid)
+            });
+        }
         let s = &mut self.summary;
         if unmapped_ip && s.exit_code.is_none() {
             // A library loaded since the last look (dlopen): read the map again while the
@@ -706,6 +737,7 @@ pub(crate) mod tests {
             from_ns,
             until_ns,
             cpu_ns,
+            cpu_at_block_ns: None,
         };
         let blocks = [
             span(1, 0, Some(400 * ms), 390 * ms), // a loop with it blocked: 0.39 s misplaced
@@ -719,6 +751,37 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(told, vec![1, 2]);
         assert_eq!(unsampled(&blocks, 1000 * ms)[0].from_ns, 0);
+    }
+
+    #[test]
+    fn an_open_span_is_worth_a_warning_by_the_cpu_its_thread_used_since() {
+        let ms = 1_000_000;
+        let open = |tid| SigprofBlock {
+            tid,
+            from_ns: 0,
+            until_ns: None,
+            cpu_ns: 0,
+            cpu_at_block_ns: None,
+        };
+        // Thread 1 waits all along (a helper that blocks every signal); thread 2 computes
+        // 300 ms after its first look; thread 3 was never read.
+        let mut blocks = [open(1), open(2), open(3)];
+        let mut clock = |tid: u32, now: u64| match tid {
+            1 => Some(5 * ms),
+            2 => Some(now),
+            _ => None,
+        };
+        watch_open_blocks(&mut blocks, |tid| clock(tid, 10 * ms));
+        watch_open_blocks(&mut blocks, |tid| clock(tid, 310 * ms));
+        assert_eq!(
+            blocks.map(|b| (b.cpu_at_block_ns, b.cpu_ns)),
+            [(Some(5 * ms), 0), (Some(10 * ms), 300 * ms), (None, 0)]
+        );
+        let told: Vec<u32> = unsampled(&blocks, 1000 * ms)
+            .iter()
+            .map(|b| b.tid)
+            .collect();
+        assert_eq!(told, vec![2, 3]);
     }
 
     /// A fresh empty directory for one test.

@@ -152,8 +152,11 @@ pub struct SigprofBlock {
     /// Until it unblocked it (`None`: it never did).
     pub until_ns: Option<u64>,
     /// The CPU it used meanwhile, as it said when it unblocked it (its own clock: a thread
-    /// that blocked it around a wait, CPython's `subprocess` around its `vfork`, used none).
+    /// that blocked it around a wait, CPython's `subprocess` around its `vfork`, used none);
+    /// while open, as the collector last read it (`cpu_at_block_ns`).
     pub cpu_ns: u64,
+    /// An open span: the thread's CPU clock when the collector first looked (none: not read).
+    pub cpu_at_block_ns: Option<u64>,
 }
 
 /// Most SIGPROF-blocking spans kept per channel ([`Decoded::sigprof_mask`]).
@@ -416,6 +419,7 @@ impl Decoded {
                 from_ns: t_ns,
                 until_ns: None,
                 cpu_ns: 0,
+                cpu_at_block_ns: None,
             }),
             (false, Some(i)) => {
                 let b = &mut blocks[i];

@@ -59,6 +59,13 @@ pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
     })
 }
 
+/// The CPU time thread `tid` of `pid` has used, in ns: the first field of
+/// `/proc/PID/task/TID/schedstat` (the scheduler's own clock of the thread). `None` if gone.
+pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// Whether `pid` exists and is not a zombie (state `Z`) or dead (`X`).
 pub fn alive(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

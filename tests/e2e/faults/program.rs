@@ -454,6 +454,24 @@ fn a_program_that_blocks_sigprof_runs_as_without_mlprof_and_the_report_says_so()
 }
 
 #[test]
+fn a_helper_thread_that_blocks_every_signal_and_waits_is_not_said_to_lose_cpu() {
+    // `same_behaviour` compares exit status and output (stderr too) with a run without mlprof.
+    each_python("sigprof_idle_blocker.py", &[], |py, run| {
+        let out = String::from_utf8_lossy(&run.output.stdout);
+        assert!(out.contains("done True"), "{}: {out}", py.minor);
+        let p = run.profile();
+        assert!(
+            p.warnings.iter().all(|w| !w.contains("blocked SIGPROF")),
+            "{}: {:#?}",
+            py.minor,
+            p.warnings
+        );
+        let err = String::from_utf8_lossy(&run.output.stderr);
+        assert!(!err.contains("SIGPROF"), "{}: {err}", py.minor);
+    });
+}
+
+#[test]
 fn a_program_that_resets_handles_or_ignores_sigprof_runs_as_without_mlprof() {
     // `same_behaviour` compares exit status and output with a run without mlprof.
     each_python("sigprof_owner.py", &[], |py, run| {
