@@ -766,7 +766,7 @@ pub(crate) mod tests {
         // Thread 1 waits all along (a helper that blocks every signal); thread 2 computes
         // 300 ms after its first look; thread 3 was never read.
         let mut blocks = [open(1), open(2), open(3)];
-        let mut clock = |tid: u32, now: u64| match tid {
+        let clock = |tid: u32, now: u64| match tid {
             1 => Some(5 * ms),
             2 => Some(now),
             _ => None,
