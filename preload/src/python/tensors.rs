@@ -37,9 +37,9 @@ const DONE: u8 = 2;
 type Obj = *mut c_void;
 
 /// The C API functions the hook calls, resolved at load time (all or none).
+/// (`PyTuple_GetItem` and `PyUnicode_CompareWithASCIIString`, slots 0 and 1, are called
+/// directly by [`waiting`], on every `import` event.)
 struct Api {
-    tuple_get_item: unsafe extern "C" fn(Obj, isize) -> Obj,
-    compare_ascii: unsafe extern "C" fn(Obj, *const c_char) -> c_int,
     modules: unsafe extern "C" fn() -> Obj,
     dict_get: unsafe extern "C" fn(Obj, *const c_char) -> Obj,
     has_attr: unsafe extern "C" fn(Obj, *const c_char) -> c_int,
@@ -211,8 +211,6 @@ fn api() -> Api {
     // resolved before registering the hook that calls this.
     unsafe {
         Api {
-            tuple_get_item: resolved(0),
-            compare_ascii: resolved(1),
             modules: resolved(2),
             dict_get: resolved(3),
             has_attr: resolved(4),
@@ -253,21 +251,33 @@ unsafe extern "C" fn on_event(event: *const c_char, args: Obj, _data: *mut c_voi
 /// # Safety
 /// As [`on_event`].
 unsafe fn waiting(event: *const c_char, args: Obj) {
-    // SAFETY: the event name is NUL-terminated (the caller's contract).
-    if event.is_null() || unsafe { CStr::from_ptr(event) }.to_bytes() != b"import" {
+    // Every audit event of the process comes here (each `id()`, `sys._getframe()`): the name
+    // is compared byte by byte, stopping at the first that differs, with no length taken.
+    if event.is_null() {
         return;
     }
-    let api = api();
+    for (i, &want) in b"import\0".iter().enumerate() {
+        // SAFETY: NUL-terminated (the caller's contract); reading stops at the first byte
+        // that differs from "import\0", so never past its NUL.
+        if unsafe { *event.add(i) } as u8 != want {
+            return;
+        }
+    }
+    // SAFETY: the two functions of NAMES' indexes 0 and 1, resolved by `init` (`api`).
+    let (tuple_get_item, compare_ascii): (
+        unsafe extern "C" fn(Obj, isize) -> Obj,
+        unsafe extern "C" fn(Obj, *const c_char) -> c_int,
+    ) = unsafe { (resolved(0), resolved(1)) };
     // SAFETY: `args` is the event's tuple; a failed lookup returns NULL with an error set,
     // which is cleared. The item is borrowed.
-    let name = unsafe { (api.tuple_get_item)(args, 0) };
+    let name = unsafe { tuple_get_item(args, 0) };
     if name.is_null() {
-        // SAFETY: the thread is attached.
-        unsafe { (api.clear)() };
+        // SAFETY: the thread is attached; PyErr_Clear is NAMES' index 16, resolved by `init`.
+        unsafe { resolved::<unsafe extern "C" fn()>(16)() };
         return;
     }
     // SAFETY: a live object (borrowed from the tuple); the comparison raises nothing.
-    if unsafe { (api.compare_ascii)(name, c"torch".as_ptr()) } == 0 {
+    if unsafe { compare_ascii(name, c"torch".as_ptr()) } == 0 {
         let _ = STATE.compare_exchange(WAITING, LOOKING, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
