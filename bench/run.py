@@ -674,13 +674,14 @@ def accuracy(name, wcmd, profilers, python, log):
 
 
 class Run:
-    __slots__ = ("wall", "cpu", "maxrss_kib", "own_hwm_kib", "rc")
+    __slots__ = ("wall", "cpu", "maxrss_kib", "own_hwm_kib", "own_cpu", "rc")
 
-    def __init__(self, wall, cpu, maxrss_kib, own_hwm_kib, rc):
+    def __init__(self, wall, cpu, maxrss_kib, own_hwm_kib, rc, own_cpu=None):
         self.wall = wall
         self.cpu = cpu
         self.maxrss_kib = maxrss_kib
         self.own_hwm_kib = own_hwm_kib
+        self.own_cpu = own_cpu
         self.rc = rc
 
 
@@ -695,17 +696,31 @@ def _read_vmhwm_kib(pid):
     return None
 
 
+def _read_own_cpu_s(pid):
+    """utime + stime of `pid` itself (not its children), from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _sample_hwm(pid, stop, box, interval=0.02):
-    """Keep the last VmHWM of `pid`.
+    """Keep the last VmHWM of `pid` (box[0]) and its own CPU seconds (box[1]).
 
     VmHWM only grows within one address space, so the last reading is the best lower bound of
     the exec'ed program's peak. (The last, not the max: a reading taken between fork and exec
-    would show the launcher's copy.)
+    would show the launcher's copy.) Its own CPU likewise: the last reading, up to 20 ms before
+    it exited, is a lower bound of what the profiler's process used.
     """
     while not stop.is_set():
         v = _read_vmhwm_kib(pid)
         if v is not None:
             box[0] = v
+        c = _read_own_cpu_s(pid)
+        if c is not None:
+            box[1] = c
         stop.wait(interval)
 
 
@@ -783,7 +798,7 @@ def measure(cmd, sample_own=False, capture=False):
         )
         os.close(wfd)
         stop = threading.Event()
-        box = [None]
+        box = [None, None]
         sampler = None
         with os.fdopen(rfd) as report:
             first = report.readline().split()
@@ -797,7 +812,8 @@ def measure(cmd, sample_own=False, capture=False):
             stop.set()
             sampler.join()
         if len(last) == 5 and last[0] == "done":
-            run = Run(float(last[1]), float(last[3]), int(last[4]), box[0], int(last[2]))
+            run = Run(float(last[1]), float(last[3]), int(last[4]), box[0], int(last[2]),
+                      box[1])
         else:  # the launcher itself failed
             run = Run(float("nan"), float("nan"), 0, None, launcher.returncode or -1)
         out = None
@@ -962,6 +978,7 @@ def summarize(results, base="none"):
             p_wall = statistics.median(r.wall for r in pruns)
             p_cpu = statistics.median(r.cpu for r in pruns)
             own = [r.own_hwm_kib for r in pruns if r.own_hwm_kib is not None]
+            own_cpu = [r.own_cpu for r in pruns if r.own_cpu is not None]
             rows.append({
                 "workload": wname,
                 "profiler": prof,
@@ -975,6 +992,11 @@ def summarize(results, base="none"):
                 "base_rss": b_rss,
                 "prof_rss": max(r.maxrss_kib for r in pruns),
                 "own_rss": max(own) if own else None,
+                # The profiler's own process's CPU as a share of the program's (the tree's
+                # CPU less the profiler's own), median over runs.
+                "own_cpu_share": (statistics.median(c / max(p.cpu - c, 1e-9) for c, p in
+                                                    zip(own_cpu, pruns))
+                                  if len(own_cpu) == len(pruns) and own_cpu else None),
                 "n": len(pairs),
                 "errors": res["errors"].get(prof, []) + res["errors"].get(base, []),
                 "accuracy": accuracy_cells(wname, res.get("accuracy", {}).get(prof)),
@@ -985,8 +1007,9 @@ def summarize(results, base="none"):
 HEADER = ("| workload | profiler | unprofiled s | profiled s | ratio of medians | "
           "median pair ratio | pair ratios min-max | CPU ratio | peak RSS unprofiled MiB | "
           "peak RSS profiled MiB (tree max) | profiler own peak RSS MiB | "
+          "profiler own CPU / program's | "
           "reported peak MiB | peak extra MiB reported / exact | lines named | profile size |")
-ALIGN = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"
+ALIGN = "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"
 
 LEGEND = ("Lines named: `peak` the line the profiler says holds the most at the peak is the "
           "`@peak` line; `leak` the `@leak` line is the top line it flags as a leak; `copy` "
@@ -1008,13 +1031,16 @@ def markdown_table(rows):
         err = f" (exit codes {sorted(set(r['errors']))}!)" if r["errors"] else ""
         own = (_mib(r["own_rss"], 1) if PROFILERS[r["profiler"]].separate_process
                else "in-process")
+        own_cpu = ("in-process" if not PROFILERS[r["profiler"]].separate_process
+                   else "?" if r["own_cpu_share"] is None
+                   else f"{100 * r['own_cpu_share']:.1f}%")
         acc = " | ".join(r["accuracy"])
         lines.append(
             f"| {r['workload']} | {r['profiler']}{err} | {r['base_wall']:.3f} | "
             f"{r['prof_wall']:.3f} | {r['ratio_of_medians']:.2f}x | "
             f"{r['median_pair_ratio']:.2f}x | {r['min_ratio']:.2f}-{r['max_ratio']:.2f} | "
             f"{r['cpu_ratio']:.2f}x | {_mib(r['base_rss'])} | {_mib(r['prof_rss'])} | {own} | "
-            f"{acc} |")
+            f"{own_cpu} | {acc} |")
     return "\n".join(lines)
 
 

@@ -139,7 +139,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
     loop {
         let now_abs = monotonic_ns();
         let now = now_abs - start_ns;
-        match procfs::read(pid, round.is_multiple_of(5), false) {
+        match procfs::read(pid, round.is_multiple_of(5)) {
             Some(reading) => {
                 proc_summary.peak_rss_bytes = proc_summary.peak_rss_bytes.max(reading.hwm_bytes);
                 proc_summary.cpu_s = reading.cpu_s;
@@ -333,6 +333,10 @@ pub fn record(opts: &Options) -> Result<Recording> {
         setup: crate::recording::Setup {
             cpus: super::cpus(),
             attached: true,
+            ..Default::default()
+        },
+        profiler: crate::recording::ProfilerCost {
+            cpu_ns: super::pace::process_cpu_ns(),
             ..Default::default()
         },
     })

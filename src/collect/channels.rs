@@ -18,6 +18,7 @@ use mlprof_wire::{python_status, state, WireError, FILE_SUFFIX};
 use super::decode::{Decoder, MAX_RECORD_BYTES};
 use super::events::{Events, SigprofBlock};
 use super::mapping::{Mapping, OpenError};
+use super::pace::Pace;
 use super::procfs;
 use super::waits;
 use crate::recording::maps::{self, MappedFile};
@@ -54,7 +55,14 @@ pub struct Channels {
     unready: BTreeMap<PathBuf, String>,
     /// Things to tell the user (skipped files, channels no longer read).
     warnings: Vec<String>,
+    /// The budget of looks at waiting threads ([`WAITS_SHARE`] of one CPU).
+    waits: Pace,
 }
+
+/// Share of one CPU that looks at waiting threads may take: with many processes or threads
+/// (a look reads two files per thread), each process is looked at less often than every
+/// tick, and its samples weigh the time since its last look.
+pub const WAITS_SHARE: f64 = 0.0025;
 
 /// What one live process adds to the tree's footprint now.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -76,7 +84,13 @@ impl Channels {
             skipped: BTreeSet::new(),
             unready: BTreeMap::new(),
             warnings: Vec::new(),
+            waits: Pace::new(WAITS_SHARE, 20_000_000, 0),
         }
+    }
+
+    /// CPU spent looking at waiting threads so far (ns).
+    pub fn waits_spent_ns(&self) -> u64 {
+        self.waits.spent_ns()
     }
 
     /// Attach channel files that appeared since the last scan. Files still being initialised
@@ -169,6 +183,9 @@ impl Channels {
     /// relative to launch. Reads at most one ring's worth of records per channel.
     pub fn drain(&mut self, now_ns: u64) {
         for channel in self.open.values_mut() {
+            if channel.settled() {
+                continue; // read again at the end (`finish`)
+            }
             let mut budget = channel.slots;
             channel.drain(now_ns, self.launch_ns, &mut budget, &mut self.warnings);
         }
@@ -210,17 +227,27 @@ impl Channels {
         out
     }
 
-    /// Off-CPU samples of every live Python process (see `waits`).
+    /// Off-CPU samples of every live Python process (see `waits`), within their budget: the
+    /// process looked at longest ago first.
     pub fn sample_waits(&mut self, now_ns: u64) {
         let newest = self.newest_live();
-        for (path, channel) in self.open.iter_mut() {
-            let s = &mut channel.summary;
-            if !newest.contains(path)
-                || s.py_runtime == 0
-                || !python_status::walked(s.python_status)
-            {
-                continue;
+        let mut due: Vec<(u64, &PathBuf)> = newest
+            .iter()
+            .filter_map(|path| {
+                let s = &self.open.get(path)?.summary;
+                let walked = s.py_runtime != 0 && python_status::walked(s.python_status);
+                walked.then_some((s.last_wait_ns, path))
+            })
+            .collect();
+        due.sort_unstable();
+        for (_, path) in due {
+            if !self.waits.allowed(now_ns) {
+                return; // the others wait for the next tick, their weight growing
             }
+            let Some(channel) = self.open.get_mut(path) else {
+                continue;
+            };
+            let s = &mut channel.summary;
             let weight = if s.last_wait_ns == 0 {
                 TICK_NS
             } else {
@@ -234,7 +261,9 @@ impl Channels {
                 code_type: s.py_code_type as usize,
                 launch_ns: self.launch_ns,
             };
-            waits::sample(&target, weight, now_ns, &mut channel.decoder.out);
+            let out = &mut channel.decoder.out;
+            self.waits
+                .spend(|| waits::sample(&target, weight, now_ns, out));
             channel.compact_if_due();
         }
     }
@@ -587,6 +616,15 @@ impl Channel {
             now_ns as f64 / 1e9
         ));
         self.stopped = Some(why);
+    }
+
+    /// Whether its process image has ended and left nothing to read: not drained at ticks
+    /// (two `stat`s of its file each), only at the end. A header that no longer reads (the
+    /// file truncated) is not settled: the drain says why it stops.
+    fn settled(&self) -> bool {
+        self.stopped.is_some()
+            || (self.summary.exit_code.is_some()
+                && self.mapping.ring().is_ok_and(|ring| ring.backlog() == 0))
     }
 
     /// Read up to `budget` records (decremented for each) and refresh the header's counters.

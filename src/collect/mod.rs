@@ -7,12 +7,14 @@ pub(crate) mod channels;
 mod compact;
 pub(crate) mod decode;
 pub(crate) mod events;
+mod footprint;
 pub mod gpu;
 pub(crate) mod gpu_calls;
 mod gpu_kernels;
 mod gpu_tensors;
 pub mod interpreter;
 mod mapping;
+mod pace;
 mod perf;
 pub mod procfs;
 mod remote;
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::recording::{
-    between, ChannelSummary, ChildExit, ProcSummary, Recording, Setup, Tick, Usage,
+    between, ChannelSummary, ChildExit, ProcSummary, ProfilerCost, Recording, Setup, Tick, Usage,
 };
 pub use events::Events;
 
@@ -39,9 +41,6 @@ use std::sync::atomic::Ordering;
 /// How often the collector drains channels, polls `/proc` and looks for waiting threads
 /// (RSS is polled at >= 50 Hz by contract; faster costs the machine more than it tells).
 pub const TICK: Duration = Duration::from_millis(20);
-/// The kernel's RSS high-water mark is read every this many ticks (and the current RSS at every
-/// tick), because its file is several times costlier to read.
-const HWM_EVERY: u64 = 5;
 
 /// `CLOCK_MONOTONIC` nanoseconds (the clock the preload library stamps records with).
 pub fn monotonic_ns() -> u64 {
@@ -289,7 +288,7 @@ pub fn record(
     let mut c = Collector {
         channels: Channels::new(session.dir(), launch_ns),
         procs: BTreeMap::new(),
-        shares: BTreeMap::new(),
+        footprint: footprint::Footprint::new(0),
         ticks: Ticks::default(),
         space: space::SpaceWatch::new(session.dir()),
         child: launched.pid,
@@ -338,6 +337,7 @@ pub fn record(
         running = c.channels.running_descendants(launched.pid);
     }
     let end_ns = monotonic_ns().saturating_sub(launch_ns);
+    let profiler = c.cost();
     let (mut summaries, mut warnings) = c.channels.finish(end_ns);
     if !running.is_empty() {
         for s in summaries.iter_mut().filter(|s| running.contains(&s.pid)) {
@@ -361,6 +361,7 @@ pub fn record(
         gpu: Default::default(),
         gpu_tensors,
         setup: c.setup,
+        profiler,
     })
 }
 
@@ -368,8 +369,8 @@ pub fn record(
 struct Collector {
     channels: Channels,
     procs: BTreeMap<u32, ProcSummary>,
-    /// Per pid, PSS / RSS at its last PSS reading: what share of its resident pages is its own.
-    shares: BTreeMap<u32, f64>,
+    /// The tree's footprint from `/proc`, at a bounded cost.
+    footprint: footprint::Footprint,
     ticks: Ticks,
     space: space::SpaceWatch,
     /// The launched command's pid.
@@ -444,6 +445,15 @@ impl Collector {
         self.channels.drain(now);
     }
 
+    /// What the profiler's process has cost so far.
+    fn cost(&self) -> ProfilerCost {
+        ProfilerCost {
+            cpu_ns: pace::process_cpu_ns(),
+            proc_reads_ns: self.footprint.spent_ns(),
+            waits_ns: self.channels.waits_spent_ns(),
+        }
+    }
+
     /// One tick: scan, drain, look at waiting threads, poll `/proc`.
     fn tick(&mut self) {
         let now = monotonic_ns().saturating_sub(self.launch_ns);
@@ -451,15 +461,17 @@ impl Collector {
         self.channels.scan();
         self.channels.drain(now);
         self.channels.sample_waits(now);
-        let with_hwm = self.ticks.count.is_multiple_of(HWM_EVERY);
-        let tick = poll(
-            &self.channels,
-            self.child,
-            (&mut self.procs, &mut self.shares),
-            now,
-            with_hwm,
-        );
-        self.ticks.push(tick);
+        let with_hwm = self.ticks.count.is_multiple_of(footprint::HWM_EVERY);
+        let heaps = self.channels.live_heaps();
+        let mut pids = vec![self.child];
+        pids.extend(heaps.keys().copied().filter(|&pid| pid != self.child));
+        let rss = self
+            .footprint
+            .poll(&pids, self.child, &mut self.procs, now, with_hwm);
+        let heap_bytes = heaps.values().map(|h| h.heap.max(0) as u64).sum();
+        let mapped_bytes = heaps.values().map(|h| h.mapped).sum();
+        self.ticks
+            .push(footprint::tick(now, heap_bytes, mapped_bytes, rss));
     }
 
     /// The recording of the run so far, its events shared (collection goes on; see
@@ -521,6 +533,7 @@ impl Collector {
                 gpu: Default::default(),
                 gpu_tensors: Vec::new(),
                 setup: self.setup,
+                profiler: self.cost(),
             },
             events,
             ticks: self.ticks.share(),
@@ -627,62 +640,6 @@ fn outlived_note(running: &[u32], summaries: &[ChannelSummary], waited: Duration
             "they were"
         },
     )
-}
-
-/// One tick: read `/proc` for the child and every process with a channel; sum the footprint.
-/// With two processes or more, each one's RSS counts at its share of own pages (PSS / RSS
-/// at its last PSS reading, every [`HWM_EVERY`] ticks), so pages a fork child shares with its
-/// parent count once in the tree's sum, not once per process.
-fn poll(
-    channels: &Channels,
-    child: u32,
-    (procs, shares): (&mut BTreeMap<u32, ProcSummary>, &mut BTreeMap<u32, f64>),
-    now: u64,
-    with_hwm: bool,
-) -> Tick {
-    let heaps = channels.live_heaps();
-    let mut pids: Vec<u32> = heaps.keys().copied().collect();
-    if !heaps.contains_key(&child) {
-        pids.push(child);
-    }
-    let tree = pids.len() > 1;
-    let mut rss_bytes = 0;
-    let mut anon_bytes = 0;
-    for pid in pids {
-        let first = !procs.contains_key(&pid);
-        let pss = tree && (with_hwm || first || !shares.contains_key(&pid));
-        let Some(reading) = procfs::read(pid, with_hwm || first, pss) else {
-            continue;
-        };
-        if let Some(pss) = reading.pss_bytes {
-            shares.insert(pid, (pss as f64 / reading.rss_bytes as f64).min(1.0));
-        }
-        let share = if tree {
-            shares.get(&pid).copied().unwrap_or(1.0)
-        } else {
-            1.0
-        };
-        rss_bytes += (reading.rss_bytes as f64 * share) as u64;
-        anon_bytes += (reading.anon_bytes as f64 * share) as u64;
-        let entry = procs.entry(pid).or_insert(ProcSummary {
-            pid,
-            ..ProcSummary::default()
-        });
-        entry.peak_rss_bytes = entry
-            .peak_rss_bytes
-            .max(reading.hwm_bytes)
-            .max(reading.rss_bytes);
-        entry.cpu_s = reading.cpu_s;
-    }
-    let heap_bytes = heaps.values().map(|h| h.heap.max(0) as u64).sum();
-    let mapped_bytes = heaps.values().map(|h| h.mapped).sum();
-    Tick {
-        t_ns: now,
-        heap_bytes,
-        rss_bytes,
-        mapped_bytes,
-        anon_bytes,
-    }
 }
 
 /// `host` and the distributed-training rank variables that are set.

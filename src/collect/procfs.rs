@@ -17,16 +17,12 @@ pub struct ProcReading {
     pub hwm_bytes: u64,
     /// User + kernel CPU seconds so far.
     pub cpu_s: f64,
-    /// Proportional set size (`Pss` of `smaps_rollup`: each shared page divided among the
-    /// processes that map it), read only `with_pss`, and only where the kernel has the file.
-    pub pss_bytes: Option<u64>,
 }
 
 /// Read `/proc/PID`; `None` if the process is gone (or a zombie with no memory). The kernel's
 /// RSS high-water mark (`VmHWM`, from the costlier `status` file) only `with_hwm`; otherwise
-/// `hwm_bytes` is the current RSS. PSS (the costlier still `smaps_rollup`, which walks the
-/// process's pages) only `with_pss`.
-pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
+/// `hwm_bytes` is the current RSS.
+pub fn read(pid: u32, with_hwm: bool) -> Option<ProcReading> {
     let base = PathBuf::from(format!("/proc/{pid}"));
     let statm = std::fs::read_to_string(base.join("statm")).ok()?;
     let mut fields = statm.split_whitespace().skip(1);
@@ -44,19 +40,24 @@ pub fn read(pid: u32, with_hwm: bool, with_pss: bool) -> Option<ProcReading> {
             .map_or(rss_bytes, |kib| (kib * 1024).max(rss_bytes)),
         false => rss_bytes,
     };
-    let pss_bytes = with_pss
-        .then(|| std::fs::read_to_string(base.join("smaps_rollup")).ok())
-        .flatten()
-        .and_then(|s| status_field_kib(&s, "Pss:"))
-        .map(|kib| kib * 1024);
     let stat = std::fs::read_to_string(base.join("stat")).ok()?;
     Some(ProcReading {
         rss_bytes,
         anon_bytes,
         hwm_bytes,
         cpu_s: stat_cpu_s(&stat).unwrap_or(0.0),
-        pss_bytes,
     })
+}
+
+/// The share of `pid`'s resident pages that are its own: its proportional set size (`Pss`:
+/// each shared page divided among the processes that map it) over its `Rss`, both of
+/// `/proc/PID/smaps_rollup` (one walk of its pages: costly). `None` where the kernel has no
+/// such file or the process is gone.
+pub fn own_share(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let rss = status_field_kib(&text, "Rss:")?;
+    let pss = status_field_kib(&text, "Pss:")?;
+    (rss > 0).then(|| (pss as f64 / rss as f64).min(1.0))
 }
 
 /// The CPU time thread `tid` of `pid` has used, in ns: the first field of
@@ -223,17 +224,9 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
-        let me = read(std::process::id(), true, true).unwrap();
+        let me = read(std::process::id(), true).unwrap();
         assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
-        let pss = me.pss_bytes.expect("smaps_rollup (Linux 4.14+)");
-        assert!(
-            pss > 0 && pss <= me.hwm_bytes,
-            "PSS {pss} within RSS {}",
-            me.rss_bytes
-        );
-        assert_eq!(
-            read(std::process::id(), false, false).unwrap().pss_bytes,
-            None
-        );
+        let share = own_share(std::process::id()).expect("smaps_rollup (Linux 4.14+)");
+        assert!(share > 0.0 && share <= 1.0, "share of own pages {share}");
     }
 }

@@ -121,6 +121,11 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
         memory_sample_bytes: rec.setup.memory_sample_bytes,
         copy_sample_bytes: rec.setup.copy_sample_bytes,
         cpus: rec.setup.cpus,
+        profiler: crate::model::ProfilerCpu {
+            cpu_s: rec.profiler.cpu_ns as f64 / NS,
+            proc_reads_s: rec.profiler.proc_reads_ns as f64 / NS,
+            waits_s: rec.profiler.waits_ns as f64 / NS,
+        },
         hints: Vec::new(),
         cpu_samples: rec
             .channels

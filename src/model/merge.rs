@@ -52,6 +52,9 @@ pub fn merge(inputs: Vec<Input>) -> Profile {
         out.cpu_user_s += p.cpu_user_s;
         out.cpu_kernel_s += p.cpu_kernel_s;
         out.cpu_unreaped_s += p.cpu_unreaped_s;
+        out.profiler.cpu_s += p.profiler.cpu_s;
+        out.profiler.proc_reads_s += p.profiler.proc_reads_s;
+        out.profiler.waits_s += p.profiler.waits_s;
         out.processes
             .extend(p.processes.iter().cloned().map(|proc| Process {
                 rank: proc.rank.or_else(|| Some(name.clone())),

@@ -77,6 +77,10 @@ pub struct Profile {
     /// CPUs the run could use (the collector's CPU affinity; 0: not recorded).
     #[serde(default)]
     pub cpus: u32,
+    /// What the profiler's own process cost while it recorded (all zero: not recorded, as
+    /// in a region's profile).
+    #[serde(default)]
+    pub profiler: ProfilerCpu,
     /// Suggestions drawn from this profile by fixed rules (`pipeline::hints`), largest saving
     /// first; empty with `--no-hints`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -695,4 +699,20 @@ pub struct NativeFrame {
 
 fn is_zero_bytes(v: &u64) -> bool {
     *v == 0
+}
+
+/// CPU the profiler's own process used while it recorded (the collector: draining channels,
+/// reading `/proc`, looking at waiting threads). The preload library's cost inside the
+/// program is part of the program's own CPU time, not of this.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfilerCpu {
+    /// User and kernel CPU seconds of the profiler's process.
+    #[serde(default)]
+    pub cpu_s: f64,
+    /// Of it, seconds reading each process's `/proc` files (footprint, shared pages, CPU).
+    #[serde(default)]
+    pub proc_reads_s: f64,
+    /// Of it, seconds looking at waiting threads.
+    #[serde(default)]
+    pub waits_s: f64,
 }

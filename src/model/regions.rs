@@ -305,6 +305,8 @@ fn cut(index: &Index, ci: usize, span: &RegionSpan, moment: Moment, filter: &Fil
         gpu: gpu_between(index, from, to),
         gpu_tensors,
         setup: rec.setup,
+        // The profiler's cost is the run's: a region's profile does not carry it.
+        profiler: Default::default(),
     }
 }
 

@@ -50,6 +50,21 @@ pub struct Recording {
     pub gpu_tensors: Vec<gpu_tensors::TensorTrace>,
     /// How it was recorded: what the profile reports beside its figures.
     pub setup: Setup,
+    /// What the profiler's own process cost while it recorded.
+    pub profiler: ProfilerCost,
+}
+
+/// CPU the profiler's own process (`mlprof`: the collector and its helpers) used while it
+/// recorded, and the parts of it spent reading `/proc` and looking at waiting threads. The
+/// preload library's cost is not in it: it is inside the program's own CPU time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfilerCost {
+    /// User and kernel CPU of the profiler's process, from its start (ns).
+    pub cpu_ns: u64,
+    /// Of it, reading each process's `/proc` files (footprint, PSS, CPU time) (ns).
+    pub proc_reads_ns: u64,
+    /// Of it, looking at waiting threads (ns).
+    pub waits_ns: u64,
 }
 
 /// How a recording was made, as its profile reports it (so that every profile made from it,

@@ -37,6 +37,7 @@ mod native_calls;
 mod native_kinds;
 mod notebook;
 mod overhead;
+mod own_cost;
 mod pipeline;
 mod preload_exports;
 mod pytest_plugin;

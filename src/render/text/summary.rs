@@ -20,6 +20,19 @@ fn field(doc: &mut Doc, label: &str, value: &str) {
     );
 }
 
+/// The profiler's own CPU beside the program's: `0.21 s (0.8% of the program's)`.
+fn profiler_cpu(p: &Profile) -> String {
+    let program = p.cpu_s();
+    let share = match program > 0.0 {
+        true => format!(
+            " ({:.1}% of the program's)",
+            100.0 * p.profiler.cpu_s / program
+        ),
+        false => String::new(),
+    };
+    format!("{}{share}", seconds(p.profiler.cpu_s))
+}
+
 pub(super) fn header(doc: &mut Doc, p: &Profile) {
     let cpu = p.cpu_s();
     let m = &p.memory;
@@ -56,6 +69,9 @@ pub(super) fn header(doc: &mut Doc, p: &Profile) {
             seconds(p.cpu_kernel_s),
         ),
     );
+    if p.profiler.cpu_s > 0.0 {
+        field(doc, "profiler CPU", &profiler_cpu(p));
+    }
     if p.attached {
         field(
             doc,
