@@ -240,6 +240,9 @@ pub fn place_of(
         if !filter.profiles(&info.filename) {
             continue;
         }
+        if info.filename == "<string>" && lines.runs_a_bootstrap() {
+            continue; // multiprocessing's `-c` in a worker it started: not the program's line
+        }
         if is_generated(&info.filename)
             && passed_on(info, frames.get(i + 1..).unwrap_or(&[]), lines, filter)
         {
@@ -350,6 +353,27 @@ impl<'r> Lines<'r> {
             return false;
         };
         args.len() <= 1 || args.iter().skip(1).any(|a| a == "-c" || a == "-")
+    }
+
+    /// Whether the process is a worker a library started with a `-c` of its own:
+    /// multiprocessing's spawn and forkserver start-up (DataLoader, dask, `Pool`, joblib's
+    /// multiprocessing backend use it) and its resource tracker. Their `<string>` is the
+    /// library's code, not the program's.
+    pub fn runs_a_bootstrap(&self) -> bool {
+        const BOOTSTRAPS: [&str; 4] = [
+            "from multiprocessing.spawn import",
+            "from multiprocessing.forkserver import",
+            "from multiprocessing.resource_tracker import",
+            "from multiprocessing.semaphore_tracker import",
+        ];
+        let Some(args) = self.chain.first().map(|c| &c.command) else {
+            return false;
+        };
+        let code = args
+            .iter()
+            .position(|a| a == "-c")
+            .and_then(|i| args.get(i + 1));
+        code.is_some_and(|c| BOOTSTRAPS.iter().any(|b| c.trim_start().starts_with(b)))
     }
 
     /// The code object and line of `(code, lasti)`.

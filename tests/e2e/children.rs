@@ -589,3 +589,30 @@ fn a_launcher_chain_is_one_row_of_the_text_report() {
     );
     assert!(processes.contains("print('launched')"), "{text}");
 }
+
+#[test]
+fn a_spawned_workers_bootstrap_is_never_a_line_and_its_work_is_on_the_target() {
+    let script = fixture::script("spawn_bootstrap.py");
+    let m = crate::cpu::markers("spawn_bootstrap.py");
+    for py in fixture::spread(fixture::pythons()) {
+        let v = &py.minor;
+        let run = fixture::profile(&[os(&py.exe), os(&script)]);
+        assert_eq!(run.output.stdout, b"True\n", "{v}");
+        let p = &run.profile;
+        let bootstrap: Vec<_> = p.lines.iter().filter(|l| l.file == "<string>").collect();
+        assert!(
+            bootstrap.is_empty(),
+            "{v}: multiprocessing's -c is a line of the report: {bootstrap:?}"
+        );
+        assert!(
+            p.functions.iter().all(|f| f.file != "<string>"),
+            "{v}: and a function"
+        );
+        let work = crate::cpu::line(p, "spawn_bootstrap.py", m["work"]);
+        assert!(
+            work.measures.cpu_python_s > 0.0,
+            "{v}: the workers' work is on its line: {:?}",
+            work.measures
+        );
+    }
+}
