@@ -181,24 +181,37 @@ pub fn tick(now: u64, heap_bytes: u64, mapped_bytes: u64, (rss, anon): (u64, u64
 mod tests {
     use super::*;
 
-    /// Processes of this test's own tree: itself and `n` sleeping children.
-    fn children(n: usize) -> Vec<std::process::Child> {
-        (0..n)
+    /// `n` sleeping children of this test, killed when dropped.
+    struct Kids(Vec<std::process::Child>);
+
+    impl Drop for Kids {
+        fn drop(&mut self) {
+            for k in &mut self.0 {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+        }
+    }
+
+    /// This test's process, then `n` sleeping children (the kids, to keep until the end).
+    fn tree(n: usize) -> (Vec<u32>, Kids) {
+        let kids: Vec<_> = (0..n)
             .map(|_| {
                 std::process::Command::new("sleep")
                     .arg("30")
                     .spawn()
                     .expect("sleep")
             })
-            .collect()
+            .collect();
+        let mut pids = vec![std::process::id()];
+        pids.extend(kids.iter().map(|c| c.id()));
+        (pids, Kids(kids))
     }
 
     #[test]
     fn every_process_is_read_once_and_counted_with_its_last_reading_after() {
-        let mut kids = children(3);
-        let me = std::process::id();
-        let mut pids = vec![me];
-        pids.extend(kids.iter().map(|c| c.id()));
+        let (pids, _kids) = tree(3);
+        let me = pids[0];
         let mut fp = Footprint::new(0);
         let mut procs = BTreeMap::new();
         let (rss, _) = fp.poll(&pids, me, &mut procs, 1, true);
@@ -222,18 +235,12 @@ mod tests {
         assert_eq!(reread, 1, "only the command's process was read again");
         assert_eq!(fp.last[&me].read_ns, 2);
         assert!(again > rss / 2 && again < rss * 2, "{again} vs {rss}");
-        for k in &mut kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
     }
 
     #[test]
     fn pss_readings_stay_within_their_share_of_a_cpu() {
-        let mut kids = children(6);
-        let me = std::process::id();
-        let mut pids = vec![me];
-        pids.extend(kids.iter().map(|c| c.id()));
+        let (pids, _kids) = tree(6);
+        let me = pids[0];
         let mut fp = Footprint::new(0);
         let mut procs = BTreeMap::new();
         // 200 ticks of 20 ms: 4 s of collection.
@@ -248,9 +255,5 @@ mod tests {
             fp.pss.spent_ns()
         );
         assert!(fp.last.values().all(|l| l.share.is_some()));
-        for k in &mut kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
     }
 }
