@@ -360,6 +360,11 @@ impl Channels {
             warnings.extend(channel.malformed_warning());
             warnings.extend(channel.sigprof_warning());
             let mut decoded = std::mem::take(&mut channel.decoder.out);
+            // A timed wait still open at the end went on until its process ended (it sends
+            // its own sample when it returns), not only until the last look at it: looks are
+            // paced, so that one may be long before.
+            let end_ns = channel.summary.exit_ns.unwrap_or(now_ns);
+            decoded.open_waits_went_on_until(end_ns);
             let events = decoded.take_events();
             out.push(ChannelSummary {
                 samples: events.samples,

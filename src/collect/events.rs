@@ -279,6 +279,13 @@ impl Decoded {
         }
     }
 
+    /// Timed waits still going on: they lasted at least until `end_ns` (their process's end).
+    pub fn open_waits_went_on_until(&mut self, end_ns: u64) {
+        for wait in self.open_waits.values_mut() {
+            wait.seen_ns = wait.seen_ns.max(end_ns);
+        }
+    }
+
     /// Count the timed waits still going on when the collector last looked (their process
     /// ended, or the run did, before they returned): from their start to that look.
     fn close_open_waits(&mut self) {

@@ -8,8 +8,9 @@
 //! `smaps_rollup` walks every page of the process: 0.1 ms for a bare Python, 5–17 ms for one
 //! that imported torch. Read for every process ten times a second, it cost a third of the
 //! machine on a torch.compile job. So each kind of read has a [`Pace`]: PSS readings take at
-//! most [`PSS_SHARE`] of one CPU, the oldest first (a process never read before ahead of all),
-//! each process at most every [`PSS_EVERY_NS`]; the other readings take at most
+//! most [`PSS_SHARE`] of one CPU, the oldest first, each process at most every
+//! [`PSS_EVERY_NS`], except a process's first, which is always made (at the first tick that sees
+//! it in a tree: once per process); the other readings take at most
 //! [`PROC_SHARE`], except the command's own process and any process read for the first time,
 //! which are always read. A process not read at a tick counts with its last reading.
 
@@ -40,8 +41,33 @@ struct Last {
     anon_bytes: u64,
     /// When it was read (ns from launch).
     read_ns: u64,
-    /// Its share of own pages (PSS / RSS) and when it was read, if it was.
-    share: Option<(f64, u64)>,
+    /// Its share of own pages at its last PSS reading, if it had one.
+    share: Option<Share>,
+}
+
+/// A process's share of own pages at a PSS reading.
+#[derive(Clone, Copy, Debug)]
+struct Share {
+    /// PSS / RSS then.
+    own: f64,
+    /// When (ns from launch).
+    at_ns: u64,
+    /// Its RSS and anonymous part then.
+    rss_bytes: u64,
+    anon_bytes: u64,
+}
+
+impl Share {
+    /// What of `now` (bytes resident now, `then` at the reading) counts as the process's own.
+    /// Pages it gained since are its own (new pages are private: a fork child that allocates
+    /// grows by its own pages, while the pages it shares stay as they were), so the part it
+    /// shared then is taken away; pages it lost are taken from both parts alike.
+    fn own_of(&self, now: u64, then: u64) -> u64 {
+        let shared_then = then as f64 * (1.0 - self.own);
+        let grown = (now as f64 - shared_then).max(0.0);
+        let scaled = now as f64 * self.own;
+        grown.max(scaled).min(now as f64) as u64
+    }
 }
 
 /// The footprint's state between ticks.
@@ -123,18 +149,18 @@ impl Footprint {
         let mut rss_bytes = 0;
         let mut anon_bytes = 0;
         for last in self.last.values() {
-            let share = match (tree, last.share) {
-                (false, _) => 1.0,
-                (true, Some((share, _))) => share,
+            let (rss, anon) = match (tree, last.share) {
+                (false, _) => (last.rss_bytes, last.anon_bytes),
+                (true, Some(share)) => (
+                    share.own_of(last.rss_bytes, share.rss_bytes),
+                    share.own_of(last.anon_bytes, share.anon_bytes),
+                ),
                 // Not read yet: its anonymous pages are its own, its file pages (libraries)
                 // most likely shared with the process that mapped them first.
-                (true, None) if last.rss_bytes > 0 => {
-                    last.anon_bytes as f64 / last.rss_bytes as f64
-                }
-                (true, None) => 1.0,
+                (true, None) => (last.anon_bytes, last.anon_bytes),
             };
-            rss_bytes += (last.rss_bytes as f64 * share) as u64;
-            anon_bytes += (last.anon_bytes as f64 * share) as u64;
+            rss_bytes += rss;
+            anon_bytes += anon;
         }
         (rss_bytes, anon_bytes)
     }
@@ -147,20 +173,28 @@ impl Footprint {
             .iter()
             .filter_map(|(&pid, l)| match l.share {
                 None => Some((0, pid != child, pid)),
-                Some((_, at)) if now.saturating_sub(at) >= PSS_EVERY_NS => {
-                    Some((at + 1, pid != child, pid))
+                Some(share) if now.saturating_sub(share.at_ns) >= PSS_EVERY_NS => {
+                    Some((share.at_ns + 1, pid != child, pid))
                 }
                 Some(_) => None,
             })
             .collect();
         due.sort_unstable();
-        for (_, _, pid) in due {
-            if !self.pss.allowed(now) {
+        for (at, _, pid) in due {
+            // A process's first reading is always made (once per process: a fork child shares
+            // most of its pages at first, and counting them as its own doubled a fork tree's
+            // footprint); later ones within the budget.
+            if at != 0 && !self.pss.allowed(now) {
                 return;
             }
-            let share = self.pss.spend(|| procfs::own_share(pid));
-            if let (Some(share), Some(last)) = (share, self.last.get_mut(&pid)) {
-                last.share = Some((share, now));
+            let own = self.pss.spend(|| procfs::own_share(pid));
+            if let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) {
+                last.share = Some(Share {
+                    own,
+                    at_ns: now,
+                    rss_bytes: last.rss_bytes,
+                    anon_bytes: last.anon_bytes,
+                });
             }
         }
     }
@@ -235,6 +269,24 @@ mod tests {
         assert_eq!(reread, 1, "only the command's process was read again");
         assert_eq!(fp.last[&me].read_ns, 2);
         assert!(again > rss / 2 && again < rss * 2, "{again} vs {rss}");
+    }
+
+    #[test]
+    fn pages_gained_since_a_reading_are_own_and_pages_lost_leave_both_parts() {
+        const MIB: u64 = 1 << 20;
+        // A fork child that shared 240 of its 300 MiB at its reading (PSS 60 MiB + what it
+        // shares split among five) then allocated 50 MiB: its own is 110 MiB.
+        let share = Share {
+            own: 0.2,
+            at_ns: 0,
+            rss_bytes: 300 * MIB,
+            anon_bytes: 300 * MIB,
+        };
+        assert_eq!(share.own_of(350 * MIB, 300 * MIB), 110 * MIB);
+        assert_eq!(share.own_of(300 * MIB, 300 * MIB), 60 * MIB);
+        // Shrunk to 150 MiB: at least its share of what is left, never more than it has.
+        assert_eq!(share.own_of(150 * MIB, 300 * MIB), 30 * MIB);
+        assert_eq!(share.own_of(0, 300 * MIB), 0);
     }
 
     #[test]
