@@ -270,10 +270,12 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     pub(super) format: FormatArgs,
     /// Write the report to FILE (format from --text/--json/--html, else from the extension:
-    /// .html, .txt, otherwise JSON). Nothing else is printed.
+    /// .html, .txt, otherwise JSON). Nothing else is printed but one line when the profile has
+    /// warnings.
     #[arg(short, long, value_name = "FILE")]
     pub(super) output: Option<PathBuf>,
-    /// Print no report (use with -o to only save the profile).
+    /// Print no report and no warnings (use with -o to only save the profile); a failed budget
+    /// still prints its verdict.
     #[arg(short, long)]
     pub(super) quiet: bool,
     /// CPU samples per second of CPU time, per thread (0: no CPU sampling; at most 10000).

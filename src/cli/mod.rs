@@ -148,11 +148,7 @@ fn attach(args: AttachArgs) -> Result<i32> {
             gate: Some(&gate),
         },
     );
-    if !matches!(destination, Destination::Stderr) || format != Format::Text {
-        for warning in &profile.warnings {
-            say(format_args!("warning: {}", Clean(warning)));
-        }
-    }
+    tell_warnings(&profile.warnings, &destination, format, false);
     let report_on_stdout = matches!(destination, Destination::Stdout);
     emit(&profile, format, destination, args.format.width)?;
     for v in &profile.violations {
@@ -296,11 +292,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
     };
     // The program has run: from here on its exit status is ours, whatever fails (each
     // failure is one line).
-    if !matches!(destination, Destination::Stderr) || format != Format::Text {
-        for warning in &profile.warnings {
-            say(format_args!("warning: {}", Clean(warning)));
-        }
-    }
+    tell_warnings(&profile.warnings, &destination, format, args.quiet);
     let report_on_stdout = matches!(destination, Destination::Stdout);
     if let Some(snapshotter) = &snapshotter {
         // From here on the file is the final report's: a snapshot being written is waited
@@ -347,6 +339,24 @@ fn run_command(args: RunArgs) -> Result<i32> {
     } else {
         status
     })
+}
+
+/// The profile's warnings on stderr where the report is not the terminal's: none with `-q`
+/// (the program's stderr stays the program's), else one line, the first warning and how many
+/// more the report holds. Every warning stays in the profile and each report format.
+fn tell_warnings(warnings: &[String], destination: &Destination, format: Format, quiet: bool) {
+    let in_the_terminal = matches!(destination, Destination::Stderr) && format == Format::Text;
+    let Some(first) = warnings.first().filter(|_| !quiet && !in_the_terminal) else {
+        return;
+    };
+    match warnings.len() - 1 {
+        0 => say(format_args!("warning: {}", Clean(first))),
+        more => say(format_args!(
+            "warning: {} (and {more} more warning{} in the report)",
+            Clean(first),
+            if more == 1 { "" } else { "s" }
+        )),
+    }
 }
 
 /// One line `mlprof: ...` on stderr, once the program has run: a stderr that cannot be written

@@ -7,6 +7,7 @@
 mod channel;
 mod cli;
 mod program;
+mod streams;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
