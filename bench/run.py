@@ -264,7 +264,7 @@ def _add(d, key, value):
 def parse_mlprof(out, ctx, memory=True, copy=True, cpu=True):
     """mlprof's JSON profile (docs/profile-schema.md): peak = memory.peak_heap_bytes (exact
     heap of the tree); per line: peak_bytes, leak (not null = flagged; ranked by
-    bytes_per_s), copy_bytes, cpu_python_s / cpu_native_s / cpu_system_s."""
+    bytes_per_s), copy_bytes, cpu_python_s / cpu_native_s / waiting_s."""
     with open(out) as f:
         prof = json.load(f)
     peak, leak, copies, split = {}, {}, {}, {}
@@ -276,7 +276,7 @@ def parse_mlprof(out, ctx, memory=True, copy=True, cpu=True):
         _add(copies, loc, ln["copy_bytes"])
         if ln.get("leak"):
             leak[loc] = max(leak.get(loc, 0), ln["leak"]["bytes_per_s"], 1e-9)
-        split[loc] = (ln["cpu_python_s"], ln["cpu_native_s"], ln["cpu_system_s"])
+        split[loc] = (ln["cpu_python_s"], ln["cpu_native_s"], ln["waiting_s"])
     return {"peak_bytes": prof["memory"]["peak_heap_bytes"],
             "peak_lines": peak if memory else None,
             "leak_lines": leak if memory else None,

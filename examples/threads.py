@@ -11,7 +11,7 @@ What the report should show:
   - the loop line in `checksum` almost all Python; the workers running it also show waiting
     time: with the GIL only one thread runs Python at a time, and a thread waiting for the
     GIL is off the CPU;
-  - the `time.sleep` line in `fetch` as waiting (`system`), with no CPU;
+  - the `time.sleep` line in `fetch` as waiting (the `waiting` column), with no CPU;
   - the `a @ b` line in `matmul_task` as native time (BLAS).
 """
 import time

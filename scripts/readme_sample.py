@@ -102,7 +102,13 @@ def quickstart_block(report):
     header = all_sections[0]
     by_line = section(all_sections, "By line (")
     path, columns, rows = script_table(by_line)
-    out = header + [""] + [by_line[0], "  /…/" + SCRIPT, columns]
+    # The heading, wrapped over its lines (up to the first file's path).
+    heading = [by_line[0]]
+    for line in by_line[1:]:
+        if line.startswith("  /") or not line.startswith("  "):
+            break
+        heading.append(line)
+    out = header + [""] + heading + ["  /…/" + SCRIPT, columns]
     for first, last in functions():
         inside = [r for r in rows if first <= int(r[0].split()[0]) <= last]
         if inside:

@@ -20,7 +20,7 @@ function bytes(n) {
 function secs(s) { return s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(2)} s`; }
 function pct(a, b) { return b > 0 ? `${(100 * a / b).toFixed(0)}%` : "-"; }
 const short = (f) => f.split("/").pop();
-const cpu = (m) => m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+const cpu = (m) => m.cpu_python_s + m.cpu_native_s + (m.kernel_s || 0) + m.waiting_s;
 
 // A sortable table: columns are [title, value(row), text(row), alignLeft].
 function table(target, columns, rows, sortBy) {
@@ -244,7 +244,7 @@ function lines() {
     ...(kernelLines ? [(l) => l.gpu_kernel_s || 0] : []),
     ...(tensorLines ? [(l) => l.gpu_tensor_peak_bytes || 0] : []),
     ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
-  const titles = ["line", "time", "Python / native / system", "allocated", "Python", "held at peak",
+  const titles = ["line", "time", "Python / native / kernel / waiting", "allocated", "Python", "held at peak",
     ...(mappedLines ? ["mapped at its peak"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
@@ -279,7 +279,7 @@ function lineRows(l, whole, heldMax, scale) {
   const leak = l.leak ? el("span", { title: `likelihood ${(100 * l.leak.likelihood).toFixed(0)}%`, style: "color:var(--leak)" }, "leak") : "";
   const rows = [el("tr", {},
     el("td", {}, l.line), el("td", {}, secs(cpu(l))),
-    el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.cpu_system_s, "var(--sys)")),
+    el("td", { class: "name" }, bar(l.cpu_python_s, "var(--py)"), bar(l.cpu_native_s, "var(--nat)"), bar(l.kernel_s || 0, "var(--ker)"), bar(l.waiting_s, "var(--sys)")),
     el("td", {}, bytes(l.alloc_bytes)), el("td", {}, pct(l.alloc_python_bytes, l.alloc_bytes)),
     el("td", {}, held, " ", bytes(l.peak_bytes)),
     ...(mappedLines ? [el("td", {}, bytes(l.mapped_peak_bytes || 0))] : []),
@@ -366,22 +366,22 @@ function processLines(pid) {
     if (!leaf) continue;
     const key = `${leaf.file}\u0000${leaf.line}`;
     if (!by.has(key)) by.set(key, { file: leaf.file, line: leaf.line, function: leaf.function,
-      cpu_python_s: 0, cpu_native_s: 0, cpu_system_s: 0, alloc_bytes: 0, peak_bytes: 0 });
+      cpu_python_s: 0, cpu_native_s: 0, kernel_s: 0, waiting_s: 0, alloc_bytes: 0, peak_bytes: 0 });
     const l = by.get(key);
-    for (const k of ["cpu_python_s", "cpu_native_s", "cpu_system_s", "alloc_bytes", "peak_bytes"]) l[k] += s[k];
+    for (const k of ["cpu_python_s", "cpu_native_s", "kernel_s", "waiting_s", "alloc_bytes", "peak_bytes"]) l[k] += s[k] || 0;
   }
   return [...by.values()];
 }
 
 const threadColumns = [["pid", (t) => t.pid, (t) => t.pid], ["tid", (t) => t.tid, (t) => t.tid], ["kind", (t) => t.python, (t) => t.python ? "Python" : "native", true],
   ["Python", (t) => t.cpu_python_s, (t) => secs(t.cpu_python_s)], ["native", (t) => t.cpu_native_s, (t) => secs(t.cpu_native_s)],
-  ["waiting", (t) => t.cpu_system_s, (t) => secs(t.cpu_system_s)]];
+  ["kernel", (t) => t.kernel_s || 0, (t) => secs(t.kernel_s || 0)], ["waiting", (t) => t.waiting_s, (t) => secs(t.waiting_s)]];
 
 function showProcess(choice) {
   const pid = choice === "" ? null : Number(choice);
   const keep = (s) => pid === null || s.pid === pid;
   for (const id of ["flame-cpu", "flame-peak"]) $(id).replaceChildren();
-  flame("flame-cpu", (s) => keep(s) ? s.cpu_python_s + s.cpu_native_s : 0, secs);
+  flame("flame-cpu", (s) => keep(s) ? s.cpu_python_s + s.cpu_native_s + (s.kernel_s || 0) : 0, secs);
   flame("flame-peak", (s) => keep(s) ? s.peak_bytes : 0, bytes);
   table("threads", threadColumns, P.threads.filter(keep), 3);
   $("process-lines-part").hidden = pid === null;
@@ -389,7 +389,8 @@ function showProcess(choice) {
   const proc = P.processes.find((p) => p.pid === pid);
   $("process-lines-title").textContent = `Lines of process ${pid}` + (proc ? ` (${proc.command.join(" ")})` : "");
   table("process-lines", [["time", cpu, (l) => secs(cpu(l))], ["Python", (l) => l.cpu_python_s, (l) => secs(l.cpu_python_s)],
-    ["native", (l) => l.cpu_native_s, (l) => secs(l.cpu_native_s)], ["system", (l) => l.cpu_system_s, (l) => secs(l.cpu_system_s)],
+    ["native", (l) => l.cpu_native_s, (l) => secs(l.cpu_native_s)], ["kernel", (l) => l.kernel_s || 0, (l) => secs(l.kernel_s || 0)],
+    ["waiting", (l) => l.waiting_s, (l) => secs(l.waiting_s)],
     ["allocated", (l) => l.alloc_bytes, (l) => bytes(l.alloc_bytes)], ["held at peak", (l) => l.peak_bytes, (l) => bytes(l.peak_bytes)],
     ["line", (l) => l.file + l.line, (l) => `${short(l.file)}:${l.line} ${l.function}`, true]], processLines(pid), 0);
 }
@@ -421,7 +422,7 @@ function ranks() {
   }
   table("ranks", [["rank", (r) => -(r.rank ?? P.ranks.indexOf(r)), (r) => r.name, true],
     ["Python", (r) => r.cpu_python_s || 0, (r) => secs(r.cpu_python_s || 0)], ["native", (r) => r.cpu_native_s || 0, (r) => secs(r.cpu_native_s || 0)],
-    ["waiting", (r) => r.cpu_system_s || 0, (r) => secs(r.cpu_system_s || 0)], ["collective", (r) => r.collective_s || 0, (r) => secs(r.collective_s || 0)],
+    ["waiting", (r) => r.waiting_s || 0, (r) => secs(r.waiting_s || 0)], ["collective", (r) => r.collective_s || 0, (r) => secs(r.collective_s || 0)],
     ["peak heap", (r) => r.peak_heap_bytes, (r) => bytes(r.peak_heap_bytes)],
     ["peak RSS", (r) => r.peak_rss_bytes, (r) => bytes(r.peak_rss_bytes)],
     ["GPU memory", (r) => r.peak_gpu_memory_bytes, (r) => bytes(r.peak_gpu_memory_bytes)],
@@ -463,7 +464,7 @@ if (P.regions && P.regions.length) {
   table("regions", [["peak", (r) => r.peak_bytes + r.children_peak_bytes, (r) => bytes(r.peak_bytes + r.children_peak_bytes)],
     ["net", (r) => r.end_bytes, (r) => signed(r.end_bytes)], ["time", (r) => r.duration_s, (r) => secs(r.duration_s)],
     ["Python", (r) => r.cpu_python_s, (r) => secs(r.cpu_python_s)], ["native", (r) => r.cpu_native_s, (r) => secs(r.cpu_native_s)],
-    ["waiting", (r) => r.cpu_system_s, (r) => secs(r.cpu_system_s)],
+    ["waiting", (r) => r.waiting_s, (r) => secs(r.waiting_s)],
     // The CUDA calls made inside each region (exact): columns only when some region made some.
     ...(P.regions.some((r) => (r.gpu_reserved_bytes || 0) > 0 || gpuCopied(r) > 0)
       ? [["GPU held at its peak", (r) => r.gpu_peak_bytes || 0, (r) => bytes(r.gpu_peak_bytes || 0)],
@@ -476,7 +477,8 @@ if (P.regions && P.regions.length) {
     ["region", (r) => r.name, (r) => r.name, true], ["held most at the peak", top, top, true]], P.regions, 0);
 }
 table("functions", [["time", cpu, (f) => secs(cpu(f))], ["Python", (f) => f.cpu_python_s, (f) => secs(f.cpu_python_s)],
-  ["native", (f) => f.cpu_native_s, (f) => secs(f.cpu_native_s)], ["system", (f) => f.cpu_system_s, (f) => secs(f.cpu_system_s)],
+  ["native", (f) => f.cpu_native_s, (f) => secs(f.cpu_native_s)], ["kernel", (f) => f.kernel_s || 0, (f) => secs(f.kernel_s || 0)],
+  ["waiting", (f) => f.waiting_s, (f) => secs(f.waiting_s)],
   ["allocated", (f) => f.alloc_bytes, (f) => bytes(f.alloc_bytes)], ["held at peak", (f) => f.peak_bytes, (f) => bytes(f.peak_bytes)],
   ["function", (f) => f.function, (f) => `${f.function} (${short(f.file)}:${f.line})`, true]], P.functions, 0);
 table("processes", [...(P.ranks && P.ranks.length ? [["rank", (p) => p.rank || "", (p) => p.rank || "-", true]] : []), ["pid", (p) => p.pid, (p) => p.pid], ["ppid", (p) => p.ppid, (p) => p.ppid], ["python", (p) => p.python || "", (p) => p.python || "-"],

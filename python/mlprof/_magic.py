@@ -143,11 +143,11 @@ class MlprofMagics(Magics):
             line["peak_bytes"] = memory["held"].pop(line["line"], 0) if line["file"] == name else None
         for number, held in memory["held"].items():
             lines.append({"file": name, "line": number, "cpu_python_s": 0.0, "cpu_native_s": 0.0,
-                          "cpu_system_s": 0.0, "alloc_bytes": None, "peak_bytes": held})
+                          "waiting_s": 0.0, "alloc_bytes": None, "peak_bytes": held})
         answer["lines"] = lines
         if profile is not None:
             answer["duration_s"] = profile.get("wall_s", 0.0)
-            for kind in ("cpu_python_s", "cpu_native_s", "cpu_system_s"):
+            for kind in ("cpu_python_s", "cpu_native_s", "waiting_s"):
                 answer[kind] = sum(l[kind] for l in lines)
         return answer, notice
 
@@ -205,7 +205,7 @@ def _summary(answer, notice):
     if "cpu_python_s" in answer:
         summary.append(
             "CPU: Python %s, native %s, waiting %s"
-            % (_secs(answer["cpu_python_s"]), _secs(answer["cpu_native_s"]), _secs(answer["cpu_system_s"]))
+            % (_secs(answer["cpu_python_s"]), _secs(answer["cpu_native_s"]), _secs(answer["waiting_s"]))
         )
     return summary
 
@@ -220,7 +220,7 @@ def _table(name, source, answer, notice):
             "held at end" if notice else "held at peak", "source")
     rows = []
     for l in own + other:
-        t = l["cpu_python_s"] + l["cpu_native_s"] + l["cpu_system_s"]
+        t = l["cpu_python_s"] + l["cpu_native_s"] + l["waiting_s"]
         pct = lambda x: "%.0f%%" % (100 * x / t) if t > 0 else "-"
         if l.get("file") == name:
             where = str(l["line"])
@@ -233,7 +233,7 @@ def _table(name, source, answer, notice):
             _secs(t),
             pct(l["cpu_python_s"]),
             pct(l["cpu_native_s"]),
-            pct(l["cpu_system_s"]),
+            pct(l["waiting_s"]),
             "–" if l.get("alloc_bytes") is None else _size(l["alloc_bytes"]),
             "–" if l.get("peak_bytes") is None else _size(l["peak_bytes"]),
             text.strip(),

@@ -133,7 +133,7 @@ const MAX_LINES: usize = 40;
 fn heaviest_lines(lines: Vec<model::LineStats>) -> Vec<model::LineStats> {
     let time = |l: &model::LineStats| {
         let m = &l.measures;
-        m.cpu_python_s + m.cpu_native_s + m.cpu_system_s
+        m.time_s()
     };
     let bytes = |l: &model::LineStats| l.measures.alloc_bytes.max(l.measures.peak_bytes);
     let mut by_time: Vec<usize> = (0..lines.len())

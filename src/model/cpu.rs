@@ -69,31 +69,31 @@ pub fn add(
             thread.python |= !sample.frames.is_empty();
             if weight == 0 && matches!(kind, Time::Waiting) {
                 // Waiting of a helper while its process computed: the thread's, not a line's.
-                thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
+                thread.waiting_s += sample.weight_ns as f64 / 1e9;
                 continue;
             }
             let acc = places.entry(place.clone()).or_default();
             let python_thread = !sample.frames.is_empty();
             gpu.observe(channel.pid, sample.t_ns, weight, &place, python_thread, acc);
-            // The kernel's time on the thread's page faults is system time (a copy into fresh
+            // The kernel's time on the thread's page faults is kernel time (a copy into fresh
             // memory), the rest of a CPU sample Python or native by its instruction.
             let faults = match kind {
                 Time::Waiting => 0,
                 _ => sample.fault_ns.min(sample.weight_ns),
             };
-            acc.system_ns += faults;
-            thread.cpu_system_s += faults as f64 / 1e9;
+            acc.kernel_ns += faults;
+            thread.kernel_s += faults as f64 / 1e9;
             let cpu = sample.weight_ns - faults;
             match kind {
                 Time::Waiting => {
-                    acc.system_ns += weight;
+                    acc.waiting_ns += weight;
                     if sample.flags & sample_flags::GPU_WAIT != 0 {
                         acc.gpu_calls.gpu_wait_s += weight as f64 / 1e9;
                     }
                     if workers.at(ci, sample.t_ns) {
                         acc.workers_ns += weight;
                     }
-                    thread.cpu_system_s += sample.weight_ns as f64 / 1e9;
+                    thread.waiting_s += sample.weight_ns as f64 / 1e9;
                 }
                 Time::Python => {
                     acc.python_ns += cpu;

@@ -142,7 +142,8 @@ pub struct Figures {
     /// Seconds in native code.
     pub cpu_native_s: f64,
     /// Seconds waiting off-CPU.
-    pub cpu_system_s: f64,
+    #[serde(alias = "cpu_system_s")]
+    pub waiting_s: f64,
     /// GPU memory growth while it ran.
     pub gpu_memory_bytes: u64,
     /// Device memory its CUDA calls held at its process's GPU peak (exact).
@@ -166,10 +167,10 @@ impl Figures {
             alloc_bytes: m.alloc_bytes,
             copy_bytes: m.copy_bytes,
             mapped_peak_bytes: m.mapped_peak_bytes,
-            cpu_s: m.cpu_python_s + m.cpu_native_s + m.cpu_system_s,
+            cpu_s: m.time_s(),
             cpu_python_s: m.cpu_python_s,
             cpu_native_s: m.cpu_native_s,
-            cpu_system_s: m.cpu_system_s,
+            waiting_s: m.waiting_s,
             gpu_memory_bytes: m.gpu_memory_bytes,
             gpu_peak_bytes: m.gpu_calls.gpu_peak_bytes,
             gpu_copy_bytes: m.gpu_calls.gpu_h2d_bytes
@@ -239,7 +240,8 @@ pub struct LineDiff {
     /// Change of native time.
     pub cpu_native_s_delta: f64,
     /// Change of waiting time.
-    pub cpu_system_s_delta: f64,
+    #[serde(alias = "cpu_system_s_delta")]
+    pub waiting_s_delta: f64,
     /// Change of GPU memory growth.
     pub gpu_memory_bytes_delta: i64,
     /// Change of device memory held at the GPU peak through CUDA calls (exact: any change is
@@ -581,7 +583,7 @@ fn changed(pairs: Vec<Pair<'_>>, sb: Sampling, sn: Sampling) -> (Vec<LineDiff>, 
             cpu_s_delta: n.cpu_s - b.cpu_s,
             cpu_python_s_delta: n.cpu_python_s - b.cpu_python_s,
             cpu_native_s_delta: n.cpu_native_s - b.cpu_native_s,
-            cpu_system_s_delta: n.cpu_system_s - b.cpu_system_s,
+            waiting_s_delta: n.waiting_s - b.waiting_s,
             gpu_memory_bytes_delta: delta(b.gpu_memory_bytes, n.gpu_memory_bytes),
             gpu_peak_bytes_delta: delta(b.gpu_peak_bytes, n.gpu_peak_bytes),
             gpu_copy_bytes_delta: delta(b.gpu_copy_bytes, n.gpu_copy_bytes),

@@ -90,14 +90,14 @@ pub fn violations(p: &Profile) -> Vec<String> {
     let sum = |f: &dyn Fn(&super::profile::Measures) -> f64| -> f64 {
         p.lines.iter().map(|l| f(&l.measures)).sum()
     };
-    let cpu_lines = sum(&|m| m.cpu_python_s + m.cpu_native_s);
+    let cpu_lines = sum(&|m| m.cpu_python_s + m.cpu_native_s + m.kernel_s);
     let cpu_threads: f64 = p
         .threads
         .iter()
-        .map(|t| t.cpu_python_s + t.cpu_native_s)
+        .map(|t| t.cpu_python_s + t.cpu_native_s + t.kernel_s)
         .sum();
-    let waiting_lines = sum(&|m| m.cpu_system_s);
-    let waiting_threads: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+    let waiting_lines = sum(&|m| m.waiting_s);
+    let waiting_threads: f64 = p.threads.iter().map(|t| t.waiting_s).sum();
     let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0);
     let sampled = !p.threads.is_empty();
     check(
@@ -116,7 +116,10 @@ pub fn violations(p: &Profile) -> Vec<String> {
     for line in &p.lines {
         let c = &line.measures;
         check(
-            c.cpu_python_s >= 0.0 && c.cpu_native_s >= 0.0 && c.cpu_system_s >= 0.0,
+            c.cpu_python_s >= 0.0
+                && c.cpu_native_s >= 0.0
+                && c.kernel_s >= 0.0
+                && c.waiting_s >= 0.0,
             format!("{}:{} has negative time", line.file, line.line),
         );
         check(

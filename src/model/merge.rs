@@ -212,7 +212,8 @@ fn rank(p: &Profile, name: &str, source: &str) -> Rank {
         pids: p.processes.iter().map(|q| q.pid).collect(),
         cpu_python_s: p.lines.iter().map(|l| l.measures.cpu_python_s).sum(),
         cpu_native_s: p.lines.iter().map(|l| l.measures.cpu_native_s).sum(),
-        cpu_system_s: p.lines.iter().map(|l| l.measures.cpu_system_s).sum(),
+        waiting_s: p.lines.iter().map(|l| l.measures.waiting_s).sum(),
+        kernel_s: p.lines.iter().map(|l| l.measures.kernel_s).sum(),
         collective_s: super::ranks::collective_s(p),
         lines: super::ranks::rank_lines(&p.lines),
     }
@@ -253,7 +254,8 @@ fn add_gpu(into: &mut Gpu, g: &Gpu, name: &str) {
 fn add_measures(into: &mut Measures, m: &Measures) {
     into.cpu_python_s += m.cpu_python_s;
     into.cpu_native_s += m.cpu_native_s;
-    into.cpu_system_s += m.cpu_system_s;
+    into.waiting_s += m.waiting_s;
+    into.kernel_s += m.kernel_s;
     into.waiting_for_workers_s += m.waiting_for_workers_s;
     into.cpu_spin_s += m.cpu_spin_s;
     into.copy_loop_s += m.copy_loop_s;
@@ -337,7 +339,8 @@ fn rebin(timelines: Vec<Vec<CpuSample>>) -> Vec<CpuSample> {
         });
         into.python_s += c.python_s;
         into.native_s += c.native_s;
-        into.system_s += c.system_s;
+        into.waiting_s += c.waiting_s;
+        into.kernel_s += c.kernel_s;
     }
     buckets.into_values().collect()
 }

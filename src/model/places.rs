@@ -43,7 +43,9 @@ pub struct Acc {
     /// CPU nanoseconds in native code.
     pub native_ns: u64,
     /// Off-CPU nanoseconds.
-    pub system_ns: u64,
+    pub waiting_ns: u64,
+    /// CPU nanoseconds the kernel spent on page faults.
+    pub kernel_ns: u64,
     /// Part of it while the process's worker processes computed.
     pub workers_ns: u64,
     /// Native CPU nanoseconds by (symbol, library).
@@ -86,7 +88,8 @@ impl Acc {
     pub fn merge(&mut self, other: Acc) {
         self.python_ns += other.python_ns;
         self.native_ns += other.native_ns;
-        self.system_ns += other.system_ns;
+        self.waiting_ns += other.waiting_ns;
+        self.kernel_ns += other.kernel_ns;
         for (key, ns) in other.natives {
             *self.natives.entry(key).or_default() += ns;
         }
@@ -136,7 +139,7 @@ pub fn summarise(
         super::gpu_kernels::merge(&mut f_acc.kernels, acc.kernels.clone());
         f_acc.gpu_time_ns += acc.gpu_time_ns;
         f_acc.gpu_busy_ns += acc.gpu_busy_ns;
-        let total = acc.python_ns + acc.native_ns + acc.system_ns;
+        let total = acc.python_ns + acc.native_ns + acc.kernel_ns + acc.waiting_ns;
         let row = rows
             .entry((place.file, place.line))
             .or_insert_with(|| (Acc::default(), String::new(), 0));
@@ -180,7 +183,8 @@ pub fn summarise(
 fn add(m: &mut Measures, acc: &Acc) {
     m.cpu_python_s += acc.python_ns as f64 / 1e9;
     m.cpu_native_s += acc.native_ns as f64 / 1e9;
-    m.cpu_system_s += acc.system_ns as f64 / 1e9;
+    m.waiting_s += acc.waiting_ns as f64 / 1e9;
+    m.kernel_s += acc.kernel_ns as f64 / 1e9;
     m.waiting_for_workers_s += acc.workers_ns as f64 / 1e9;
     m.cpu_spin_s += acc.spin_ns as f64 / 1e9;
     m.copy_loop_s += acc.copy_loop_ns as f64 / 1e9;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use mlprof_wire::sample_flags;
 
 use super::places::{Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
+use crate::recording::maps::{code_class, find_mapping, CodeClass, MappedFile};
 use crate::recording::{CpuSample, Recording};
 
 /// The Python sample, `(channel, sample)`, whose place a sample takes; None where it keeps
@@ -38,7 +39,8 @@ pub fn donors(rec: &Recording, sample_places: &[Vec<Place>]) -> Vec<Vec<Donor>> 
         .enumerate()
         .map(|(ci, channel)| {
             let own = &sample_places[ci];
-            let join = PoolJoin::new(&channel.samples, own);
+            let join =
+                PoolJoin::new(&channel.samples, own).with_code(&channel.samples, &channel.maps);
             let mut donor: Vec<Donor> = channel
                 .samples
                 .iter()
@@ -48,9 +50,11 @@ pub fn donors(rec: &Recording, sample_places: &[Vec<Place>]) -> Vec<Vec<Donor>> 
                     let helper = place.file == OUTSIDE
                         && s.tid != channel.pid
                         && s.flags & sample_flags::WAITING == 0;
-                    (pool || helper)
-                        .then(|| join.at(s.t_ns).map(|j| (ci, j)))
-                        .flatten()
+                    let at = match pool {
+                        true => join.at_code(s.t_ns, code_of(s, &channel.maps)),
+                        false => join.at(s.t_ns),
+                    };
+                    (pool || helper).then(|| at.map(|j| (ci, j))).flatten()
                 })
                 .collect();
             if let Some(ai) = python_ancestor(rec, ci) {
@@ -106,9 +110,47 @@ fn lasted(s: &CpuSample) -> (u64, u64) {
     (s.t_ns.saturating_sub(half), s.t_ns.saturating_add(half))
 }
 
+/// How long after the last Python sample in native code a pool still works for it while its
+/// Python threads only interpret Python ([`PoolJoin::at_code`]): a pool spins on after the
+/// call that woke it (OpenBLAS about 0.1 s, OpenMP's `GOMP_SPINCOUNT` about 0.2 s).
+const SPIN_AFTER_NS: u64 = 1_000_000_000;
+
+/// What code a CPU sample ran: the interpreter (pure Python), a native library (the start of
+/// its executable mapping; 0 for code in no mapped file), or not known (a look from outside).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Code {
+    Unknown,
+    Interpreter,
+    Library(u64),
+}
+
+/// The code of sample `s` by the maps of its process: its instruction's mapping, or, in the
+/// interpreter's runtime (libc) called from a library, the caller's (`sched_yield` of a
+/// spinning OpenBLAS thread is OpenBLAS's).
+pub fn code_of(s: &CpuSample, maps: &[MappedFile]) -> Code {
+    if s.flags & (sample_flags::WAITING | sample_flags::WAITED) != 0 || s.ip == 0 {
+        return Code::Unknown;
+    }
+    let native = |addr: u64| {
+        find_mapping(maps, addr)
+            .filter(|m| code_class(&m.path) == CodeClass::Native)
+            .map(|m| m.start)
+    };
+    match find_mapping(maps, s.ip) {
+        None => Code::Library(0),
+        Some(m) if code_class(&m.path) == CodeClass::Native => Code::Library(m.start),
+        Some(_) => match s.caller {
+            0 => Code::Interpreter,
+            caller => native(caller).map_or(Code::Interpreter, Code::Library),
+        },
+    }
+}
+
 /// One process's Python-thread samples, by time, and where each was placed.
 pub struct PoolJoin<'a> {
     placed: &'a [Place],
+    /// The code each sample ran, by sample index (empty: not known, [`PoolJoin::with_code`]).
+    code: Vec<Code>,
     /// CPU samples and looks of Python threads: (time, sample, the CPU it stands for).
     python: Vec<(u64, usize, u64)>,
     /// Timed waits of Python threads: (from, to, sample), by start.
@@ -171,11 +213,60 @@ impl<'a> PoolJoin<'a> {
         }
         PoolJoin {
             placed,
+            code: Vec::new(),
             python,
             waits,
             began_at,
             longest,
         }
+    }
+
+    /// With the code each of `samples` ran (the samples it was made from), for
+    /// [`PoolJoin::at_code`].
+    pub fn with_code(mut self, samples: &[CpuSample], maps: &[MappedFile]) -> PoolJoin<'a> {
+        self.code = samples.iter().map(|s| code_of(s, maps)).collect();
+        self
+    }
+
+    /// The Python sample a pool's CPU sample at `t_ns`, running `code`, joins: where Python
+    /// samples within [`JOIN_WINDOW_NS`] are in the pool's own library, the nearest of those
+    /// (the thread whose call the pool serves, of several Python threads: not the main
+    /// thread's `join` beside it); where all of them interpret Python, the last Python sample
+    /// in native code within [`SPIN_AFTER_NS`] before (a pool spinning on after a product is
+    /// not working for the pure-Python line that follows); else as [`PoolJoin::at`].
+    pub fn at_code(&self, t_ns: u64, code: Code) -> Option<usize> {
+        let Code::Library(library) = code else {
+            return self.at(t_ns);
+        };
+        if self.code.is_empty() {
+            return self.at(t_ns);
+        }
+        let python = &self.python;
+        let from = python.partition_point(|&(pt, _, _)| pt + JOIN_WINDOW_NS < t_ns);
+        let near: Vec<(u64, usize)> = python[from..]
+            .iter()
+            .take_while(|&&(pt, _, _)| pt <= t_ns + JOIN_WINDOW_NS)
+            .map(|&(pt, j, _)| (pt.abs_diff(t_ns), j))
+            .collect();
+        let same = near
+            .iter()
+            .filter(|&&(_, j)| library != 0 && self.code[j] == Code::Library(library))
+            .min();
+        if let Some(&(_, j)) = same {
+            return Some(j);
+        }
+        if !near.is_empty() && near.iter().all(|&(_, j)| self.code[j] == Code::Interpreter) {
+            let before = python.partition_point(|&(pt, _, _)| pt <= t_ns);
+            let last_native = python[..before]
+                .iter()
+                .rev()
+                .take_while(|&&(pt, _, _)| pt + SPIN_AFTER_NS >= t_ns)
+                .find(|&&(_, j, _)| matches!(self.code[j], Code::Library(_)));
+            if let Some(&(_, j, _)) = last_native {
+                return Some(j);
+            }
+        }
+        self.at(t_ns)
     }
 
     /// The Python sample whose place a pool's event at `t_ns` joins, if any: the line of the

@@ -211,8 +211,11 @@ pub struct Rank {
     #[serde(default)]
     pub cpu_native_s: f64,
     /// Waiting seconds on its lines.
+    #[serde(alias = "cpu_system_s", default)]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on page faults, on its lines.
     #[serde(default)]
-    pub cpu_system_s: f64,
+    pub kernel_s: f64,
     /// Seconds (CPU and waiting) inside collective communication: torch.distributed
     /// collectives (all-reduce, barrier, broadcast, all-gather, ...), gloo, NCCL and MPI.
     #[serde(default)]
@@ -472,7 +475,11 @@ pub struct CpuSample {
     /// CPU seconds in native code.
     pub native_s: f64,
     /// Seconds Python threads spent waiting.
-    pub system_s: f64,
+    #[serde(alias = "system_s")]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on page faults.
+    #[serde(default)]
+    pub kernel_s: f64,
 }
 
 /// GPU summary.
@@ -577,7 +584,11 @@ pub struct StackStats {
     /// CPU seconds in native code (the leaf frame names it).
     pub cpu_native_s: f64,
     /// Seconds waiting with this stack.
-    pub cpu_system_s: f64,
+    #[serde(alias = "cpu_system_s")]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on page faults with this stack.
+    #[serde(default)]
+    pub kernel_s: f64,
     /// Bytes allocated with this stack (sampled).
     pub alloc_bytes: u64,
     /// Of those, bytes still live at the heap peak.
@@ -598,7 +609,18 @@ pub struct ThreadStats {
     /// CPU seconds in native code.
     pub cpu_native_s: f64,
     /// Seconds waiting (sampled only for Python threads).
-    pub cpu_system_s: f64,
+    #[serde(alias = "cpu_system_s")]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on its page faults.
+    #[serde(default)]
+    pub kernel_s: f64,
+}
+
+impl ThreadStats {
+    /// Its seconds: CPU (Python, native, the kernel's on its page faults) and waiting.
+    pub fn time_s(&self) -> f64 {
+        self.cpu_python_s + self.cpu_native_s + self.kernel_s + self.waiting_s
+    }
 }
 
 /// Measures of one function.
@@ -622,10 +644,16 @@ pub struct Measures {
     pub cpu_python_s: f64,
     /// CPU seconds spent in native code (extensions, BLAS, ...).
     pub cpu_native_s: f64,
-    /// Seconds spent off-CPU waiting (sleep, I/O, locks, the GIL), sampled from outside; CPU
-    /// time inside system calls is counted as Python or native time.
-    pub cpu_system_s: f64,
-    /// Part of `cpu_system_s` spent while the process's worker processes (its descendants)
+    /// Seconds spent off-CPU waiting (sleep, I/O, locks, the GIL, worker processes), sampled
+    /// from outside. Profiles before `kernel_s` counted page-fault time here too.
+    #[serde(alias = "cpu_system_s")]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on this line's page faults (first touches of fresh memory:
+    /// a new array filled, a copy into new pages); the kernel time of other system calls is
+    /// counted with the code that made them, as Python or native time.
+    #[serde(default)]
+    pub kernel_s: f64,
+    /// Part of `waiting_s` spent while the process's worker processes (its descendants)
     /// were computing: a loop waiting for data from its DataLoader workers, `client.gather`,
     /// `ray.get`, the wait for `torch.compile`'s compiler.
     #[serde(default)]
@@ -675,6 +703,14 @@ pub struct Measures {
     /// the sampled launches, as `gpu_kernel_s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_kernel_names: Vec<KernelShare>,
+}
+
+impl Measures {
+    /// Its seconds, the report's "time": CPU (Python, native, the kernel's on its page faults)
+    /// and waiting.
+    pub fn time_s(&self) -> f64 {
+        self.cpu_python_s + self.cpu_native_s + self.kernel_s + self.waiting_s
+    }
 }
 
 /// Leak evidence for a line.

@@ -155,7 +155,8 @@ fn one_rank(
         pids,
         cpu_python_s: sum(|l| l.measures.cpu_python_s),
         cpu_native_s: sum(|l| l.measures.cpu_native_s),
-        cpu_system_s: sum(|l| l.measures.cpu_system_s),
+        waiting_s: sum(|l| l.measures.waiting_s),
+        kernel_s: sum(|l| l.measures.kernel_s),
         collective_s,
         lines: rank_lines(&lines),
     }
@@ -168,8 +169,7 @@ fn own_peak(p: &Process) -> u64 {
 
 /// A rank's lines as compared: the most time first, and every line holding memory at its peak.
 pub fn rank_lines(lines: &[LineStats]) -> Vec<RankLine> {
-    let time =
-        |l: &LineStats| l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s;
+    let time = |l: &LineStats| l.measures.time_s();
     let mut sorted: Vec<&LineStats> = lines.iter().filter(|l| l.line > 0).collect();
     sorted.sort_by(|a, b| time(b).total_cmp(&time(a)));
     sorted
@@ -181,7 +181,7 @@ pub fn rank_lines(lines: &[LineStats]) -> Vec<RankLine> {
             line: l.line,
             function: l.function.clone(),
             time_s: time(l),
-            waiting_s: l.measures.cpu_system_s,
+            waiting_s: l.measures.waiting_s,
             peak_bytes: l.measures.peak_bytes,
         })
         .collect()
@@ -235,7 +235,7 @@ pub fn collective_s(p: &Profile) -> f64 {
                 .iter()
                 .any(|&f| collective.get(f as usize).copied().unwrap_or(false))
         })
-        .map(|s| s.cpu_python_s + s.cpu_native_s + s.cpu_system_s)
+        .map(|s| s.cpu_python_s + s.cpu_native_s + s.kernel_s + s.waiting_s)
         .sum()
 }
 

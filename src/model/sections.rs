@@ -231,7 +231,11 @@ pub struct Region {
     /// CPU seconds in native code.
     pub cpu_native_s: f64,
     /// Seconds waiting (by the run's idle convention).
-    pub cpu_system_s: f64,
+    #[serde(alias = "cpu_system_s")]
+    pub waiting_s: f64,
+    /// CPU seconds the kernel spent on page faults inside it.
+    #[serde(default)]
+    pub kernel_s: f64,
     /// Lines whose allocations made inside the region were live at its peak, largest first
     /// (sampled; at most [`super::regions::TOP_LINES`]).
     pub held_at_peak: Vec<RegionLine>,

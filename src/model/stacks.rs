@@ -159,14 +159,14 @@ pub fn build(
             let secs = weight as f64 / 1e9;
             if s.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
                 if weight > 0 {
-                    t.stack(&mut lines, &s.frames, None).cpu_system_s += secs;
+                    t.stack(&mut lines, &s.frames, None).waiting_s += secs;
                 }
                 continue;
             }
             let faults = s.fault_ns.min(weight);
             let secs = (weight - faults) as f64 / 1e9;
             if faults > 0 {
-                t.stack(&mut lines, &s.frames, None).cpu_system_s += faults as f64 / 1e9;
+                t.stack(&mut lines, &s.frames, None).kernel_s += faults as f64 / 1e9;
             }
             match natives.get(&(ci, s.ip)) {
                 named if super::cpu::python_time(s, channel.pid, named, &channel.maps) => {
@@ -215,7 +215,7 @@ pub fn build(
         })
         .collect();
     let weight = |s: &StackStats| {
-        s.cpu_python_s + s.cpu_native_s + s.cpu_system_s + s.alloc_bytes as f64 * 1e-9
+        s.cpu_python_s + s.cpu_native_s + s.kernel_s + s.waiting_s + s.alloc_bytes as f64 * 1e-9
     };
     stacks.sort_by(|a, b| {
         weight(b)

@@ -41,10 +41,10 @@ pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<
             let secs = weight as f64 / 1e9;
             let faults = s.fault_ns.min(weight) as f64 / 1e9;
             if s.flags & (sample_flags::WAITING | sample_flags::GPU_WAIT) != 0 {
-                b.system_s += secs;
+                b.waiting_s += secs;
                 continue;
             }
-            b.system_s += faults;
+            b.kernel_s += faults;
             let secs = secs - faults;
             if super::cpu::python_time(s, channel.pid, natives.get(&(ci, s.ip)), &channel.maps) {
                 b.python_s += secs;
@@ -55,7 +55,7 @@ pub fn cpu(rec: &Recording, natives: &NativeNames, counted: &[Vec<u64>]) -> Vec<
     }
     if out
         .iter()
-        .all(|b| b.python_s + b.native_s + b.system_s == 0.0)
+        .all(|b| b.python_s + b.native_s + b.kernel_s + b.waiting_s == 0.0)
     {
         out.clear();
     }

@@ -166,10 +166,7 @@ fn pinned_growth(l: &LineStats) -> Option<Hint> {
 
 /// The run's sampled time, as the hints weigh a line's wait against it.
 pub fn whole_s(p: &Profile) -> f64 {
-    p.lines
-        .iter()
-        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s)
-        .sum()
+    p.lines.iter().map(|l| l.measures.time_s()).sum()
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub fn render(p: &Profile) -> Result<String> {
     for c in &p.cpu_timeline {
         let share = |s: f64| if c.span_s > 0.0 { s / c.span_s } else { 0.0 };
         events.push(json!({"name": "CPU (cores busy)", "ph": "C", "ts": us(c.t_s), "pid": pid, "tid": 0,
-            "args": {"python": share(c.python_s), "native": share(c.native_s), "waiting": share(c.system_s)}}));
+            "args": {"python": share(c.python_s), "native": share(c.native_s), "kernel": share(c.kernel_s), "waiting": share(c.waiting_s)}}));
     }
     for g in &p.gpu.timeline {
         events.push(

@@ -277,7 +277,7 @@ fn side(p: &Profile, d: &Diff, new: bool) -> Vec<Side> {
     let mut lines: Vec<_> = p.lines.iter().filter(|l| l.line > 0).collect();
     let weight = |m: &crate::model::Measures| {
         (m.peak_bytes as f64 / p.memory.peak_heap_bytes.max(1) as f64)
-            .max((m.cpu_python_s + m.cpu_native_s + m.cpu_system_s) / p.wall_s.max(1e-9))
+            .max((m.time_s()) / p.wall_s.max(1e-9))
     };
     lines.sort_by(|a, b| weight(&b.measures).total_cmp(&weight(&a.measures)));
     lines
@@ -300,7 +300,7 @@ fn side(p: &Profile, d: &Diff, new: bool) -> Vec<Side> {
                 ),
                 source: l.source.trim().to_string(),
                 peak: bytes(m.peak_bytes),
-                time: seconds(m.cpu_python_s + m.cpu_native_s + m.cpu_system_s),
+                time: seconds(m.time_s()),
                 changed,
             }
         })

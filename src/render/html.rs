@@ -86,7 +86,8 @@ fn fold_stacks(stacks: Vec<crate::model::StackStats>) -> (Vec<crate::model::Stac
         let into = &mut out[i as usize];
         into.cpu_python_s += s.cpu_python_s;
         into.cpu_native_s += s.cpu_native_s;
-        into.cpu_system_s += s.cpu_system_s;
+        into.waiting_s += s.waiting_s;
+        into.kernel_s += s.kernel_s;
         into.alloc_bytes += s.alloc_bytes;
         into.peak_bytes += s.peak_bytes;
         index.push(i);

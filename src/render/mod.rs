@@ -93,8 +93,8 @@ impl Measure {
     pub fn value(self, s: &crate::model::StackStats) -> u64 {
         let us = |secs: f64| (secs * 1e6).round() as u64;
         match self {
-            Measure::Cpu => us(s.cpu_python_s + s.cpu_native_s),
-            Measure::Wall => us(s.cpu_python_s + s.cpu_native_s + s.cpu_system_s),
+            Measure::Cpu => us(s.cpu_python_s + s.cpu_native_s + s.kernel_s),
+            Measure::Wall => us(s.cpu_python_s + s.cpu_native_s + s.kernel_s + s.waiting_s),
             Measure::Alloc => s.alloc_bytes,
             Measure::Peak => s.peak_bytes,
         }

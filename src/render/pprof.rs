@@ -181,12 +181,12 @@ fn sample(p: &Profile, stack: &StackStats, no_frame: u64, s: &mut Strings) -> Pb
     }
     sample.packed(1, &locations);
     let ns = |secs: f64| (secs * 1e9).round() as u64;
-    let cpu = ns(stack.cpu_python_s + stack.cpu_native_s);
+    let cpu = ns(stack.cpu_python_s + stack.cpu_native_s + stack.kernel_s);
     sample.packed(
         2,
         &[
             cpu,
-            cpu + ns(stack.cpu_system_s),
+            cpu + ns(stack.waiting_s),
             stack.alloc_bytes,
             stack.peak_bytes,
         ],

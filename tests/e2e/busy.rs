@@ -29,7 +29,7 @@ fn the_cpu_a_thread_used_after_its_last_sample_is_on_its_function() {
             .expect("spin is profiled");
         // The truth is the threads' own CPU clocks there: user and system time.
         let m = &spin.measures;
-        let held = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+        let held = m.time_s();
         let gap = fixture::mean_gap(p);
         // Tails: every CPU second of the threads is in some sample of theirs (without tails
         // each lost its last ~50 ms), whatever the machine's load.
@@ -122,12 +122,12 @@ fn a_pure_python_loop_takes_no_page_faults_from_the_profiler() {
             .map(|s| s.cpu_s)
             .fold(0.0, f64::max);
         let lost = largest.max(2.0 * gap);
-        let total = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+        let total = m.time_s();
         let samples = (total / gap.max(1e-4)).max(1.0);
         let share = (kernel_s / total.max(1e-9)).clamp(0.01, 1.0);
         let error = 4.0 * (share * (1.0 - share) / samples).sqrt() * total + gap;
         assert!(
-            m.cpu_system_s + m.cpu_native_s <= kernel_s + error + faults as f64 * 0.002
+            m.kernel_s + m.waiting_s + m.cpu_native_s <= kernel_s + error + faults as f64 * 0.002
                 && m.cpu_python_s >= 0.45 - kernel_s - error - lost,
             "{v}: the loop's line {m:?}, samples {gap:.3} s apart on average, the largest \
              {largest:.3} s; the kernel charged the loop {kernel_s:.3} s of system time and \

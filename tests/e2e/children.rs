@@ -452,7 +452,7 @@ fn fork_and_spawn_children_waiting_is_measured_like_the_parents() {
                 if leaf.is_some_and(|f| {
                     f.file.ends_with("sleeping_children.py") && f.line == m["child-sleep"]
                 }) {
-                    *by_pid.entry(stack.pid).or_default() += stack.cpu_system_s;
+                    *by_pid.entry(stack.pid).or_default() += stack.waiting_s;
                 }
             }
             assert!(
@@ -461,7 +461,7 @@ fn fork_and_spawn_children_waiting_is_measured_like_the_parents() {
             );
             let sleep = crate::cpu::line(p, "sleeping_children.py", m["child-sleep"]);
             assert!(
-                sleep.measures.cpu_system_s >= 2.0,
+                sleep.measures.waiting_s >= 2.0,
                 "{v}: the children's sleep line has {:?}",
                 sleep.measures
             );
@@ -608,11 +608,19 @@ fn a_spawned_workers_bootstrap_is_never_a_line_and_its_work_is_on_the_target() {
             p.functions.iter().all(|f| f.file != "<string>"),
             "{v}: and a function"
         );
-        let work = crate::cpu::line(p, "spawn_bootstrap.py", m["work"]);
+        // The loop is two lines, and its time mostly the kernel's `thread_time` calls: on a
+        // loaded machine every sample may come as a call returns, on the `while` line, so the
+        // work is asked of `work`'s lines together.
+        let work: f64 = p
+            .lines
+            .iter()
+            .filter(|l| l.file.ends_with("spawn_bootstrap.py") && l.function == "work")
+            .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
+            .sum();
         assert!(
-            work.measures.cpu_python_s > 0.0,
-            "{v}: the workers' work is on its line: {:?}",
-            work.measures
+            work > 0.0 && m["work"] > 0,
+            "{v}: the workers' work is on `work`'s lines: {:?}",
+            p.lines
         );
     }
 }

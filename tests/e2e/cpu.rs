@@ -36,7 +36,7 @@ pub fn line<'p>(p: &'p Profile, script: &str, line: u32) -> &'p LineStats {
 }
 
 fn total(l: &LineStats) -> f64 {
-    l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s
+    l.measures.time_s()
 }
 
 /// Python and native time: what ran on a CPU, as the kernel accounts it.
@@ -132,12 +132,12 @@ fn python_native_and_waiting_lines_are_told_apart() {
         let (seen, carried) = main_thread_samples_on(&p, "cpu_lines.py", m["sleep"]);
         assert!(seen <= 1, "{v}: {seen} samples on the sleep line");
         assert!(
-            sleep.measures.cpu_system_s >= 0.90 * (total(sleep) - carried),
+            sleep.measures.waiting_s >= 0.90 * (total(sleep) - carried),
             "{v}: sleep line {:?}",
             sleep.measures
         );
         assert!(
-            (sleep.measures.cpu_system_s - 0.5).abs() < 0.1,
+            (sleep.measures.waiting_s - 0.5).abs() < 0.1,
             "{v}: slept 0.5 s: {:?}",
             sleep.measures
         );
@@ -410,7 +410,7 @@ fn a_pool_spinning_on_while_the_line_after_sleeps_is_charged_to_the_line_that_st
         let spin_after_one_product = 0.15;
         assert!(
             sleep_cpu <= 0.05 * total(sleep) + seen_cpu + seen as f64 * spin_after_one_product
-                && sleep.measures.cpu_system_s >= 0.75,
+                && sleep.measures.waiting_s >= 0.75,
             "{v}: the sleep line is waiting only ({seen} samples of the main thread there, \
              {seen_cpu:.3} s): {:?}",
             sleep.measures
@@ -510,11 +510,11 @@ fn helpers_idle_while_the_main_thread_computes_are_listed_per_thread_unless_idle
         // and the helpers already started wait along, up to the main thread's waiting each.
         let main = p.threads.iter().find(|t| t.tid == t.pid).unwrap();
         assert!(
-            get <= 0.1 * all_lines + 6.0 * main.cpu_system_s,
+            get <= 0.1 * all_lines + 6.0 * main.waiting_s,
             "{v}: idle helpers add {get:.2} s (the main thread waited {:.2} s)",
-            main.cpu_system_s
+            main.waiting_s
         );
-        let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
+        let waited: f64 = p.threads.iter().map(|t| t.waiting_s).sum();
         assert!(
             waited >= 3.0,
             "{v}: threads keep their waiting ({waited:.2} s)"
@@ -557,7 +557,7 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
             "{v}: the compute function has {compute:.2} s of CPU on lines for its 2 s ({on_cpu:.2} \
              s on all lines; straddling sample {lost:.2} s)"
         );
-        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
+        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.waiting_s;
         assert!(
             pool_wait <= 0.5,
             "{v}: idle workers charge {pool_wait:.2} s of waiting to the line that forked them"
@@ -566,7 +566,7 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
             .threads
             .iter()
             .filter(|t| t.pid != p.processes[0].pid)
-            .map(|t| t.cpu_system_s)
+            .map(|t| t.waiting_s)
             .sum();
         assert!(
             workers >= 2.0,
@@ -574,7 +574,7 @@ fn fork_workers_idle_under_the_line_that_started_them_do_not_charge_it_unless_id
         );
 
         let p = fixture::profile_args(&["--idle"], &args, &[]).profile;
-        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.cpu_system_s;
+        let pool_wait = line(&p, "idle_workers.py", m["pool"]).measures.waiting_s;
         assert!(
             pool_wait >= 2.0,
             "{v}: with --idle the workers' waiting shows under the pool line: {pool_wait:.2} s"
@@ -685,7 +685,7 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
             let measured = truth[name].as_f64().unwrap();
             let queued = runnable(name).unwrap_or(0.0);
             let l = line(&run.profile, "waits.py", m[name]);
-            let waited = l.measures.cpu_system_s;
+            let waited = l.measures.waiting_s;
             assert!(
                 waited <= measured * (1.0 + within) + 0.005
                     && waited >= measured * (1.0 - within) - queued - 0.005,
@@ -722,7 +722,7 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
              its lines hold {both:.3} s"
         );
         assert!(
-            short.measures.cpu_system_s >= 0.3 * (measured - queued),
+            short.measures.waiting_s >= 0.3 * (measured - queued),
             "{v}: {:?}",
             short.measures
         );
@@ -735,7 +735,7 @@ fn waits_at_sleep_and_select_lines_are_timed_exactly_under_load() {
             .threads
             .iter()
             .filter(|t| t.pid == pid && t.tid != pid)
-            .map(|t| t.cpu_system_s)
+            .map(|t| t.waiting_s)
             .collect();
         // It waited from before `parked` was measured to the process's end, within the run.
         let wall = run.profile.wall_s;

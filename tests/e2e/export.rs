@@ -51,7 +51,7 @@ fn folded_and_speedscope_exports_read_back_with_the_profiles_totals() {
     let cpu_lines: f64 = p
         .lines
         .iter()
-        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s)
+        .map(|l| l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.kernel_s)
         .sum();
 
     let folded = export(&path, &["--format", "folded"]);

@@ -314,11 +314,12 @@ pub fn profile_with_env(args: &[&OsStr], env: &[(&str, &str)]) -> Run {
     profile_args(&[], args, env)
 }
 
-/// The CPU the profile's samples hold, all threads (Python and native; no waiting).
+/// The CPU the profile's samples hold, all threads (Python, native and the kernel's on page faults; no
+/// waiting).
 pub fn sampled_cpu(p: &Profile) -> f64 {
     p.threads
         .iter()
-        .map(|t| t.cpu_python_s + t.cpu_native_s)
+        .map(|t| t.cpu_python_s + t.cpu_native_s + t.kernel_s)
         .sum()
 }
 

@@ -20,7 +20,7 @@ fn generated_code_is_charged_to_the_user_line_that_ran_it() {
     let lost = fixture::straddle(p, 2.0);
     for name in ["points", "exec_call"] {
         let m = &line(p, SCRIPT, marks[name]).measures;
-        let cpu = m.cpu_python_s + m.cpu_native_s + m.cpu_system_s;
+        let cpu = m.time_s();
         let want = truth[name].as_f64().unwrap();
         // The loop's own lines and the `while` share the phase; the marked line runs most of it
         // (the generated code it calls): at least 60%, less the straddling samples (without the

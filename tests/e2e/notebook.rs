@@ -244,7 +244,7 @@ fn the_cells_text_form_cleans_what_the_program_wrote() {
     let check = [
         "from mlprof._magic import render_text",
         "answer = {'lines': [{'file': 'In [1]', 'line': 1, 'cpu_python_s': 1.0, \
-         'cpu_native_s': 0.0, 'cpu_system_s': 0.0, 'alloc_bytes': 0, 'peak_bytes': 0}]}",
+         'cpu_native_s': 0.0, 'waiting_s': 0.0, 'alloc_bytes': 0, 'peak_bytes': 0}]}",
         "text = render_text('In [1]', 'x = \"\\x1b]0;owned\\x07\"', answer, None)",
         "assert '\\x1b' not in text and '\\x07' not in text and 'owned' in text, text",
     ]

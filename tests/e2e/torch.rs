@@ -24,9 +24,7 @@ fn a_pytorch_job_is_reported_on_its_own_lines() {
     let run = fixture::profile(&[os(&python), os(&script)]);
     assert!(run.output.status.success());
     let p = &run.profile;
-    let time = |l: &mlprof::model::LineStats| {
-        l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s
-    };
+    let time = |l: &mlprof::model::LineStats| l.measures.time_s();
     let all: f64 = p.lines.iter().map(time).sum();
     let pseudo = |name: &str| -> f64 { p.lines.iter().filter(|l| l.file == name).map(time).sum() };
     let native = pseudo("<native thread>");
@@ -96,9 +94,9 @@ fn a_pytorch_job_is_reported_on_its_own_lines() {
     // waited for batches, plus the workers' CPU.
     let batches = crate::cpu::line(p, "torch_job.py", m["batches"]);
     assert!(
-        batches.measures.cpu_system_s <= 2.0 * phases["batches"] + 0.2,
+        batches.measures.waiting_s <= 2.0 * phases["batches"] + 0.2,
         "the loader line waited {:.2} s, the main thread {:.2} s",
-        batches.measures.cpu_system_s,
+        batches.measures.waiting_s,
         phases["batches"]
     );
     // The keep list is shown growing: 32 MB an epoch, two epochs held at the heap peak.
@@ -230,9 +228,7 @@ fn torchrun_ddp_ranks_their_straggler_and_their_memory_imbalance() {
         "{heavy:?}"
     );
     // torchrun's agent only waits for its workers: at most 10% of line time on its lines.
-    let time = |l: &mlprof::model::LineStats| {
-        l.measures.cpu_python_s + l.measures.cpu_native_s + l.measures.cpu_system_s
-    };
+    let time = |l: &mlprof::model::LineStats| l.measures.time_s();
     let all: f64 = p.lines.iter().map(time).sum();
     let agent = p.processes.iter().find(|q| q.rank.is_none()).unwrap();
     assert!(agent.waiting_for_children_s >= 1.0, "{agent:?}");

@@ -152,7 +152,7 @@ pub struct GpuLineCalls {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpu_kernels: u64,
     /// Seconds threads waited for the GPU here (stream, event and device synchronisations,
-    /// synchronous copies): part of `cpu_system_s`.
+    /// synchronous copies): part of `waiting_s`.
     #[serde(default, skip_serializing_if = "is_zero_s")]
     pub gpu_wait_s: f64,
 }

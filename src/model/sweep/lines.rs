@@ -185,11 +185,7 @@ pub fn line(
         let x = o.value;
         peak.add(x, m.peak_bytes as f64, byte_floor);
         alloc.add(x, m.alloc_bytes as f64, byte_floor);
-        cpu.add(
-            x,
-            m.cpu_python_s + m.cpu_native_s + m.cpu_system_s,
-            time_floor,
-        );
+        cpu.add(x, m.time_s(), time_floor);
         // Exact figures: every byte is a measure.
         gpu_peak.add(x, m.gpu_calls.gpu_peak_bytes as f64, 1.0);
         gpu_reserved.add(x, m.gpu_calls.gpu_reserved_bytes as f64, 1.0);

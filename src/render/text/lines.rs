@@ -38,20 +38,25 @@ fn gpu_columns(p: &Profile) -> bool {
 /// The columns, in the order shown, with how long each stays as the width shrinks: the line
 /// number always; the time shares and time (the leading figures); then held, allocated, the
 /// leak mark, GPU figures, the Python share, copies, mapped bytes and the footprint.
-fn table(rows: &[&LineStats], mapped: bool, gpu: bool) -> Table {
+fn table(rows: &[&LineStats], mapped: bool, gpu: bool, kernel: bool) -> Table {
     let none = |f: fn(&LineStats) -> bool| !rows.iter().any(|l| f(l));
     let mut columns = vec![
         Column::right("line", 6, Keep::Always),
         Column::right("Python", 6, Keep::Lead(1)),
         Column::right("native", 6, Keep::Lead(2)),
-        Column::right("system", 6, Keep::Lead(3)),
+    ];
+    if kernel {
+        columns.push(Column::right("kernel", 6, Keep::Lead(4)));
+    }
+    columns.extend([
+        Column::right("waiting", 7, Keep::Lead(3)),
         Column::right("time", 8, Keep::Lead(0)),
         Column::right("allocated", 10, Keep::Extra(1)).empty(none(|l| l.measures.alloc_bytes > 0)),
         Column::right("Py", 4, Keep::Extra(5))
             .needs(5)
             .empty(none(|l| l.measures.alloc_bytes > 0)),
         Column::right("held", 10, Keep::Extra(0)).empty(none(|l| l.measures.peak_bytes > 0)),
-    ];
+    ]);
     if mapped {
         columns.push(Column::right("mapped", 10, Keep::Extra(7)));
     }
@@ -77,8 +82,17 @@ fn table(rows: &[&LineStats], mapped: bool, gpu: bool) -> Table {
     }
 }
 
+/// Whether the tables show a `kernel` column: where the kernel's time on page faults is at
+/// least half a percent of the time somewhere.
+pub(super) fn kernel_column<'a>(
+    rows: impl Iterator<Item = &'a crate::model::Measures>,
+    whole: f64,
+) -> bool {
+    rows.into_iter().any(|m| m.kernel_s > 0.005 * whole)
+}
+
 /// A row's cells, in [`table`]'s order.
-fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool) -> Vec<String> {
+fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool, kernel: bool) -> Vec<String> {
     let m = &l.measures;
     let python_share = if m.alloc_bytes > 0 {
         pct(m.alloc_python_bytes as f64, m.alloc_bytes as f64)
@@ -89,12 +103,17 @@ fn cells_of(l: &LineStats, whole: f64, mapped: bool, gpu: bool) -> Vec<String> {
         l.line.to_string(),
         pct(m.cpu_python_s, whole),
         pct(m.cpu_native_s, whole),
-        pct(m.cpu_system_s, whole),
+    ];
+    if kernel {
+        row.push(pct(m.kernel_s, whole));
+    }
+    row.extend([
+        pct(m.waiting_s, whole),
         seconds(total_time(m)),
         bytes(m.alloc_bytes),
         python_share,
         bytes(m.peak_bytes),
-    ];
+    ]);
     if mapped {
         row.push(bytes(m.mapped_peak_bytes));
     }
@@ -146,15 +165,22 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
     if whole <= 0.0 && whole_bytes == 0 && !mapped {
         return;
     }
+    let kernel = kernel_column(p.lines.iter().map(|l| &l.measures), whole);
     doc.blank();
     doc.wrap(
         Tone::Title,
         0,
         &format!(
-            "By line ({} sampled in {} samples; time as shares of it; memory sampled, held = \
-             live at the heap peak{}{})",
+            "By line ({} sampled in {} samples; time as shares of it; Python, native: on CPU, \
+             system calls included;{} waiting: off CPU (sleep, I/O, locks, the GIL, workers); \
+             memory sampled, held = live at the heap peak{}{})",
             seconds(whole),
             p.cpu_samples,
+            if kernel {
+                " kernel: page faults (fresh memory touched);"
+            } else {
+                ""
+            },
             if mapped {
                 ", mapped = anonymous mmap held at its own peak"
             } else {
@@ -176,11 +202,11 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
         .collect();
     let figures: Vec<Vec<String>> = rows
         .iter()
-        .map(|l| cells_of(l, whole, mapped, gpu))
+        .map(|l| cells_of(l, whole, mapped, gpu, kernel))
         .collect();
     let texts: Vec<String> = rows.iter().map(|l| text_of(l)).collect();
     let widest = texts.iter().map(|t| cells(t)).max().unwrap_or(0);
-    let layout = table(&rows, mapped, gpu).layout(&figures, widest, doc.width());
+    let layout = table(&rows, mapped, gpu, kernel).layout(&figures, widest, doc.width());
     let header = layout.header();
     let mut file = "";
     for ((line, row), text) in rows.iter().zip(&figures).zip(&texts) {

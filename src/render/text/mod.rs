@@ -65,7 +65,7 @@ const MIN_SHARE: f64 = 0.005;
 const SOURCE_CELLS: usize = 60;
 
 fn total_time(m: &Measures) -> f64 {
-    m.cpu_python_s + m.cpu_native_s + m.cpu_system_s
+    m.time_s()
 }
 
 fn pct(part: f64, whole: f64) -> String {

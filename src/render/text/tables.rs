@@ -51,29 +51,33 @@ pub(super) fn functions(doc: &mut Doc, p: &Profile) {
     top.truncate(20);
     doc.blank();
     doc.line(Tone::Title, "CPU by function");
+    let kernel = super::lines::kernel_column(top.iter().map(|f| &f.measures), whole);
     let rows: Vec<(Vec<String>, String)> = top
         .iter()
         .map(|f| {
             let m = &f.measures;
-            let cells = vec![
-                pct(m.cpu_python_s, whole),
-                pct(m.cpu_native_s, whole),
-                pct(m.cpu_system_s, whole),
-                seconds(total_time(m)),
-            ];
+            let mut cells = vec![pct(m.cpu_python_s, whole), pct(m.cpu_native_s, whole)];
+            if kernel {
+                cells.push(pct(m.kernel_s, whole));
+            }
+            cells.extend([pct(m.waiting_s, whole), seconds(total_time(m))]);
             let text = format!("{} ({}:{})", clean(&f.function), clean(&f.file), f.line);
             (cells, text)
         })
         .collect();
     let layout = Table {
         indent: 4,
-        columns: vec![
-            // The function is the row's key: its name keeps room before the shares do.
-            Column::right("Python", 7, Keep::Extra(0)),
-            Column::right("native", 7, Keep::Extra(1)),
-            Column::right("system", 7, Keep::Extra(2)),
-            Column::right("time", 9, Keep::Always),
-        ],
+        // The function is the row's key: its name keeps room before the shares do.
+        columns: [
+            Some(Column::right("Python", 7, Keep::Extra(0))),
+            Some(Column::right("native", 7, Keep::Extra(1))),
+            kernel.then(|| Column::right("kernel", 7, Keep::Extra(3))),
+            Some(Column::right("waiting", 7, Keep::Extra(2))),
+            Some(Column::right("time", 9, Keep::Always)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         text: Some("function"),
         gap: 2,
     }
@@ -95,21 +99,26 @@ pub(super) fn threads(doc: &mut Doc, p: &Profile) {
     doc.line(Tone::Title, &format!("Threads ({})", p.threads.len()));
     let mut sorted: Vec<_> = p.threads.iter().collect();
     sorted.sort_by(|a, b| {
-        let t = |x: &&crate::model::ThreadStats| x.cpu_python_s + x.cpu_native_s + x.cpu_system_s;
+        let t = |x: &&crate::model::ThreadStats| x.time_s();
         t(b).total_cmp(&t(a))
     });
+    let kernel = p.threads.iter().any(|t| t.kernel_s >= 0.0005);
     let rows: Vec<Vec<String>> = sorted
         .iter()
         .take(20)
         .map(|t| {
-            vec![
+            let mut row = vec![
                 t.pid.to_string(),
                 t.tid.to_string(),
                 if t.python { "Python" } else { "native" }.to_string(),
                 seconds(t.cpu_python_s),
                 seconds(t.cpu_native_s),
-                seconds(t.cpu_system_s),
-            ]
+            ];
+            if kernel {
+                row.push(seconds(t.kernel_s));
+            }
+            row.push(seconds(t.waiting_s));
+            row
         })
         .collect();
     let layout = Table {
@@ -120,8 +129,11 @@ pub(super) fn threads(doc: &mut Doc, p: &Profile) {
             Column::right("kind", 7, Keep::Extra(0)),
             Column::right("Python", 9, Keep::Lead(0)),
             Column::right("native", 9, Keep::Lead(1)),
-            Column::right("waiting", 9, Keep::Lead(2)),
-        ],
+        ]
+        .into_iter()
+        .chain(kernel.then(|| Column::right("kernel", 9, Keep::Lead(3))))
+        .chain([Column::right("waiting", 9, Keep::Lead(2))])
+        .collect(),
         text: None,
         gap: 0,
     }
@@ -130,8 +142,8 @@ pub(super) fn threads(doc: &mut Doc, p: &Profile) {
     for row in &rows {
         doc.line(Tone::Plain, &layout.row(row));
     }
-    let waited: f64 = p.threads.iter().map(|t| t.cpu_system_s).sum();
-    let on_lines: f64 = p.lines.iter().map(|l| l.measures.cpu_system_s).sum();
+    let waited: f64 = p.threads.iter().map(|t| t.waiting_s).sum();
+    let on_lines: f64 = p.lines.iter().map(|l| l.measures.waiting_s).sum();
     if p.idle == Idle::All {
         doc.wrap(
             Tone::Plain,
@@ -204,7 +216,7 @@ pub(super) fn ranks(doc: &mut Doc, p: &Profile) {
             };
             let cells = rank_cells(
                 clean(&r.name).into_owned(),
-                [r.cpu_python_s, r.cpu_native_s, r.cpu_system_s],
+                [r.cpu_python_s, r.cpu_native_s, r.waiting_s],
                 r,
             );
             (cells, text)
@@ -244,7 +256,7 @@ pub(super) fn ranks(doc: &mut Doc, p: &Profile) {
         [
             sum(|r| r.cpu_python_s),
             sum(|r| r.cpu_native_s),
-            sum(|r| r.cpu_system_s),
+            sum(|r| r.waiting_s),
         ],
         &total,
     );
@@ -531,7 +543,7 @@ pub(super) fn regions(doc: &mut Doc, p: &Profile) {
                 signed_bytes(r.end_bytes),
                 seconds(r.cpu_python_s),
                 seconds(r.cpu_native_s),
-                seconds(r.cpu_system_s),
+                seconds(r.waiting_s),
             ];
             let ended = if r.ended { "" } else { " (did not end)" };
             (cells, format!("{top}{children}{ended}"))

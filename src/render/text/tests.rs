@@ -62,7 +62,8 @@ fn sample() -> Profile {
             python: true,
             cpu_python_s: 0.7,
             cpu_native_s: 0.8,
-            cpu_system_s: 0.3,
+            waiting_s: 0.3,
+            kernel_s: 0.0,
         },
         ThreadStats {
             pid: 10,
@@ -81,7 +82,7 @@ impl LineStats {
         (
             self.measures.cpu_python_s,
             self.measures.cpu_native_s,
-            self.measures.cpu_system_s,
+            self.measures.waiting_s,
         ) = (py, nat, sys);
         self
     }
@@ -139,11 +140,11 @@ fn narrow_terminal_keeps_line_time_and_source_never_cuts_numbers() {
     snapshot("text-report-60.txt", &out);
     fits(&out, 60);
     assert!(
-        out.contains("    line Python native system     time source"),
+        out.contains("    line Python native waiting     time source"),
         "{out}"
     );
     assert!(
-        out.contains("        12     0%    52%     0%   1.20 s y = x @ w  # a lon…"),
+        out.contains("        12     0%    52%      0%   1.20 s y = x @ w  # a lo…"),
         "numbers whole, source cut:\n{out}"
     );
     assert!(out.contains("48%   dgemm_kernel_HA… (libopenblas.so)"));
