@@ -31,47 +31,92 @@ pub struct Walk {
     pub last: usize,
 }
 
-/// Walk `tstate`'s frames into `out`.
+/// Walk `tstate`'s frames into `out`, innermost first; a deeper stack keeps the innermost.
 pub fn walk(mem: &impl Memory, rt: &Interpreter, tstate: usize, out: &mut [Frame]) -> Walk {
+    walk_ends(mem, rt, tstate, out, 0, out.len())
+}
+
+/// Walk `tstate`'s frames into `out`, innermost first. A stack deeper than `out` keeps its
+/// innermost frames and, in the last `outer` places, the outermost `outer` frames among the
+/// first `limit` (`truncated`: the frames between are left out). The outer end is where the
+/// program's own line is when a deep chain of imports or library calls runs under it (an
+/// `import lightning` 20 import levels down, a deep recursion): keeping only the innermost
+/// frames lost it.
+pub fn walk_ends(
+    mem: &impl Memory,
+    rt: &Interpreter,
+    tstate: usize,
+    out: &mut [Frame],
+    outer: usize,
+    limit: usize,
+) -> Walk {
     let l = rt.layout;
+    let outer = outer.min(out.len());
+    let inner = out.len() - outer;
+    let limit = limit.max(out.len());
     let mut walk = Walk::default();
+    // Frames reported so far; past `out.len()` the last `outer` places are a ring.
+    let mut seen = 0usize;
     let Some(mut frame) = top_frame(mem, l, tstate) else {
         return walk;
     };
     // Frames visited, including skipped shims; bounds the loop even on a corrupt chain.
-    for _ in 0..out.len() * 2 + 16 {
+    for _ in 0..limit * 2 + 16 {
         if frame == 0 {
             // 3.15+: every complete chain ends in the base frame inside the thread state.
             if let Some(base) = l.tstate_base_frame.filter(|_| walk.last != 0) {
                 walk.failed |= mem.word(tstate + base) != Some(walk.last);
             }
-            return walk;
+            return ended(walk, out, inner, seen);
         }
         walk.last = frame;
         match read_frame(mem, rt, frame) {
             Some(Some(f)) => {
-                if walk.depth == out.len() {
+                if seen >= out.len() {
                     walk.truncated = true;
-                    return walk;
+                    if outer == 0 || seen >= limit {
+                        return ended(walk, out, inner, seen);
+                    }
                 }
-                out[walk.depth] = f;
-                walk.depth += 1;
+                let at = match seen < out.len() {
+                    true => seen,
+                    false => inner + (seen - inner) % outer,
+                };
+                if let Some(slot) = out.get_mut(at) {
+                    *slot = f;
+                }
+                seen += 1;
             }
             Some(None) => {} // a shim or incomplete frame: skip it
             None => {
                 walk.failed = true;
-                return walk;
+                return ended(walk, out, inner, seen);
             }
         }
         match mem.word(frame + l.frame_back) {
             Some(next) if next != frame => frame = next,
             _ => {
                 walk.failed = true;
-                return walk;
+                return ended(walk, out, inner, seen);
             }
         }
     }
     walk.truncated = true;
+    ended(walk, out, inner, seen)
+}
+
+/// The walk's result once `seen` frames were reported: where more than `out` holds came, the
+/// ring of outer frames (`out[inner..]`) turned so that they run outward in order.
+fn ended(mut walk: Walk, out: &mut [Frame], inner: usize, seen: usize) -> Walk {
+    walk.depth = seen.min(out.len());
+    let outer = out.len() - inner;
+    if seen > out.len() && outer > 0 {
+        // Frame k >= inner sits at inner + (k - inner) % outer; the oldest kept is seen - outer.
+        let oldest = (seen - outer - inner) % outer;
+        if let Some(ring) = out.get_mut(inner..) {
+            ring.rotate_left(oldest);
+        }
+    }
     walk
 }
 

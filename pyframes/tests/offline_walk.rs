@@ -8,7 +8,7 @@
 //! (3.15+), thread-local bytecode (free-threaded 3.14+), corrupt links and the depth limit.
 
 use mlprof_pyframes::layouts::{FrameKind, InstrKind, Layout, ALL, OWNER_GENERATOR};
-use mlprof_pyframes::walk::{walk, Frame};
+use mlprof_pyframes::walk::{walk, walk_ends, Frame};
 use mlprof_pyframes::{Interpreter, Memory};
 
 /// `ob_type` of every code object in the images.
@@ -333,5 +333,51 @@ fn deep_stacks_keep_the_innermost_frames_and_say_they_were_cut() {
         );
         assert_eq!(out[0].lasti, 41, "innermost first");
         assert_eq!(out[15].lasti, 26);
+    }
+}
+
+#[test]
+fn deep_stacks_can_keep_both_ends_and_say_they_were_cut() {
+    for l in ALL {
+        // 40 frames, innermost lasti 41 down to outermost 2.
+        let specs: Vec<Spec> = (0..40).map(|i| frame(i % 4, i as i32 + 2)).collect();
+        let (img, tstate, _, _) = build(l, &specs);
+        let interp = interpreter(l);
+        let mut out = [Frame::default(); 16];
+        let w = walk_ends(&img, &interp, tstate, &mut out, 4, 100);
+        assert_eq!(
+            (w.depth, w.truncated, w.failed),
+            (16, true, false),
+            "3.{}",
+            l.minor
+        );
+        let lasti: Vec<i32> = out.iter().map(|f| f.lasti).collect();
+        let want: Vec<i32> = (30..=41).rev().chain((2..=5).rev()).collect();
+        assert_eq!(
+            lasti, want,
+            "3.{}: 12 innermost, then the 4 outermost",
+            l.minor
+        );
+        // Every ring position: the outer end stays in order whatever the depth.
+        for depth in 17..40 {
+            let specs: Vec<Spec> = (0..depth).map(|i| frame(i % 4, i as i32 + 2)).collect();
+            let (img, tstate, _, _) = build(l, &specs);
+            let w = walk_ends(&img, &interp, tstate, &mut out, 4, 100);
+            assert_eq!((w.depth, w.truncated), (16, true));
+            let outer: Vec<i32> = out[12..].iter().map(|f| f.lasti).collect();
+            assert_eq!(outer, vec![5, 4, 3, 2], "3.{} at depth {depth}", l.minor);
+        }
+        // A stack that fits is whole, as `walk` gives it.
+        let specs: Vec<Spec> = (0..10).map(|i| frame(i % 4, i as i32 + 2)).collect();
+        let (img, tstate, _, _) = build(l, &specs);
+        let w = walk_ends(&img, &interp, tstate, &mut out, 4, 100);
+        assert_eq!((w.depth, w.truncated), (10, false));
+        // Past `limit` frames the outer ring holds the last of those within it.
+        let specs: Vec<Spec> = (0..40).map(|i| frame(i % 4, i as i32 + 2)).collect();
+        let (img, tstate, _, _) = build(l, &specs);
+        let w = walk_ends(&img, &interp, tstate, &mut out, 4, 20);
+        assert_eq!((w.depth, w.truncated), (16, true));
+        let outer: Vec<i32> = out[12..].iter().map(|f| f.lasti).collect();
+        assert_eq!(outer, vec![25, 24, 23, 22], "3.{}", l.minor);
     }
 }

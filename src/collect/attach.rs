@@ -212,7 +212,14 @@ pub fn record(opts: &Options) -> Result<Recording> {
                 let stack: Vec<(u32, i32)> = match python_thread {
                     Some((tstate, pthread)) => {
                         pthreads.insert(tid, pthread as u64);
-                        let w = walk::walk(&mem, &interp, tstate, &mut frames);
+                        let w = walk::walk_ends(
+                            &mem,
+                            &interp,
+                            tstate,
+                            &mut frames,
+                            super::waits::OUTER_FRAMES,
+                            super::waits::WALK_LIMIT,
+                        );
                         frames[..w.depth]
                             .iter()
                             .map(|f| {

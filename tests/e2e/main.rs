@@ -8,6 +8,7 @@ mod budget;
 mod busy;
 mod children;
 mod cpu;
+mod deep_stacks;
 mod diff;
 mod export;
 mod faults;

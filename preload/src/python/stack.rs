@@ -9,8 +9,15 @@ use mlprof_wire::{sample_flags, Frame, Record, FRAMES_PER_RECORD, UNKNOWN_CODE};
 use super::{codes, read, runtime};
 use crate::{channel, clock};
 
-/// Deepest Python stack recorded (innermost frames kept).
+/// Deepest Python stack recorded: a deeper one keeps its innermost frames and its outermost
+/// [`OUTER_FRAMES`] (where the program's own line is under a deep chain of imports).
 const MAX_DEPTH: usize = 128;
+
+/// Outermost frames a stack deeper than [`MAX_DEPTH`] keeps.
+pub const OUTER_FRAMES: usize = 16;
+
+/// Frames a walk goes through at most to find the outer end (each a few reads).
+pub const WALK_LIMIT: usize = 512;
 
 /// What the walk found, for the caller's head record.
 #[derive(Clone, Copy, Debug, Default)]
@@ -104,7 +111,14 @@ fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
     };
     match rt {
         Some(rt) if stack.tstate != 0 => {
-            let w = walk::walk(mem, &rt.interpreter(), stack.tstate, &mut frames);
+            let w = walk::walk_ends(
+                mem,
+                &rt.interpreter(),
+                stack.tstate,
+                &mut frames,
+                OUTER_FRAMES,
+                WALK_LIMIT,
+            );
             stack.depth = w.depth.min(MAX_DEPTH); // never more than it was given room for
             stack.flags |= if w.truncated {
                 sample_flags::TRUNCATED
