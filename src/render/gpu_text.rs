@@ -8,6 +8,7 @@ use crate::model::profile::{
     GpuLineCalls, KernelShare, ProcessGpuCalls, ProcessKernels, ProcessTensors, TensorLine,
 };
 use crate::model::Profile;
+use crate::sanitize::clean;
 use crate::units::{bytes, seconds};
 
 /// "copied H→D 20.0 MiB, D→H 3.0 MiB" (only the directions with bytes), or `None`.
@@ -63,7 +64,8 @@ pub fn line_row(g: &GpuLineCalls, kernels: &[KernelShare], tensors: u64) -> Opti
     }
     parts.extend(kernel_time(g, kernels));
     parts.extend(traffic(g));
-    (!parts.is_empty()).then(|| format!("GPU: {}", parts.join("; ")))
+    // Kernel names come from the program's code: escaped, as every program string.
+    (!parts.is_empty()).then(|| clean(&format!("GPU: {}", parts.join("; "))).into_owned())
 }
 
 /// "GPU time 412 ms in 3.0k kernels (gemm_small 300 ms, relu 112 ms)", or `None`.
@@ -154,7 +156,8 @@ pub fn tensors_summary(p: &Profile) -> Vec<String> {
         .iter()
         .filter_map(|process| {
             let t = process.gpu_tensors.as_ref()?;
-            Some(format!("pid {}: {}", process.pid, tensors_words(t)))
+            // Tensors' file names are the program's: escaped.
+            Some(clean(&format!("pid {}: {}", process.pid, tensors_words(t))).into_owned())
         })
         .collect()
 }
@@ -231,7 +234,8 @@ pub fn summary(p: &Profile) -> Vec<String> {
         .iter()
         .filter_map(|process| {
             let calls = process.gpu_calls.as_ref()?;
-            Some(format!("pid {}: {}", process.pid, process_words(calls)))
+            // Kernel names are the program's: escaped.
+            Some(clean(&format!("pid {}: {}", process.pid, process_words(calls))).into_owned())
         })
         .collect()
 }
@@ -274,6 +278,26 @@ fn process_words(calls: &ProcessGpuCalls) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kernel name or tensor file with terminal escapes reaches the report escaped, in every
+    /// GPU row and summary.
+    #[test]
+    fn program_strings_in_gpu_rows_are_escaped() {
+        let evil = "k\x1b]0;pwned\x07\x1b[2J<float>";
+        let calls = GpuLineCalls {
+            gpu_kernel_s: 0.5,
+            gpu_kernels: 3,
+            ..GpuLineCalls::default()
+        };
+        let kernels = [KernelShare {
+            name: evil.to_string(),
+            gpu_s: 0.5,
+            ..KernelShare::default()
+        }];
+        let row = line_row(&calls, &kernels, 0).unwrap();
+        assert!(!row.contains('\x1b') && !row.contains('\x07'), "{row:?}");
+        assert!(row.contains("pwned"), "the name is shown, escaped: {row:?}");
+    }
 
     #[test]
     fn a_line_row_names_only_what_its_calls_did() {
