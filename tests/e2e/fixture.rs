@@ -490,6 +490,23 @@ pub fn profile_script(py: &Python, script_name: &str, args: &[&str], env: &[(&st
     run
 }
 
+/// `mlprof COMMAND PROFILE ARGS...` (report, export): its stdout; fails the test unless it
+/// succeeded.
+pub fn read_with(command: &str, profile: &Path, args: &[&str]) -> String {
+    let out = mlprof()
+        .arg(command)
+        .arg(profile)
+        .args(args)
+        .output()
+        .expect("run mlprof");
+    assert!(
+        out.status.success(),
+        "mlprof {command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
 /// `mlprof merge PROFILES... -o OUT`: fails the test unless it succeeded.
 pub fn merge<P: AsRef<OsStr>>(profiles: impl IntoIterator<Item = P>, out: &Path) {
     let done = mlprof()

@@ -62,20 +62,7 @@ fn the_reports_name_waiting_and_kernel_time_and_old_profiles_still_read() {
             && !text.contains("system_s"),
         "the JSON names waiting_s and kernel_s"
     );
-    let report = |path: &std::path::Path, args: &[&str]| {
-        let out = fixture::mlprof()
-            .arg("report")
-            .arg(path)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let report = |path: &std::path::Path, args: &[&str]| fixture::read_with("report", path, args);
     let shown = report(&json, &["--width", "0"]);
     let header = shown
         .lines()
