@@ -231,9 +231,11 @@ impl<'a> PoolJoin<'a> {
     /// The Python sample a pool's CPU sample at `t_ns`, running `code`, joins: where Python
     /// samples within [`JOIN_WINDOW_NS`] are in the pool's own library, the nearest of those
     /// (the thread whose call the pool serves, of several Python threads: not the main
-    /// thread's `join` beside it); where all of them interpret Python, the last Python sample
-    /// in native code within [`SPIN_AFTER_NS`] before (a pool spinning on after a product is
-    /// not working for the pure-Python line that follows); else as [`PoolJoin::at`].
+    /// thread's `join` beside it); where all of those that ran code (not looks from outside)
+    /// interpret Python, the last Python sample in native code within [`SPIN_AFTER_NS`]
+    /// before (a pool spinning on after a product is not working for the pure-Python line
+    /// that follows; a caller waiting at the pool's barrier looks like a thread in `join`);
+    /// else as [`PoolJoin::at`].
     pub fn at_code(&self, t_ns: u64, code: Code) -> Option<usize> {
         let Code::Library(library) = code else {
             return self.at(t_ns);
@@ -255,7 +257,13 @@ impl<'a> PoolJoin<'a> {
         if let Some(&(_, j)) = same {
             return Some(j);
         }
-        if !near.is_empty() && near.iter().all(|&(_, j)| self.code[j] == Code::Interpreter) {
+        // Looks from outside (a thread waiting, at a barrier or in `join`) say nothing of the
+        // code it is in: only the CPU samples close by are asked.
+        let pure = near
+            .iter()
+            .filter(|&&(_, j)| self.code[j] != Code::Unknown)
+            .all(|&(_, j)| self.code[j] == Code::Interpreter);
+        if !near.is_empty() && pure {
             let before = python.partition_point(|&(pt, _, _)| pt <= t_ns);
             let last_native = python[..before]
                 .iter()
