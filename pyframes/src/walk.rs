@@ -31,6 +31,14 @@ pub struct Walk {
     pub last: usize,
 }
 
+/// Outermost frames a stack deeper than its output keeps ([`walk_ends`]), the same for the
+/// preload's samples and the collector's looks: where the program's own line is under a deep
+/// chain of imports.
+pub const OUTER_FRAMES: usize = 16;
+
+/// Frames a walk goes through at most to find a deep stack's outer end (each a few reads).
+pub const WALK_LIMIT: usize = 512;
+
 /// Walk `tstate`'s frames into `out`, innermost first; a deeper stack keeps the innermost.
 pub fn walk(mem: &impl Memory, rt: &Interpreter, tstate: usize, out: &mut [Frame]) -> Walk {
     walk_ends(mem, rt, tstate, out, 0, out.len())

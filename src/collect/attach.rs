@@ -217,8 +217,8 @@ pub fn record(opts: &Options) -> Result<Recording> {
                             &interp,
                             tstate,
                             &mut frames,
-                            super::waits::OUTER_FRAMES,
-                            super::waits::WALK_LIMIT,
+                            walk::OUTER_FRAMES,
+                            walk::WALK_LIMIT,
                         );
                         frames[..w.depth]
                             .iter()

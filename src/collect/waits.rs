@@ -28,13 +28,6 @@ const MAX_QUEUED: usize = 1 << 18;
 
 /// Deepest stack read for a waiting thread.
 const MAX_DEPTH: usize = 128;
-
-/// Outermost frames a stack deeper than [`MAX_DEPTH`] keeps (where the program's own line is
-/// under a deep chain of imports), as the preload's sampler keeps them.
-pub(super) const OUTER_FRAMES: usize = 16;
-
-/// Frames a walk goes through at most to find the outer end.
-pub(super) const WALK_LIMIT: usize = 512;
 /// Most threads of one interpreter looked at.
 const MAX_THREADS: usize = 512;
 /// Longest name or line table read.
@@ -193,7 +186,14 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
                 continue;
             }
         }
-        let w = walk::walk_ends(&mem, &interp, tstate, &mut frames, OUTER_FRAMES, WALK_LIMIT);
+        let w = walk::walk_ends(
+            &mem,
+            &interp,
+            tstate,
+            &mut frames,
+            walk::OUTER_FRAMES,
+            walk::WALK_LIMIT,
+        );
         if w.depth == 0 {
             continue; // between Python frames (start-up, a thread not yet running code)
         }

@@ -45,16 +45,18 @@ pub fn donors(rec: &Recording, sample_places: &[Vec<Place>]) -> Vec<Vec<Donor>> 
                 .samples
                 .iter()
                 .zip(own)
-                .map(|(s, place)| {
+                .enumerate()
+                .map(|(i, (s, place))| {
                     let pool = place.file == NATIVE_THREAD;
                     let helper = place.file == OUTSIDE
                         && s.tid != channel.pid
                         && s.flags & sample_flags::WAITING == 0;
-                    let at = match pool {
-                        true => join.at_code(s.t_ns, code_of(s, &channel.maps)),
-                        false => join.at(s.t_ns),
+                    let at = match (pool, helper) {
+                        (true, _) => join.at_code(s.t_ns, i),
+                        (false, true) => join.at(s.t_ns),
+                        (false, false) => None,
                     };
-                    (pool || helper).then(|| at.map(|j| (ci, j))).flatten()
+                    at.map(|j| (ci, j))
                 })
                 .collect();
             if let Some(ai) = python_ancestor(rec, ci) {
@@ -118,7 +120,7 @@ const SPIN_AFTER_NS: u64 = 1_000_000_000;
 /// What code a CPU sample ran: the interpreter (pure Python), a native library (the start of
 /// its executable mapping; 0 for code in no mapped file), or not known (a look from outside).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Code {
+enum Code {
     Unknown,
     Interpreter,
     Library(u64),
@@ -127,7 +129,7 @@ pub enum Code {
 /// The code of sample `s` by the maps of its process: its instruction's mapping, or, in the
 /// interpreter's runtime (libc) called from a library, the caller's (`sched_yield` of a
 /// spinning OpenBLAS thread is OpenBLAS's).
-pub fn code_of(s: &CpuSample, maps: &[MappedFile]) -> Code {
+fn code_of(s: &CpuSample, maps: &[MappedFile]) -> Code {
     if s.flags & (sample_flags::WAITING | sample_flags::WAITED) != 0 || s.ip == 0 {
         return Code::Unknown;
     }
@@ -228,7 +230,7 @@ impl<'a> PoolJoin<'a> {
         self
     }
 
-    /// The Python sample a pool's CPU sample at `t_ns`, running `code`, joins: where Python
+    /// The Python sample a pool's CPU sample (sample `i`, at `t_ns`) joins: where Python
     /// samples within [`JOIN_WINDOW_NS`] are in the pool's own library, the nearest of those
     /// (the thread whose call the pool serves, of several Python threads: not the main
     /// thread's `join` beside it); where all of those that ran code (not looks from outside)
@@ -236,33 +238,28 @@ impl<'a> PoolJoin<'a> {
     /// before (a pool spinning on after a product is not working for the pure-Python line
     /// that follows; a caller waiting at the pool's barrier looks like a thread in `join`);
     /// else as [`PoolJoin::at`].
-    pub fn at_code(&self, t_ns: u64, code: Code) -> Option<usize> {
-        let Code::Library(library) = code else {
+    pub fn at_code(&self, t_ns: u64, i: usize) -> Option<usize> {
+        let Some(&Code::Library(library)) = self.code.get(i) else {
             return self.at(t_ns);
         };
-        if self.code.is_empty() {
-            return self.at(t_ns);
-        }
         let python = &self.python;
         let from = python.partition_point(|&(pt, _, _)| pt + JOIN_WINDOW_NS < t_ns);
-        let near: Vec<(u64, usize)> = python[from..]
-            .iter()
-            .take_while(|&&(pt, _, _)| pt <= t_ns + JOIN_WINDOW_NS)
-            .map(|&(pt, j, _)| (pt.abs_diff(t_ns), j))
-            .collect();
+        let to = python.partition_point(|&(pt, _, _)| pt <= t_ns + JOIN_WINDOW_NS);
+        let near = python.get(from..to).unwrap_or_default();
         let same = near
             .iter()
-            .filter(|&&(_, j)| library != 0 && self.code[j] == Code::Library(library))
+            .filter(|&&(_, j, _)| library != 0 && self.code[j] == Code::Library(library))
+            .map(|&(pt, j, _)| (pt.abs_diff(t_ns), j))
             .min();
-        if let Some(&(_, j)) = same {
+        if let Some((_, j)) = same {
             return Some(j);
         }
         // Looks from outside (a thread waiting, at a barrier or in `join`) say nothing of the
         // code it is in: only the CPU samples close by are asked.
         let pure = near
             .iter()
-            .filter(|&&(_, j)| self.code[j] != Code::Unknown)
-            .all(|&(_, j)| self.code[j] == Code::Interpreter);
+            .filter(|&&(_, j, _)| self.code[j] != Code::Unknown)
+            .all(|&(_, j, _)| self.code[j] == Code::Interpreter);
         if !near.is_empty() && pure {
             let before = python.partition_point(|&(pt, _, _)| pt <= t_ns);
             let last_native = python[..before]

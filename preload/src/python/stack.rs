@@ -10,14 +10,8 @@ use super::{codes, read, runtime};
 use crate::{channel, clock};
 
 /// Deepest Python stack recorded: a deeper one keeps its innermost frames and its outermost
-/// [`OUTER_FRAMES`] (where the program's own line is under a deep chain of imports).
+/// [`walk::OUTER_FRAMES`] (where the program's own line is under a deep chain of imports).
 const MAX_DEPTH: usize = 128;
-
-/// Outermost frames a stack deeper than [`MAX_DEPTH`] keeps.
-pub const OUTER_FRAMES: usize = 16;
-
-/// Frames a walk goes through at most to find the outer end (each a few reads).
-pub const WALK_LIMIT: usize = 512;
 
 /// What the walk found, for the caller's head record.
 #[derive(Clone, Copy, Debug, Default)]
@@ -116,8 +110,8 @@ fn send_with<M: Memory>(mem: &M, head: impl FnOnce(u32, u64, Stack) -> Record) {
                 &rt.interpreter(),
                 stack.tstate,
                 &mut frames,
-                OUTER_FRAMES,
-                WALK_LIMIT,
+                walk::OUTER_FRAMES,
+                walk::WALK_LIMIT,
             );
             stack.depth = w.depth.min(MAX_DEPTH); // never more than it was given room for
             stack.flags |= if w.truncated {
