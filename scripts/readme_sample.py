@@ -12,7 +12,7 @@ The blocks rewritten are those between `<!-- readme_sample.py: NAME -->` and
 is the run's report abridged (`…`): the header, the `By line` heading, the table of
 examples/quickstart.py with the heaviest line (by its shares of the time) of each function
 the script defines, each with its first two native functions, and the first two rows held
-at the heap peak. The hints block is the report's hints. The test
+at the peak. The hints block is the report's hints. The test
 `readme::the_quickstart_sample_matches_a_real_run` (tests/e2e/readme.rs) compares these blocks
 with a fresh run by structure (fields, headings, columns, lines of the script), not numbers.
 """
@@ -114,7 +114,7 @@ def quickstart_block(report):
         if inside:
             out += max(inside, key=lambda r: row_share(r[0]))[:3]
     out += ["  …", ""]
-    held = section(all_sections, "Held at the heap peak")
+    held = section(all_sections, "Held at the peak")
     out += held[:3]
     return out
 

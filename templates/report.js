@@ -211,7 +211,7 @@ function gpuHeld() {
 const gpuLines = P.gpu.available && P.lines.some((l) => l.gpu_util_pct > 0 || l.gpu_memory_bytes > 0);
 // How each line's time spreads across ranks: a column only for a job of several ranks.
 const rankLines = P.lines.some((l) => l.ranks);
-// Anonymous mappings outside malloc held at their own peak: a column only when some line has them.
+// Of the held bytes, anonymous mappings outside malloc: a column only when some line has them.
 const mappedLines = P.lines.some((l) => (l.mapped_peak_bytes || 0) > 0);
 // What CUDA calls did per line (absent fields are 0): columns only when some line made calls.
 const gpuCopied = (l) => (l.gpu_h2d_bytes || 0) + (l.gpu_d2h_bytes || 0) + (l.gpu_d2d_bytes || 0);
@@ -245,7 +245,7 @@ function lines() {
     ...(tensorLines ? [(l) => l.gpu_tensor_peak_bytes || 0] : []),
     ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
   const titles = ["line", "time", "Python / native / kernel / waiting", "allocated", "Python", "held at peak",
-    ...(mappedLines ? ["mapped at its peak"] : []), "copied",
+    ...(mappedLines ? ["mapped then"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
     ...(kernelLines ? ["GPU time"] : []),

@@ -200,6 +200,7 @@ mod tests {
             flags: 0,
             frames: vec![(1, line)],
             freed_ns: freed_ms.map(|f| f * MS),
+            cut_ns: None,
         }
     }
 

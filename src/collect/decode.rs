@@ -278,6 +278,11 @@ impl Decoder {
 
     fn alloc(&mut self, r: &Record, t_ns: u64) {
         let Some(a) = r.as_alloc() else { return };
+        if a.flags & alloc_flags::CUT != 0 {
+            let from = r.cut_from().unwrap_or(0);
+            self.out.cut_mapping(from, a.addr, a.size, t_ns);
+            return;
+        }
         let Some(depth) = self.depth(a.depth) else {
             return;
         };
@@ -294,6 +299,7 @@ impl Decoder {
             flags: a.flags,
             frames: Vec::with_capacity(depth),
             freed_ns: None,
+            cut_ns: None,
         };
         self.pending = Pending::Alloc {
             alloc,

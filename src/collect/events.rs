@@ -450,6 +450,34 @@ impl Decoded {
         }
     }
 
+    /// What is left (`size` bytes at `addr`) of the sampled mapping at `from`, cut at `t_ns`:
+    /// a mapping of its own from then, at the cut one's line and time, with its share of the
+    /// cut one's weight. Nothing if that one is not known (not sampled, or its record lost).
+    pub(super) fn cut_mapping(&mut self, from: u64, addr: u64, size: u64, t_ns: u64) {
+        let Some(cut) = self
+            .live_mapped
+            .get(&from)
+            .and_then(|&i| self.mappings.get(i))
+        else {
+            return;
+        };
+        if cut.size == 0 || size > cut.size {
+            return;
+        }
+        let part = AllocSample {
+            addr,
+            size,
+            weight: (cut.weight as u128 * size as u128 / cut.size as u128) as u64,
+            freed_ns: None,
+            cut_ns: Some(t_ns.max(cut.cut_ns.unwrap_or(cut.t_ns))),
+            ..cut.clone()
+        };
+        if addr == from {
+            self.free(from, t_ns); // the part replaces it at its start
+        }
+        self.mapped(part);
+    }
+
     /// Drop the mappings unmapped before the last mark: no later high can hold them.
     pub fn prune_mappings(&mut self) {
         let last = self.mapped_marks.last().map_or(0, |&(t, _)| t);

@@ -295,7 +295,10 @@ fn peak_busy_threads(image: &ChannelSummary) -> u32 {
 /// last peak mark), else when the collector first saw it.
 fn memory(rec: &Recording, processes: &[Process]) -> Memory {
     let super::memory::TreePeak {
-        bytes: peak, at_ns, ..
+        bytes: peak,
+        at_ns,
+        heap_at_ns,
+        ..
     } = super::memory::tree_peak(rec);
     let tick_rss = rec.ticks.iter().map(|t| t.rss_bytes).max().unwrap_or(0);
     let proc_rss = processes
@@ -320,7 +323,8 @@ fn memory(rec: &Recording, processes: &[Process]) -> Memory {
         peak_mapped_bytes: processes.iter().map(|p| p.peak_mapped_bytes).sum(),
         peak_heap_bytes: peak,
         peak_rss_bytes: tick_rss.max(proc_rss),
-        peak_at_s: at_ns as f64 / NS,
+        peak_at_s: heap_at_ns as f64 / NS,
+        held_at_s: Some(at_ns as f64 / NS),
         timeline: timeline::build(&rec.ticks, timeline::MAX_POINTS),
     }
 }

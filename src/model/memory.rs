@@ -1,7 +1,6 @@
 //! Sampled allocations and copies → bytes at each place: allocated (and how much through
-//! Python's allocator), live at the heap peak, copied; anonymous mappings held at their own
-//! peak. The peak moment of a process is its
-//! last peak mark (the heap's highest point, to within 1%). Pure.
+//! Python's allocator), copied, and held at the peak: live heap blocks and anonymous mappings
+//! at the one instant the counted memory was highest ([`tree_peak`]). Pure.
 
 use std::collections::HashMap;
 
@@ -10,23 +9,76 @@ use mlprof_wire::alloc_flags;
 use super::filter::Filter;
 use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
 use super::pooljoin::PoolJoin;
-use crate::recording::Recording;
+use crate::recording::{Recording, Tick};
 
 /// The tree's heap peak and the instant its holders are taken at.
 pub struct TreePeak {
-    /// Bytes: one process's exact peak, or the highest sampled sum of several.
+    /// Heap bytes: one process's exact peak, or the highest sampled sum of several.
     pub bytes: u64,
-    /// Nanoseconds from launch.
+    /// Nanoseconds from launch of the instant lines' holdings are taken at: the heap peak's,
+    /// unless heap and mapped memory together were higher at a collector tick.
     pub at_ns: u64,
-    /// The image whose own peak it is, when it is one process's.
+    /// Nanoseconds from launch of the heap's own peak.
+    pub heap_at_ns: u64,
+    /// The image whose own heap peak that instant is, when it is one process's.
     pub image: Option<usize>,
+    /// Share of each sampled mapping counted as held then: the resident anonymous memory
+    /// beside the heap over the bytes mapped, at most 1 (allocators map capacity they never
+    /// touch; [`Tick::counted_bytes`]).
+    pub mapped_share: f64,
 }
 
-/// The tree's peak: the largest image's exact peak, at its last peak mark (within 1% of
+/// Counted bytes at a tick must pass those at the heap peak by this share for the holders to
+/// be taken at the tick (the heap at a tick is sampled, at the peak mark exact).
+const COUNTED_MARGIN: f64 = 0.02;
+
+/// The tree's peak: the largest image's exact heap peak, at its last peak mark (within 1% of
 /// it: the instant its holders belong to; two peaks closer than that, as in a pandas job 0.2%
 /// apart, name the first), unless processes overlapping in time held more together at a
-/// tick (then that tick's time).
+/// tick (then that tick's time); and then, where mapped memory is most of what a program
+/// holds (polars' bundled jemalloc), the tick at which heap and mapped memory together were
+/// highest, when they were higher than at that instant.
 pub fn tree_peak(rec: &Recording) -> TreePeak {
+    let mut heap = heap_peak(rec);
+    heap.heap_at_ns = heap.at_ns;
+    let near = nearest_tick(&rec.ticks, heap.at_ns);
+    let at_heap = heap.bytes + near.map_or(0, |t| capped_mapped(t, t.heap_bytes.max(heap.bytes)));
+    let best = rec.ticks.iter().max_by_key(|t| t.counted_bytes());
+    match best {
+        Some(t) if t.counted_bytes() as f64 > at_heap as f64 * (1.0 + COUNTED_MARGIN) => TreePeak {
+            at_ns: t.t_ns,
+            image: None,
+            mapped_share: share(t, t.heap_bytes),
+            ..heap
+        },
+        _ => TreePeak {
+            mapped_share: near.map_or(1.0, |t| share(t, t.heap_bytes.max(heap.bytes))),
+            ..heap
+        },
+    }
+}
+
+/// Mapped bytes at `t` as far as the resident anonymous memory beside `heap` holds them.
+fn capped_mapped(t: &Tick, heap: u64) -> u64 {
+    t.mapped_bytes.min(t.anon_bytes.saturating_sub(heap))
+}
+
+/// The share of mapped bytes at `t` that counts (1 when nothing is mapped).
+fn share(t: &Tick, heap: u64) -> f64 {
+    match t.mapped_bytes {
+        0 => 1.0,
+        mapped => capped_mapped(t, heap) as f64 / mapped as f64,
+    }
+}
+
+/// The tick closest in time to `at_ns`.
+fn nearest_tick(ticks: &[Tick], at_ns: u64) -> Option<&Tick> {
+    ticks.iter().min_by_key(|t| t.t_ns.abs_diff(at_ns))
+}
+
+/// The heap's own peak: the largest image's exact peak at its last mark, or the highest sum
+/// of several at a tick.
+fn heap_peak(rec: &Recording) -> TreePeak {
     let (sum_peak, sum_at_ns) = rec.ticks.iter().fold((0, 0), |best, t| {
         if t.heap_bytes > best.0 {
             (t.heap_bytes, t.t_ns)
@@ -47,11 +99,15 @@ pub fn tree_peak(rec: &Recording) -> TreePeak {
                 .last()
                 .map_or(image.heap_peak_seen_ns, |&(t, _)| t),
             image: Some(i),
+            heap_at_ns: 0,
+            mapped_share: 1.0,
         },
         _ => TreePeak {
             bytes: sum_peak,
             at_ns: sum_at_ns,
             image: None,
+            heap_at_ns: 0,
+            mapped_share: 1.0,
         },
     }
 }
@@ -118,9 +174,15 @@ pub fn add(
             }
             acc.blocks.group(g);
         }
-        for m in channel.mapped.held_at_peak() {
+        // Mappings live at the same instant: all their bytes mapped, the tick's resident share
+        // of them held.
+        let held =
+            (channel.mapped.mappings.iter()).filter(|m| peak_ns.is_some_and(|p| m.live_at(p)));
+        for m in held {
             let place = place_of(&m.frames, m.tid, Some(m.t_ns));
-            places.entry(place).or_default().mapped_peak_bytes += m.weight;
+            let acc = places.entry(place).or_default();
+            acc.mapped_peak_bytes += m.weight;
+            acc.peak_bytes += (m.weight as f64 * tree.mapped_share).round() as u64;
         }
         for c in &channel.copies {
             let place = place_of(&c.frames, c.tid, Some(c.t_ns));

@@ -223,6 +223,7 @@ fn add_memory(into: &mut Memory, m: &Memory, largest: &mut u64) {
     if m.peak_heap_bytes > *largest {
         *largest = m.peak_heap_bytes;
         into.peak_at_s = m.peak_at_s;
+        into.held_at_s = m.held_at_s;
     }
     into.peak_heap_bytes += m.peak_heap_bytes;
     into.peak_rss_bytes += m.peak_rss_bytes;

@@ -430,8 +430,27 @@ pub struct Memory {
     /// profiles older than this field.
     #[serde(default)]
     pub peak_counted_bytes: u64,
+    /// Seconds from launch of the instant each line's held bytes (`peak_bytes`) are taken at:
+    /// the heap peak's, or the collector tick at which heap and mapped memory together were
+    /// highest where that was more (a program whose memory is mostly mapped). Older profiles:
+    /// `peak_at_s`.
+    #[serde(default)]
+    pub held_at_s: Option<f64>,
     /// Footprint over time, at most a few thousand points (older points merged, keeping maxima).
     pub timeline: Vec<MemorySample>,
+}
+
+impl Memory {
+    /// What the lines' held bytes add up to: the counted peak (heap and mapped memory as far
+    /// as resident), or the heap peak in profiles older than it.
+    pub fn held_peak_bytes(&self) -> u64 {
+        self.peak_counted_bytes.max(self.peak_heap_bytes)
+    }
+
+    /// Seconds from launch of the instant the lines' held bytes are taken at.
+    pub fn held_at_s(&self) -> f64 {
+        self.held_at_s.unwrap_or(self.peak_at_s)
+    }
 }
 
 /// One point of the footprint timeline.
@@ -667,7 +686,8 @@ pub struct Measures {
     pub alloc_bytes: u64,
     /// Part of `alloc_bytes` allocated by Python objects.
     pub alloc_python_bytes: u64,
-    /// Bytes allocated here and still live at the heap peak.
+    /// Held at the peak: heap bytes allocated here and live at the instant of
+    /// `Memory::held_at_s`, and the resident share of `mapped_peak_bytes`.
     pub peak_bytes: u64,
     /// Blocks allocated here and still live at the heap peak (estimated from the samples;
     /// `peak_bytes / peak_blocks` is their mean size).
@@ -680,8 +700,9 @@ pub struct Measures {
     /// `copy_bytes`, since they never reach `memcpy`.
     #[serde(default)]
     pub copy_loop_s: f64,
-    /// Bytes of anonymous mappings made here (`mmap` outside the malloc family) and still
-    /// mapped when the process's mappings were at their highest; apart from `peak_bytes`.
+    /// Anonymous mappings made here (`mmap` outside the malloc family) and still mapped at the
+    /// instant of `Memory::held_at_s`, resident or not; `peak_bytes` holds the share of them
+    /// the resident anonymous memory beside the heap could hold then.
     #[serde(default)]
     pub mapped_peak_bytes: u64,
     /// Leak evidence, if the line likely leaks.

@@ -746,6 +746,7 @@ mod tests {
                 flags: 0,
                 frames: vec![(1, 1)],
                 freed_ns: Some(350 * MS),
+                cut_ns: None,
             }],
             peak_marks: vec![(251 * MS, 110 * MB)],
             ..ChannelSummary::default()

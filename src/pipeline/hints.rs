@@ -132,7 +132,7 @@ fn copies(l: &LineStats) -> Option<Hint> {
 /// A line among the peak's top holders: at least this share of the peak and `floor` bytes.
 fn top_holder(p: &Profile, l: &LineStats, floor: u64) -> bool {
     let held = l.measures.peak_bytes;
-    held >= floor && held as f64 >= 0.2 * p.memory.peak_heap_bytes as f64
+    held >= floor && held as f64 >= 0.2 * p.memory.held_peak_bytes() as f64
 }
 
 /// numpy constructors whose default dtype is float64.
@@ -183,7 +183,7 @@ fn float64(p: &Profile, l: &LineStats) -> Option<Hint> {
     h.evidence = format!(
         "holds {} at the peak ({:.0}% of it) in float64{}",
         bytes(held),
-        100.0 * held as f64 / p.memory.peak_heap_bytes.max(1) as f64,
+        100.0 * held as f64 / p.memory.held_peak_bytes().max(1) as f64,
         if named {
             ""
         } else {
@@ -228,25 +228,27 @@ const SMALL_OBJECT: u64 = 256;
 /// A top holder made of many small Python objects.
 fn python_objects(p: &Profile, l: &LineStats) -> Option<Hint> {
     let m = &l.measures;
+    // Of what it holds, the heap's part (Python objects are never mapped memory).
+    let heap = m.peak_bytes.saturating_sub(m.mapped_peak_bytes);
     if !top_holder(p, l, 32 * MIB)
         || is_import(&l.source)
         || (m.alloc_python_bytes as f64) < 0.8 * m.alloc_bytes as f64
         || m.peak_blocks == 0
-        || m.peak_bytes / m.peak_blocks > SMALL_OBJECT
+        || heap / m.peak_blocks > SMALL_OBJECT
     {
         return None;
     }
     let mut h = at(HintKind::PythonObjects, l);
     h.evidence = format!(
         "holds {} at the peak in about {} Python objects of {} on average",
-        bytes(m.peak_bytes),
+        bytes(heap),
         m.peak_blocks,
-        bytes(m.peak_bytes / m.peak_blocks),
+        bytes(heap / m.peak_blocks),
     );
     h.suggestion = "numbers in lists, tuples or dicts cost about 32 bytes each (a pointer and \
                     an object); a numpy array (or `array.array`) stores them in 8"
         .into();
-    let saving = m.peak_bytes / 4 * 3;
+    let saving = heap / 4 * 3;
     h.saving_bytes = Some(saving);
     h.saving = format!("about {} less at the peak", bytes(saving));
     Some(h)

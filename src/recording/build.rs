@@ -136,6 +136,7 @@ impl RecordingBuilder {
             },
             frames: frames.to_vec(),
             freed_ns: freed_ms.map(|t| t * MS),
+            cut_ns: None,
         });
         self
     }

@@ -288,14 +288,6 @@ impl MappedMemory {
             ..*self
         }
     }
-
-    /// Sampled mappings live at the highest mark: (sample, bytes it stands for).
-    pub fn held_at_peak(&self) -> impl Iterator<Item = &AllocSample> {
-        let peak = self.marks.last().map(|&(t, _)| t);
-        self.mappings
-            .iter()
-            .filter(move |m| peak.is_some_and(|p| m.t_ns <= p && m.freed_ns.is_none_or(|f| f > p)))
-    }
 }
 
 impl ChannelSummary {
@@ -410,6 +402,7 @@ impl Timed for AllocSample {
                 .freed_ns
                 .filter(|&f| f <= to)
                 .map(|f| f.saturating_sub(from)),
+            cut_ns: self.cut_ns.map(|c| c.saturating_sub(from)),
             ..self.clone()
         }
     }
@@ -492,6 +485,16 @@ pub struct AllocSample {
     pub frames: Vec<(u32, i32)>,
     /// When it was freed (ns from launch), if it was.
     pub freed_ns: Option<u64>,
+    /// For what is left of a sampled mapping cut in part: when it was cut. It is held from
+    /// then on; `t_ns`, `tid` and `frames` stay the mapping's own, which its line is found by.
+    pub cut_ns: Option<u64>,
+}
+
+impl AllocSample {
+    /// Whether it was live at `t_ns`.
+    pub fn live_at(&self, t_ns: u64) -> bool {
+        self.cut_ns.unwrap_or(self.t_ns) <= t_ns && self.freed_ns.is_none_or(|f| f > t_ns)
+    }
 }
 
 /// Sampled allocations of one thread with the same flags and frames, all freed, folded

@@ -93,6 +93,81 @@ fn a_fork_child_counts_the_mappings_it_makes_not_those_it_inherited() {
 }
 
 #[test]
+fn what_is_left_of_a_cut_mapping_stays_at_its_line_and_mapped_memory_is_held() {
+    let m = markers("mapped.py");
+    for py in fixture::spread(fixture::pythons()) {
+        let v = &py.minor;
+        let json = fixture::tempdir().join("cut.json");
+        let script = fixture::script("mapped.py");
+        fixture::run_to(
+            &json,
+            &[
+                fixture::os(&py.exe),
+                fixture::os(&script),
+                fixture::os("cut"),
+            ],
+            &[],
+        );
+        let p: &Profile = &serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let at = |marker: &str| {
+            let got = p
+                .lines
+                .iter()
+                .filter(|l| l.file.ends_with("mapped.py") && l.line == m[marker])
+                .fold((0, 0), |(held, mapped), l| {
+                    (
+                        held + l.measures.peak_bytes,
+                        mapped + l.measures.mapped_peak_bytes,
+                    )
+                });
+            (got.0 as f64 / MIB, got.1 as f64 / MIB)
+        };
+        // The 32 MiB left of the cut mapping, at the line that mapped it, resident: held.
+        let (held, mapped) = at("cut-map");
+        assert!(within(mapped, 32.0, 0.10), "{v}: cut-map maps {mapped} MiB");
+        assert!(within(held, 32.0, 0.15), "{v}: cut-map holds {held} MiB");
+        for marker in ["cut-unmap", "cut-advise"] {
+            assert_eq!(at(marker), (0.0, 0.0), "{v}: {marker} holds nothing");
+        }
+        let (held, mapped) = at("held");
+        assert!(within(mapped, 96.0, 0.10), "{v}: held maps {mapped} MiB");
+        assert!(within(held, 96.0, 0.15), "{v}: held holds {held} MiB");
+        // The peak the lines are taken at is the counted one, mostly mapped memory.
+        let counted = p.memory.peak_counted_bytes as f64 / MIB;
+        assert!(counted >= 0.9 * 128.0, "{v}: counted peak {counted} MiB");
+        assert!(
+            p.memory.held_at_s.is_some_and(|t| t > p.memory.peak_at_s),
+            "{v}: held at {:?}, heap peak at {}",
+            p.memory.held_at_s,
+            p.memory.peak_at_s
+        );
+        // The text report names them among the holders, the largest first, and its "held"
+        // column has them at 80 columns (where the mapped column may not fit).
+        let text = fixture::read_with("report", &json, &["--width", "80"]);
+        let holders = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Held at the peak"))
+            .nth(1)
+            .unwrap_or("");
+        assert!(
+            holders.contains(&format!("mapped.py:{} ", m["held"])),
+            "{v}:\n{text}"
+        );
+        // The "held" column is there, and the @held row has its 96 MiB in it.
+        let header = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("line "))
+            .unwrap_or("");
+        assert!(header.contains(" held"), "{v}: no held column:\n{text}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{} ", m["held"])))
+            .unwrap_or("");
+        assert!(row.contains("96.0 MiB"), "{v}: {row}\n{text}");
+    }
+}
+
+#[test]
 fn openblas_buffers_are_mapped_not_heap_and_the_heap_stays_below_rss() {
     for py in fixture::spread(fixture::numpy_pythons()) {
         let v = &py.minor;

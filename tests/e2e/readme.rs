@@ -221,7 +221,7 @@ fn compare(sample: &[String], hints: &[String], real: &[String], source: &[&str]
 
     let held = |secs: &[Vec<String>]| -> Vec<String> {
         secs.iter()
-            .find(|x| x[0].starts_with("Held at the heap peak"))
+            .find(|x| x[0].starts_with("Held at the peak"))
             .cloned()
             .unwrap_or_else(|| panic!("{what}: no Held section"))
     };

@@ -18,6 +18,8 @@ libc.mmap64.argtypes = libc.mmap.argtypes
 libc.mremap.restype = ctypes.c_void_p
 libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int]
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MADV_DONTNEED = 4
 
 
 def touch(addr, size):
@@ -60,6 +62,22 @@ elif scenario == "fork":
         os._exit(0)
     os.waitpid(pid, 0)
     print("forked", flush=True)
+elif scenario == "cut":
+    # Truth: @cut-map maps 64 MiB and fills it; @cut-unmap unmaps its first 16 MiB and
+    # @cut-advise gives its last 16 MiB back (MADV_DONTNEED, as an allocator purges), so 32 MiB
+    # of it stays mapped: held by @cut-map, nothing by the lines that cut it. Then @held maps
+    # and fills 96 MiB. At the end 128 MiB are mapped and resident, a few MiB of heap: what
+    # mlprof counts at its peak is mostly mapped, and the lines hold it.
+    import time
+
+    a = libc.mmap(None, 64 * MiB, RW, ANON, -1, 0)  # @cut-map
+    touch(a, 64 * MiB)
+    assert libc.munmap(a, 16 * MiB) == 0  # @cut-unmap
+    assert libc.madvise(a + 48 * MiB, 16 * MiB, MADV_DONTNEED) == 0  # @cut-advise
+    b = libc.mmap(None, 96 * MiB, RW, ANON, -1, 0)  # @held
+    touch(b, 96 * MiB)
+    time.sleep(0.5)  # collector ticks see it all
+    print("cut", flush=True)
 elif scenario == "openblas":
     # numpy with OpenBLAS's threads: OpenBLAS maps work buffers it touches only in part. They
     # are mapped, not heap: the heap peak stays below the RSS peak.

@@ -2,12 +2,10 @@
 back with `madvise`), when importable (else it says it skipped): a hash join of two 10M-row
 frames, then a sort of the result. Known truth: `joined` and `ordered` are each 10M rows of
 three 8-byte columns (240 MB, 229 MiB) and both are alive when the sort finishes; the memory
-mlprof counts at its peak comes within 15% of the kernel's RSS peak. Where the process's mapped
-peak falls depends on when jemalloc purges the join's temporaries (by the wall clock: later on a
-busy machine): the `@join` line holds at least its frame there, and when the peak comes after
-the sort began, the `@sort` line holds what the process mapped on top of its mapped bytes just
-before the sort (only the sort runs then). Prints on stderr `sort began S`: seconds from the
-process's start (the kernel's start time) to the sort."""
+mlprof counts at its peak comes within 15% of the kernel's RSS peak, and is mostly polars'
+mapped memory (the numpy inputs of `left` and `right` are a sixth of it each). The lines are
+taken at that peak, while `joined` is alive: polars' lines hold its frame. Prints on stderr
+`sort began S`: seconds from the process's start (the kernel's start time) to the sort."""
 import os
 import sys
 import time

@@ -121,6 +121,11 @@ pub mod alloc_flags {
     /// An anonymous mapping made with `mmap` / `mremap` directly (not through malloc): counted
     /// apart from the heap (`docs/design/mapped-memory.md`).
     pub const MAPPED: u32 = 2;
+    /// What is left of a sampled mapping cut in part (`munmap` or `madvise` of some of its
+    /// pages): sent before the free of the mapping it is left of (whose start is the record's
+    /// [`Record::cut_from`]), with no stack; it keeps that mapping's line and its share of its
+    /// weight (`Record::mapped_cut`).
+    pub const CUT: u32 = 4;
 }
 
 /// Frames packed in one [`Kind::Frames`] record.
@@ -540,6 +545,19 @@ impl Record {
     pub fn alloc(tid: u32, ts_ns: u64, a: Alloc) -> Record {
         let d = a.depth as u64 | (a.flags as u64) << 32;
         Record::with(Kind::Alloc, tid, ts_ns, [a.addr, a.size, a.weight, d, 0])
+    }
+
+    /// A [`Kind::Alloc`] record of the `size` bytes at `addr` left of the sampled mapping that
+    /// started at `from` (flags `MAPPED | CUT`, no stack, weight 0: the collector gives it its
+    /// share of the mapping's).
+    pub fn mapped_cut(tid: u32, ts_ns: u64, addr: u64, size: u64, from: u64) -> Record {
+        let d = ((alloc_flags::MAPPED | alloc_flags::CUT) as u64) << 32;
+        Record::with(Kind::Alloc, tid, ts_ns, [addr, size, 0, d, from])
+    }
+
+    /// The start of the mapping a [`Record::mapped_cut`] record is left of.
+    pub fn cut_from(&self) -> Option<u64> {
+        Some(self.words_of(Kind::Alloc)?[4])
     }
 
     /// The payload of a [`Kind::Alloc`] record.

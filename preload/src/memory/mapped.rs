@@ -106,24 +106,31 @@ fn add(l: &local::Local, addr: usize, len: usize) {
     }
 }
 
-/// `munmap(addr, len)` succeeded: forget what it covered. A mapping cut in part keeps its
-/// other parts, sampled again at the caller's line.
+/// `munmap(addr, len)` succeeded: forget what it covered. What is left of a mapping cut in
+/// part stays counted under its new start; where that mapping was sampled, so are its parts,
+/// at its line (`sampler::record_cut`), and it is not sampled again: an allocator purging an
+/// extent from another thread, later, does not move it to the line running then.
 pub fn unmapped(addr: usize, len: usize) {
     if LIVE.load(Ordering::Relaxed) == 0 || len == 0 {
         return;
     }
     let (lo, hi) = (addr, addr.saturating_add(pages(len)));
-    let mut left = [(0usize, 0usize); 2];
+    // (start, length) of each part left, and the start of the mapping it is left of: at most
+    // the head of the first mapping cut and the tail of the last.
+    let mut left = [(0usize, 0usize, 0usize); 2];
     let mut n = 0;
     let mut cut = |start: usize, length: usize| {
         let end = start + length;
         counters().sub((end.min(hi) - start.max(lo)) as u64);
-        sampler::record_free(start);
+        let before = n;
         for (a, b) in [(start, lo.min(end)), (hi.max(start), end)] {
             if let Some(slot) = left.get_mut(n).filter(|_| a < b) {
-                *slot = (a, b - a);
+                *slot = (a, b - a, start);
                 n += 1;
             }
+        }
+        if n == before {
+            sampler::record_free(start); // gone whole
         }
     };
     match take(lo) {
@@ -132,19 +139,31 @@ pub fn unmapped(addr: usize, len: usize) {
         None => scan(lo, hi, &mut cut),
     }
     // What is left of cut mappings stays counted (already), under a new start.
-    for &(start, length) in left.iter().take(n) {
-        if !insert(start, length) {
+    let left = left.get(..n).unwrap_or(&[]);
+    let mut inserted = [false; 2];
+    for (&(start, length, _), kept) in left.iter().zip(inserted.iter_mut()) {
+        *kept = insert(start, length);
+        if !*kept {
             counters().sub(length as u64);
-            continue;
         }
-        local::with(|l| {
-            if let Some(_entered) = l.enter() {
-                if let Some(weight) = sampler::alloc_due(l, length) {
-                    let reads = sampler::reads(crate::python::runtime::holds_gil());
-                    sampler::record_alloc(start, length, weight, alloc_flags::MAPPED, reads);
-                }
+    }
+    for (i, &(_, _, of)) in left.iter().enumerate() {
+        if left.iter().take(i).any(|l| l.2 == of) {
+            continue; // told with its mapping's first part
+        }
+        let mut parts = [(0usize, 0usize); 2];
+        let mut m = 0;
+        for (&(start, length, _), _) in left
+            .iter()
+            .zip(inserted)
+            .filter(|(l, kept)| l.2 == of && *kept)
+        {
+            if let Some(slot) = parts.get_mut(m) {
+                *slot = (start, length);
+                m += 1;
             }
-        });
+        }
+        sampler::record_cut(of, parts.get(..m).unwrap_or(&[]));
     }
 }
 

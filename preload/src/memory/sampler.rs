@@ -180,6 +180,35 @@ fn record_free_slow(addr: usize) {
     }
 }
 
+/// The mapping at `from` was cut in part, `parts` (start, length) left of it and counted
+/// under their own starts. If it was a sampled one, each part is told as its remainder, to
+/// keep its line and share of its weight, before the mapping's free (which the collector
+/// needs to find it by), and becomes a sampled block itself; otherwise nothing is sent.
+pub fn record_cut(from: usize, parts: &[(usize, usize)]) {
+    if !live::may_hold(from) || !live::remove(from) {
+        return;
+    }
+    if crate::python::runtime::finalizing() {
+        return; // as `record_free`: what is held at the end stays live
+    }
+    let (tid, now) = (clock::tid(), clock::monotonic_ns());
+    for &(start, length) in parts {
+        if live::insert(start) {
+            channel::send(&Record::mapped_cut(
+                tid,
+                now,
+                start as u64,
+                length as u64,
+                from as u64,
+            ));
+        }
+    }
+    // A part at the same start replaces the mapping there (the collector frees the old one).
+    if !parts.iter().any(|&(start, _)| start == from) {
+        channel::send(&Record::free(tid, now, from as u64));
+    }
+}
+
 /// Record a sampled copy of `size` bytes.
 pub fn record_copy(size: usize, weight: u64, reads: stack::Reads) {
     let _errno = crate::errno::Saved::new(); // reading the stack makes system calls

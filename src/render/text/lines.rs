@@ -45,33 +45,38 @@ fn table(rows: &[&LineStats], mapped: bool, gpu: bool, kernel: bool) -> Table {
         Column::right("Python", 6, Keep::Lead(1)),
         Column::right("native", 6, Keep::Lead(2)),
     ];
+    // Where a narrow report has room for one more figure, what a line holds comes first, then
+    // the kernel's time on its page faults.
     if kernel {
-        columns.push(Column::right("kernel", 6, Keep::Lead(4)));
+        columns.push(Column::right("kernel", 6, Keep::Extra(1)));
     }
     columns.extend([
         Column::right("waiting", 7, Keep::Lead(3)),
         Column::right("time", 8, Keep::Lead(0)),
-        Column::right("allocated", 10, Keep::Extra(1)).empty(none(|l| l.measures.alloc_bytes > 0)),
-        Column::right("Py", 4, Keep::Extra(5))
-            .needs(5)
+    ]);
+    let allocated = columns.len();
+    columns.extend([
+        Column::right("allocated", 10, Keep::Extra(2)).empty(none(|l| l.measures.alloc_bytes > 0)),
+        Column::right("Py", 4, Keep::Extra(6))
+            .needs(allocated)
             .empty(none(|l| l.measures.alloc_bytes > 0)),
         Column::right("held", 10, Keep::Extra(0)).empty(none(|l| l.measures.peak_bytes > 0)),
     ]);
     if mapped {
-        columns.push(Column::right("mapped", 10, Keep::Extra(7)));
+        columns.push(Column::right("mapped", 10, Keep::Extra(8)));
     }
     columns.extend([
-        Column::right("copied", 10, Keep::Extra(6)).empty(none(|l| {
+        Column::right("copied", 10, Keep::Extra(7)).empty(none(|l| {
             l.measures.copy_bytes > 0 || l.measures.copy_loop_s > 0.0
         })),
-        Column::left("footprint", 10, Keep::Extra(8))
+        Column::left("footprint", 10, Keep::Extra(9))
             .empty(none(|l| l.footprint_bytes.iter().any(|&b| b > 0))),
-        Column::left("leak", 4, Keep::Extra(2)).empty(none(|l| l.measures.leak.is_some())),
+        Column::left("leak", 4, Keep::Extra(3)).empty(none(|l| l.measures.leak.is_some())),
     ]);
     if gpu {
         columns.extend([
-            Column::right("GPU%", 5, Keep::Extra(3)),
-            Column::right("GPU mem", 10, Keep::Extra(4)),
+            Column::right("GPU%", 5, Keep::Extra(4)),
+            Column::right("GPU mem", 10, Keep::Extra(5)),
         ]);
     }
     Table {
@@ -173,7 +178,7 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
         &format!(
             "By line ({} sampled in {} samples; time as shares of it; Python, native: on CPU, \
              system calls included;{} waiting: off CPU (sleep, I/O, locks, the GIL, workers); \
-             memory sampled, held = live at the heap peak{}{})",
+             memory sampled, held = heap and mapped live at the peak{}{})",
             seconds(whole),
             p.cpu_samples,
             if kernel {
@@ -182,7 +187,7 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
                 ""
             },
             if mapped {
-                ", mapped = anonymous mmap held at its own peak"
+                ", mapped = anonymous mmap then, resident or not"
             } else {
                 ""
             },

@@ -152,7 +152,7 @@ fn gpu(p: &Profile) -> String {
     }
 }
 
-/// The lines holding the most memory at the heap peak.
+/// The lines holding the most memory at the peak.
 pub(super) fn held(doc: &mut Doc, p: &Profile) {
     let mut top: Vec<_> = p
         .lines
@@ -167,9 +167,9 @@ pub(super) fn held(doc: &mut Doc, p: &Profile) {
     doc.line(
         Tone::Title,
         &format!(
-            "Held at the heap peak ({} at {})",
-            bytes(p.memory.peak_heap_bytes),
-            seconds(p.memory.peak_at_s)
+            "Held at the peak ({} at {})",
+            bytes(p.memory.held_peak_bytes()),
+            seconds(p.memory.held_at_s())
         ),
     );
     for l in top.iter().take(10) {
