@@ -139,10 +139,10 @@ pub fn record(opts: &Options) -> Result<Recording> {
     loop {
         let now_abs = monotonic_ns();
         let now = now_abs - start_ns;
-        match procfs::read(pid, round.is_multiple_of(5)) {
+        match procfs::read(pid, round.is_multiple_of(5), true) {
             Some(reading) => {
                 proc_summary.peak_rss_bytes = proc_summary.peak_rss_bytes.max(reading.hwm_bytes);
-                proc_summary.cpu_s = reading.cpu_s;
+                proc_summary.cpu_s = reading.cpu_s.unwrap_or(proc_summary.cpu_s);
                 ticks.push(Tick {
                     t_ns: now,
                     heap_bytes: 0,

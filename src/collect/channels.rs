@@ -71,6 +71,8 @@ pub struct LiveHeap {
     pub heap: i64,
     /// Bytes of anonymous mappings it made itself.
     pub mapped: u64,
+    /// A fork image (not exec'd).
+    pub forked: bool,
 }
 
 impl Channels {
@@ -321,6 +323,7 @@ impl Channels {
             let live = LiveHeap {
                 heap,
                 mapped: if exited { 0 } else { s.mapped.current },
+                forked: s.forked,
             };
             let slot = newest.entry(s.pid).or_insert((s.start_ns, live));
             if s.start_ns >= slot.0 {

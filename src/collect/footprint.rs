@@ -1,7 +1,9 @@
 //! The process tree's footprint at each tick, from `/proc`, at a bounded cost.
 //!
 //! Each process's resident set (`statm`) and CPU time (`stat`) are read at every tick, its
-//! high-water mark (`status`) every [`HWM_EVERY`] ticks. With two processes or more, each
+//! high-water mark (`status`) every [`HWM_EVERY`] ticks; the command's own process's CPU time
+//! only with its high-water mark (its CPU at the end is the kernel's account of the reaped
+//! process; `stat` costs in proportion to its threads). With two processes or more, each
 //! one's RSS counts at its share of own pages (PSS / RSS of `smaps_rollup`), so that pages a
 //! fork child shares with its parent count once in the tree's sum, not once per process.
 //!
@@ -9,8 +11,8 @@
 //! that imported torch. Read for every process ten times a second, it cost a third of the
 //! machine on a torch.compile job. So each kind of read has a [`Pace`]: PSS readings take at
 //! most [`PSS_SHARE`] of one CPU, the oldest first, each process at most every
-//! [`PSS_EVERY_NS`], except a process's first, which is always made (at the first tick that sees
-//! it in a tree: once per process); the other readings take at most
+//! [`PSS_EVERY_NS`], except a fork child's first, which is always made (at the first tick that
+//! sees it in a tree: once per process); the other readings take at most
 //! [`PROC_SHARE`], except the command's own process and any process read for the first time,
 //! which are always read. A process not read at a tick counts with its last reading.
 
@@ -75,6 +77,9 @@ pub struct Footprint {
     last: BTreeMap<u32, Last>,
     /// Processes whose `/proc` directory was gone at a reading: not read again.
     gone: std::collections::BTreeSet<u32>,
+    /// Processes that are fork images (not exec'd): their first share of own pages is read
+    /// whatever the budget.
+    forks: std::collections::BTreeSet<u32>,
     pss: Pace,
     proc: Pace,
 }
@@ -85,9 +90,16 @@ impl Footprint {
         Self {
             last: BTreeMap::new(),
             gone: Default::default(),
+            forks: Default::default(),
             pss: Pace::new(PSS_SHARE, BURST_NS, now_ns),
             proc: Pace::new(PROC_SHARE, BURST_NS, now_ns),
         }
+    }
+
+    /// The processes of the tree that are fork images now (a fork child that has not exec'd:
+    /// it shares most of its pages with its parent at first).
+    pub fn set_forks(&mut self, forks: std::collections::BTreeSet<u32>) {
+        self.forks = forks;
     }
 
     /// CPU spent reading `/proc` so far (ns).
@@ -122,7 +134,12 @@ impl Footprint {
             if pid != child && !first && !self.proc.allowed(now) {
                 continue; // counts with its last reading
             }
-            let reading = self.proc.spend(|| procfs::read(pid, with_hwm || first));
+            // The command's own process is reaped (its CPU comes from the kernel's account at
+            // its end): its CPU time is read with the high-water mark only.
+            let with_cpu = with_hwm || first || pid != child;
+            let reading = self
+                .proc
+                .spend(|| procfs::read(pid, with_hwm || first, with_cpu));
             let Some(reading) = reading else {
                 self.last.remove(&pid);
                 if pid != child && !procfs::alive(pid) {
@@ -141,7 +158,7 @@ impl Footprint {
                 .peak_rss_bytes
                 .max(reading.hwm_bytes)
                 .max(reading.rss_bytes);
-            entry.cpu_s = reading.cpu_s;
+            entry.cpu_s = reading.cpu_s.unwrap_or(entry.cpu_s);
         }
         if tree {
             self.read_shares(now, child);
@@ -181,11 +198,14 @@ impl Footprint {
             .collect();
         due.sort_unstable();
         for (at, _, pid) in due {
-            // A process's first reading is always made (once per process: a fork child shares
-            // most of its pages at first, and counting them as its own doubled a fork tree's
-            // footprint); later ones within the budget.
-            if at != 0 && !self.pss.allowed(now) {
-                return;
+            // A fork child's first reading is always made (once per process: it shares most
+            // of its pages at first, and counting them as its own doubled a fork tree's
+            // footprint); everything else within the budget. An exec'd process not read yet
+            // counts its anonymous pages as its own, which they are (its file pages are
+            // libraries, most likely shared): 40 short children importing torch each paid
+            // 5-17 ms for a first reading that changed nothing.
+            if (at != 0 || !self.forks.contains(&pid)) && !self.pss.allowed(now) {
+                continue;
             }
             let own = self.pss.spend(|| procfs::own_share(pid));
             if let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) {

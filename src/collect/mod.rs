@@ -465,6 +465,8 @@ impl Collector {
         let heaps = self.channels.live_heaps();
         let mut pids = vec![self.child];
         pids.extend(heaps.keys().copied().filter(|&pid| pid != self.child));
+        let forks = heaps.iter().filter(|(_, h)| h.forked).map(|(&pid, _)| pid);
+        self.footprint.set_forks(forks.collect());
         let rss = self
             .footprint
             .poll(&pids, self.child, &mut self.procs, now, with_hwm);

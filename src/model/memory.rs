@@ -22,15 +22,20 @@ pub struct TreePeak {
     pub heap_at_ns: u64,
     /// The image whose own heap peak that instant is, when it is one process's.
     pub image: Option<usize>,
-    /// Share of each sampled mapping counted as held then: the resident anonymous memory
-    /// beside the heap over the bytes mapped, at most 1 (allocators map capacity they never
-    /// touch; [`Tick::counted_bytes`]).
+    /// Share of each sampled mapping counted as held then: at a tick, the resident anonymous
+    /// memory beside the heap over the bytes mapped, at most 1 (allocators map capacity they
+    /// never touch; [`Tick::counted_bytes`]); at the heap's peak, none.
     pub mapped_share: f64,
 }
 
-/// Counted bytes at a tick must pass those at the heap peak by this share for the holders to
-/// be taken at the tick (the heap at a tick is sampled, at the peak mark exact).
-const COUNTED_MARGIN: f64 = 0.02;
+/// Counted bytes at a tick must pass those at the heap peak by this share, and by
+/// [`COUNTED_MARGIN_BYTES`], for the holders to be taken at the tick: mapped memory sets the
+/// peak. (The resident memory that caps a tick's mapped bytes also holds the interpreter's and
+/// libraries' own pages, 15-30 MiB with numpy: OpenBLAS's 64 MiB of barely touched buffers
+/// would move a numpy program's holders to a tick by that much.)
+const COUNTED_MARGIN: f64 = 0.10;
+/// See [`COUNTED_MARGIN`].
+const COUNTED_MARGIN_BYTES: u64 = 32 << 20;
 
 /// The tree's peak: the largest image's exact heap peak, at its last peak mark (within 1% of
 /// it: the instant its holders belong to; two peaks closer than that, as in a pandas job 0.2%
@@ -45,14 +50,23 @@ pub fn tree_peak(rec: &Recording) -> TreePeak {
     let at_heap = heap.bytes + near.map_or(0, |t| capped_mapped(t, t.heap_bytes.max(heap.bytes)));
     let best = rec.ticks.iter().max_by_key(|t| t.counted_bytes());
     match best {
-        Some(t) if t.counted_bytes() as f64 > at_heap as f64 * (1.0 + COUNTED_MARGIN) => TreePeak {
-            at_ns: t.t_ns,
-            image: None,
-            mapped_share: share(t, t.heap_bytes),
-            ..heap
-        },
+        Some(t)
+            if t.counted_bytes() as f64 > at_heap as f64 * (1.0 + COUNTED_MARGIN)
+                && t.counted_bytes() > at_heap + COUNTED_MARGIN_BYTES =>
+        {
+            TreePeak {
+                at_ns: t.t_ns,
+                image: None,
+                mapped_share: share(t, t.heap_bytes),
+                ..heap
+            }
+        }
+        // The heap's peak: mappings are not held there. The share would come from a tick up
+        // to 10 ms away, at a different heap, and it moved a matmul line's held bytes by a
+        // few MiB from run to run (OpenBLAS's buffers, mapped and barely touched): where the
+        // heap is the peak, the heap is what the lines hold.
         _ => TreePeak {
-            mapped_share: near.map_or(1.0, |t| share(t, t.heap_bytes.max(heap.bytes))),
+            mapped_share: 0.0,
             ..heap
         },
     }

@@ -442,9 +442,13 @@ pub struct Memory {
 
 impl Memory {
     /// What the lines' held bytes add up to: the counted peak (heap and mapped memory as far
-    /// as resident), or the heap peak in profiles older than it.
+    /// as resident) where mapped memory set it, else the heap's peak.
     pub fn held_peak_bytes(&self) -> u64 {
-        self.peak_counted_bytes.max(self.peak_heap_bytes)
+        match self.held_at_s {
+            // Taken at a tick where mapped memory set the peak: the counted peak.
+            Some(t) if t != self.peak_at_s => self.peak_counted_bytes.max(self.peak_heap_bytes),
+            _ => self.peak_heap_bytes,
+        }
     }
 
     /// Seconds from launch of the instant the lines' held bytes are taken at.
@@ -687,7 +691,8 @@ pub struct Measures {
     /// Part of `alloc_bytes` allocated by Python objects.
     pub alloc_python_bytes: u64,
     /// Held at the peak: heap bytes allocated here and live at the instant of
-    /// `Memory::held_at_s`, and the resident share of `mapped_peak_bytes`.
+    /// `Memory::held_at_s`, and, where that instant is a tick at which mapped memory set the
+    /// peak, the resident share of `mapped_peak_bytes`.
     pub peak_bytes: u64,
     /// Blocks allocated here and still live at the heap peak (estimated from the samples;
     /// `peak_bytes / peak_blocks` is their mean size).

@@ -178,7 +178,7 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
         &format!(
             "By line ({} sampled in {} samples; time as shares of it; Python, native: on CPU, \
              system calls included;{} waiting: off CPU (sleep, I/O, locks, the GIL, workers); \
-             memory sampled, held = heap and mapped live at the peak{}{})",
+             memory sampled, held = live at the peak (mapped too where it sets it){}{})",
             seconds(whole),
             p.cpu_samples,
             if kernel {
