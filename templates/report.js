@@ -245,7 +245,7 @@ function lines() {
     ...(tensorLines ? [(l) => l.gpu_tensor_peak_bytes || 0] : []),
     ...(callLines ? [(l) => l.gpu_peak_bytes || 0, (l) => l.gpu_reserved_bytes || 0, gpuCopied, (l) => l.gpu_wait_s || 0, (l) => l.gpu_launches || 0] : []), null];
   const titles = ["line", "time", "Python / native / kernel / waiting", "allocated", "Python", "held at peak",
-    ...(mappedLines ? ["mapped then"] : []), "copied",
+    ...(mappedLines ? ["mapped at its peak"] : []), "copied",
     ...(rankLines ? ["ranks: median / slowest"] : []), "",
     ...(gpuLines ? ["GPU busy while it ran", "GPU memory growth"] : []),
     ...(kernelLines ? ["GPU time"] : []),

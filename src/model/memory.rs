@@ -188,15 +188,23 @@ pub fn add(
             }
             acc.blocks.group(g);
         }
-        // Mappings live at the same instant: all their bytes mapped, the tick's resident share
-        // of them held.
-        let held =
-            (channel.mapped.mappings.iter()).filter(|m| peak_ns.is_some_and(|p| m.live_at(p)));
-        for m in held {
+        // Mappings: held at the same instant (at the tick's resident share), and mapped at
+        // the process's own mapped peak (its last mapped mark), resident or not.
+        let mapped_peak = channel.mapped.marks.last().map(|&(t, _)| t);
+        for m in &channel.mapped.mappings {
+            let held = peak_ns.is_some_and(|p| m.live_at(p));
+            let mapped = mapped_peak.is_some_and(|p| m.live_at(p));
+            if !held && !mapped {
+                continue;
+            }
             let place = place_of(&m.frames, m.tid, Some(m.t_ns));
             let acc = places.entry(place).or_default();
-            acc.mapped_peak_bytes += m.weight;
-            acc.peak_bytes += (m.weight as f64 * tree.mapped_share).round() as u64;
+            if mapped {
+                acc.mapped_peak_bytes += m.weight;
+            }
+            if held {
+                acc.peak_bytes += (m.weight as f64 * tree.mapped_share).round() as u64;
+            }
         }
         for c in &channel.copies {
             let place = place_of(&c.frames, c.tid, Some(c.t_ns));

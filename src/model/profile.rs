@@ -705,9 +705,9 @@ pub struct Measures {
     /// `copy_bytes`, since they never reach `memcpy`.
     #[serde(default)]
     pub copy_loop_s: f64,
-    /// Anonymous mappings made here (`mmap` outside the malloc family) and still mapped at the
-    /// instant of `Memory::held_at_s`, resident or not; `peak_bytes` holds the share of them
-    /// the resident anonymous memory beside the heap could hold then.
+    /// Anonymous mappings made here (`mmap` outside the malloc family) and still mapped when
+    /// the process's mappings were at their highest, resident or not; `peak_bytes` holds the
+    /// resident share of those live at its own instant, where mapped memory set the peak.
     #[serde(default)]
     pub mapped_peak_bytes: u64,
     /// Leak evidence, if the line likely leaks.

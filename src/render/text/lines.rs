@@ -187,7 +187,7 @@ pub(super) fn lines(doc: &mut Doc, p: &Profile) {
                 ""
             },
             if mapped {
-                ", mapped = anonymous mmap then, resident or not"
+                ", mapped = anonymous mmap held at its own peak"
             } else {
                 ""
             },
