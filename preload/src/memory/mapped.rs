@@ -138,32 +138,24 @@ pub fn unmapped(addr: usize, len: usize) {
         // Not a start: the tail or middle of a mapping, or several mappings.
         None => scan(lo, hi, &mut cut),
     }
-    // What is left of cut mappings stays counted (already), under a new start.
+    // What is left of cut mappings stays counted (already), under a new start; the parts of
+    // one mapping are next to each other (both come from one call of `cut`).
     let left = left.get(..n).unwrap_or(&[]);
-    let mut inserted = [false; 2];
-    for (&(start, length, _), kept) in left.iter().zip(inserted.iter_mut()) {
-        *kept = insert(start, length);
-        if !*kept {
+    let mut kept = [(0usize, 0usize); 2];
+    let mut k = 0;
+    for (i, &(start, length, of)) in left.iter().enumerate() {
+        if insert(start, length) {
+            if let Some(slot) = kept.get_mut(k) {
+                *slot = (start, length);
+                k += 1;
+            }
+        } else {
             counters().sub(length as u64);
         }
-    }
-    for (i, &(_, _, of)) in left.iter().enumerate() {
-        if left.iter().take(i).any(|l| l.2 == of) {
-            continue; // told with its mapping's first part
+        if left.get(i + 1).is_none_or(|next| next.2 != of) {
+            sampler::record_cut(of, kept.get(..k).unwrap_or(&[]));
+            k = 0;
         }
-        let mut parts = [(0usize, 0usize); 2];
-        let mut m = 0;
-        for (&(start, length, _), _) in left
-            .iter()
-            .zip(inserted)
-            .filter(|(l, kept)| l.2 == of && *kept)
-        {
-            if let Some(slot) = parts.get_mut(m) {
-                *slot = (start, length);
-                m += 1;
-            }
-        }
-        sampler::record_cut(of, parts.get(..m).unwrap_or(&[]));
     }
 }
 

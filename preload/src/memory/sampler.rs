@@ -192,6 +192,7 @@ pub fn record_cut(from: usize, parts: &[(usize, usize)]) {
         return; // as `record_free`: what is held at the end stays live
     }
     let (tid, now) = (clock::tid(), clock::monotonic_ns());
+    let mut replaced = false;
     for &(start, length) in parts {
         if live::insert(start) {
             channel::send(&Record::mapped_cut(
@@ -201,10 +202,12 @@ pub fn record_cut(from: usize, parts: &[(usize, usize)]) {
                 length as u64,
                 from as u64,
             ));
+            replaced |= start == from;
         }
     }
-    // A part at the same start replaces the mapping there (the collector frees the old one).
-    if !parts.iter().any(|&(start, _)| start == from) {
+    // A part sent at the same start replaces the mapping there (the collector frees the old
+    // one); otherwise the mapping is freed here.
+    if !replaced {
         channel::send(&Record::free(tid, now, from as u64));
     }
 }
