@@ -292,6 +292,32 @@ mod tests {
     }
 
     #[test]
+    fn without_budget_a_fork_childs_first_share_is_read_and_an_execd_ones_waits() {
+        let (pids, _kids) = tree(2);
+        let (me, fork, execd) = (pids[0], pids[1], pids[2]);
+        let mut fp = Footprint::new(0);
+        fp.pss.add(u64::MAX / 4);
+        fp.set_forks([fork].into_iter().collect());
+        let mut procs = BTreeMap::new();
+        fp.poll(&pids, me, &mut procs, 1, true);
+        assert!(
+            fp.last[&fork].share.is_some(),
+            "the fork child's first share is read"
+        );
+        assert!(
+            fp.last[&execd].share.is_none(),
+            "the exec'd one waits for the budget"
+        );
+        // The command's own CPU time is read with its high-water mark only.
+        let before = procs[&me].cpu_s;
+        std::hint::black_box((0..20_000_000u64).fold(0u64, |a, b| a ^ b.wrapping_mul(a | 1)));
+        fp.poll(&pids, me, &mut procs, 2, false);
+        assert_eq!(procs[&me].cpu_s, before);
+        fp.poll(&pids, me, &mut procs, 3, true);
+        assert!(procs[&me].cpu_s >= before);
+    }
+
+    #[test]
     fn pages_gained_since_a_reading_are_own_and_pages_lost_leave_both_parts() {
         const MIB: u64 = 1 << 20;
         // A fork child that shared 240 of its 300 MiB at its reading (PSS 60 MiB + what it
