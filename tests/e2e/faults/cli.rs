@@ -277,7 +277,7 @@ fn names_from_the_program_reach_no_terminal_raw_and_keep_folded_lines_whole() {
                 py.minor
             );
             assert!(
-                text.contains("n += 1  # \\x1b[2J"),
+                text.contains("end:  # \\x1b["),
                 "{}: its source line, escaped:\n{text}",
                 py.minor
             );

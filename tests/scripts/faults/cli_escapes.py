@@ -5,7 +5,10 @@ and clears the screen if printed raw) whose busy line holds escapes too, one nam
 "<script>alert(1)<script>.py"; compiles each with its path as co_filename, renames the
 function after more escapes (co_name, and co_qualname from 3.11), and runs each for about 0.8 s
 of CPU time (on a machine busier than its cores a late CPU timer can carry up to half a second
-of one file's loop into the next: each must still have its own samples).
+of one file's loop into the next: each must still have its own samples). The escapes are on the
+`while` line, short enough to be seen in an 80-column report: it calls `process_time`, a system
+call, and holds about 95% of the loop's samples; the body's `n += 1` gets 1-3 of them, too few
+to be sure to be in the report.
 """
 import os
 import sys
@@ -15,8 +18,9 @@ SOURCE = (
     "def spin(seconds):\n"
     "    end = time.process_time() + seconds\n"
     "    n = 0\n"
-    "    while time.process_time() < end:\n"
-    "        n += 1  # \x1b[2J\x1b]0;pwned-too\x07 \x9b2J\n"
+    "    now = time.process_time\n"
+    "    while now() < end:  # \x1b[2J\x1b]0;pwned-too\x07 \x9b2J\n"
+    "        n += 1  # \x1b[2J\n"
     "    return n\n"
 )
 
