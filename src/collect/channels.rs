@@ -36,6 +36,12 @@ struct Channel {
     stopped: Option<String>,
     /// The header's `region_requests` when last looked at.
     region_requests: u32,
+    /// When the CPU clocks of its threads that block SIGPROF were last read (ns from launch).
+    blocks_read_ns: u64,
+    /// Its map of files: when it may be read again (ns from launch), and whether a sample
+    /// fell outside it since it was read (a library loaded since).
+    maps_due_ns: u64,
+    maps_stale: bool,
 }
 
 /// Files skipped with a warning of their own; more are only counted.
@@ -57,6 +63,8 @@ pub struct Channels {
     warnings: Vec<String>,
     /// The budget of looks at waiting threads ([`WAITS_SHARE`] of one CPU).
     waits: Pace,
+    /// Whether the directory may have new entries since the last scan.
+    dir_change: super::dir_change::DirChange,
 }
 
 /// Share of one CPU that looks at waiting threads may take: with many processes or threads
@@ -86,7 +94,8 @@ impl Channels {
             skipped: BTreeSet::new(),
             unready: BTreeMap::new(),
             warnings: Vec::new(),
-            waits: Pace::new(WAITS_SHARE, 20_000_000, 0),
+            waits: Pace::new(WAITS_SHARE, 10_000_000, 0),
+            dir_change: Default::default(),
         }
     }
 
@@ -99,6 +108,11 @@ impl Channels {
     /// are retried next time; files that are not usable channels (not regular files, another
     /// wire version, a corrupt header) are skipped with a warning. Never fails the run.
     pub fn scan(&mut self) {
+        // Files still being set up change without the directory changing: looked at again.
+        let waiting = !self.pending.is_empty() || !self.unready.is_empty();
+        if !self.dir_change.due(&self.dir) && !waiting {
+            return;
+        }
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -151,6 +165,9 @@ impl Channels {
                     slots,
                     stopped: None,
                     region_requests: 0,
+                    blocks_read_ns: 0,
+                    maps_due_ns: 0,
+                    maps_stale: false,
                 },
             );
         }
@@ -272,19 +289,22 @@ impl Channels {
 
     /// The newest channel of each pid that has not exited.
     fn newest_live(&self) -> Vec<PathBuf> {
-        let mut newest: BTreeMap<u32, (u64, &PathBuf)> = BTreeMap::new();
+        let mut newest: HashMap<u32, (u64, &PathBuf, bool)> = HashMap::new();
         for (path, channel) in &self.open {
             let s = &channel.summary;
-            let slot = newest.entry(s.pid).or_insert((s.start_ns, path));
+            let live = s.exit_code.is_none();
+            let slot = newest.entry(s.pid).or_insert((s.start_ns, path, live));
             if s.start_ns >= slot.0 {
-                *slot = (s.start_ns, path);
+                *slot = (s.start_ns, path, live);
             }
         }
-        newest
+        let mut paths: Vec<PathBuf> = newest
             .into_values()
-            .filter(|(_, p)| self.open[*p].summary.exit_code.is_none())
-            .map(|(_, p)| p.clone())
-            .collect()
+            .filter(|(_, _, live)| *live)
+            .map(|(_, p, _)| p.clone())
+            .collect();
+        paths.sort_unstable();
+        paths
     }
 
     /// Pids of processes other than `child` whose newest image has not recorded an exit and
@@ -467,9 +487,20 @@ fn unsampled(blocks: &[SigprofBlock], end_ns: u64) -> Vec<&SigprofBlock> {
         .collect()
 }
 
+/// The longest a map of files that a sample fell outside waits to be read again (ns): the
+/// names of a library loaded by a process that ends within it are lost.
+const MAPS_MAX_WAIT_NS: u64 = 100_000_000;
+
+/// How often the CPU clocks of threads that block SIGPROF are read (ns): a read per thread
+/// each tick cost a fifth of the collector's time on a DataLoader with eight workers (one such
+/// thread each); a thread that ends within this of its last reading may use that much CPU
+/// unseen, which is what the warning's threshold allows for.
+const BLOCKS_READ_EVERY_NS: u64 = 100_000_000;
+
 /// Spans still open (a thread that has not unblocked SIGPROF): the CPU its thread used since,
-/// by the kernel's clock of the thread (`cpu_of`: `/proc/PID/task/TID/schedstat`), read at each
-/// look while the process lives; the first reading is the baseline. A helper thread that
+/// by the kernel's clock of the thread (`cpu_of`: `/proc/PID/task/TID/schedstat`), read when it
+/// is first seen and then every [`BLOCKS_READ_EVERY_NS`] while the process lives; the first
+/// reading is the baseline. A helper thread that
 /// blocks every signal by design and waits (PyTorch's `resource_sharer`, jemalloc's background
 /// threads) then uses none, and is not said to have lost CPU. A thread gone keeps its last.
 fn watch_open_blocks(blocks: &mut [SigprofBlock], mut cpu_of: impl FnMut(u32) -> Option<u64>) {
@@ -627,7 +658,7 @@ impl Channel {
     }
 
     /// Whether its process image has ended and left nothing to read: not drained at ticks
-    /// (two `stat`s of its file each), only at the end. A header that no longer reads (the
+    /// (a `stat` of its file each), only at the end. A header that no longer reads (the
     /// file truncated) is not settled: the drain says why it stops.
     fn settled(&self) -> bool {
         self.stopped.is_some()
@@ -686,25 +717,39 @@ impl Channel {
             }
             self.decoder.feed(&record, launch_ns);
         }
-        if let Some(why) = self.mapping.damage() {
-            // Truncated while we read: what came after the fault was zeros, not counters.
+        if let Some(why) = self.mapping.fault() {
+            // Truncated while we read: what came after the fault was zeros, not counters. (A
+            // truncation after the reads is seen by the next drain's `stat`.)
             self.stop(why, now_ns, warnings);
             return;
         }
-        if self.summary.exit_code.is_none() {
+        let blocks = &self.decoder.out.sigprof_blocks;
+        let unread = blocks
+            .iter()
+            .any(|b| b.until_ns.is_none() && b.cpu_at_block_ns.is_none());
+        let due = now_ns.saturating_sub(self.blocks_read_ns) >= BLOCKS_READ_EVERY_NS;
+        if self.summary.exit_code.is_none() && (unread || due) {
+            self.blocks_read_ns = now_ns;
             let pid = self.summary.pid;
             watch_open_blocks(&mut self.decoder.out.sigprof_blocks, |tid| {
                 procfs::thread_cpu_ns(pid, tid)
             });
         }
         let s = &mut self.summary;
-        if unmapped_ip && s.exit_code.is_none() {
+        self.maps_stale |= unmapped_ip;
+        if self.maps_stale && s.exit_code.is_none() && now_ns >= self.maps_due_ns {
             // A library loaded since the last look (dlopen): read the map again while the
             // process is alive. It may have ended meanwhile (its exit record not read yet): a
-            // zombie's map is empty, and must not replace what was read before.
+            // zombie's map is empty, and must not replace what was read before. A process
+            // importing torch loads hundreds of libraries and has a map of thousands of
+            // lines: read again at most after 40 times what the last reading cost.
+            let before = super::pace::thread_cpu_ns();
             if let Ok(maps) = procfs::read_maps(s.pid) {
                 s.maps = crate::recording::maps::merge_newer(&s.maps, maps);
             }
+            let cost = super::pace::thread_cpu_ns().saturating_sub(before);
+            self.maps_due_ns = now_ns + (40 * cost).min(MAPS_MAX_WAIT_NS);
+            self.maps_stale = false;
         }
         let header = ring.header();
         if header.state.load(Ordering::Acquire) == state::EXITED && s.exit_code.is_none() {

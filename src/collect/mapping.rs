@@ -101,12 +101,8 @@ impl Mapping {
     /// Why the mapping no longer reflects the file, if it does not: the file shrank below the
     /// mapped length (seen by `stat`, or by a read that faulted and now reads zeros).
     pub fn damage(&self) -> Option<String> {
-        if self
-            .registration
-            .as_ref()
-            .is_some_and(Registration::faulted)
-        {
-            return Some("the channel file was truncated while being read".into());
+        if let Some(why) = self.fault() {
+            return Some(why);
         }
         let meta = std::fs::symlink_metadata(&self.path).ok()?;
         // A file replaced by another (or removed) leaves our mapping of the old one intact.
@@ -118,6 +114,18 @@ impl Mapping {
             ));
         }
         None
+    }
+}
+
+impl Mapping {
+    /// Why the mapping no longer reads the file, if a read faulted (the file was truncated
+    /// under it, which the kernel makes fault at the next touch of a page cut off): no system
+    /// call, so cheap enough after every drain.
+    pub fn fault(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .is_some_and(Registration::faulted)
+            .then(|| "the channel file was truncated while being read".into())
     }
 }
 

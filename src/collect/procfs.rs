@@ -1,9 +1,13 @@
 //! What `/proc` says about a process: resident set size, its high-water mark, CPU time, and
 //! the files it has mapped.
 
-use std::path::PathBuf;
-
+use super::procfs_files as files;
 use crate::recording::maps::MappedFile;
+
+/// Close the files kept open for reading `pid` (a process that has exited).
+pub fn forget(pid: u32) {
+    files::forget(pid);
+}
 
 /// One reading of a process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -24,8 +28,7 @@ pub struct ProcReading {
 /// `hwm_bytes` is the current RSS. The CPU time (`stat`, whose cost grows with the process's
 /// threads: 0.15 ms for 257 of them) only `with_cpu`.
 pub fn read(pid: u32, with_hwm: bool, with_cpu: bool) -> Option<ProcReading> {
-    let base = PathBuf::from(format!("/proc/{pid}"));
-    let statm = std::fs::read_to_string(base.join("statm")).ok()?;
+    let statm = files::read(&format!("/proc/{pid}/statm"))?;
     let mut fields = statm.split_whitespace().skip(1);
     let pages: u64 = fields.next()?.parse().ok()?;
     let shared: u64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(pages);
@@ -35,14 +38,13 @@ pub fn read(pid: u32, with_hwm: bool, with_cpu: bool) -> Option<ProcReading> {
         return None; // a zombie: no memory left to measure
     }
     let hwm_bytes = match with_hwm {
-        true => std::fs::read_to_string(base.join("status"))
-            .ok()
+        true => files::read(&format!("/proc/{pid}/status"))
             .and_then(|s| status_field_kib(&s, "VmHWM:"))
             .map_or(rss_bytes, |kib| (kib * 1024).max(rss_bytes)),
         false => rss_bytes,
     };
     let cpu_s = match with_cpu {
-        true => Some(stat_cpu_s(&std::fs::read_to_string(base.join("stat")).ok()?).unwrap_or(0.0)),
+        true => Some(stat_cpu_s(&files::read(&format!("/proc/{pid}/stat"))?).unwrap_or(0.0)),
         false => None,
     };
     Some(ProcReading {
@@ -58,7 +60,7 @@ pub fn read(pid: u32, with_hwm: bool, with_cpu: bool) -> Option<ProcReading> {
 /// `/proc/PID/smaps_rollup` (one walk of its pages: costly). `None` where the kernel has no
 /// such file or the process is gone.
 pub fn own_share(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let text = files::read_once(&format!("/proc/{pid}/smaps_rollup"))?;
     let rss = status_field_kib(&text, "Rss:")?;
     let pss = status_field_kib(&text, "Pss:")?;
     (rss > 0).then(|| (pss as f64 / rss as f64).min(1.0))
@@ -67,13 +69,13 @@ pub fn own_share(pid: u32) -> Option<f64> {
 /// The CPU time thread `tid` of `pid` has used, in ns: the first field of
 /// `/proc/PID/task/TID/schedstat` (the scheduler's own clock of the thread). `None` if gone.
 pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let text = files::read(&format!("/proc/{pid}/task/{tid}/schedstat"))?;
     text.split_whitespace().next()?.parse().ok()
 }
 
 /// Whether `pid` exists and is not a zombie (state `Z`) or dead (`X`).
 pub fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(stat) = files::read(&format!("/proc/{pid}/stat")) else {
         return false;
     };
     // The state follows the command name, which is in parentheses and may contain anything.
@@ -112,7 +114,7 @@ fn stat_cpu_s(stat: &str) -> Option<f64> {
 /// will report them when it is reaped (`utime + cutime`, `stime + cstime` of
 /// `/proc/PID/stat`): the usage of a command that is still running.
 pub fn usage(pid: u32) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = files::read(&format!("/proc/{pid}/stat"))?;
     stat_usage(&stat)
 }
 

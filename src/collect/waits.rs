@@ -18,6 +18,7 @@ use mlprof_wire::sample_flags;
 
 use super::decode::decode_str;
 use super::events::Decoded;
+use super::procfs_files::read_once;
 use super::remote::Remote;
 use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
 
@@ -92,17 +93,14 @@ fn tasks(pid: u32) -> Vec<Task> {
         .flatten()
         .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|tid| {
-            let stat =
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
+            let stat = read_once(&format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
             let state = stat
                 .rfind(')')
                 .and_then(|i| stat[i + 1..].trim_start().chars().next())?;
-            let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-                .ok()
-                .and_then(|s| {
-                    let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
-                    Some((f.next()??, f.next()??))
-                });
+            let sched = read_once(&format!("/proc/{pid}/task/{tid}/schedstat")).and_then(|s| {
+                let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+                Some((f.next()??, f.next()??))
+            });
             Some((tid, state, sched))
         })
         .collect()
