@@ -81,6 +81,8 @@ pub struct LiveHeap {
     pub mapped: u64,
     /// A fork image (not exec'd).
     pub forked: bool,
+    /// When its channel was made (ns from launch): a fork child's fork.
+    pub start_ns: u64,
 }
 
 impl Channels {
@@ -344,6 +346,7 @@ impl Channels {
                 heap,
                 mapped: if exited { 0 } else { s.mapped.current },
                 forked: s.forked,
+                start_ns: s.start_ns,
             };
             let slot = newest.entry(s.pid).or_insert((s.start_ns, live));
             if s.start_ns >= slot.0 {

@@ -11,8 +11,9 @@
 //! that imported torch. Read for every process ten times a second, it cost a third of the
 //! machine on a torch.compile job. So each kind of read has a [`Pace`]: PSS readings take at
 //! most [`PSS_SHARE`] of one CPU, those never made first, then the oldest, each process at
-//! most every [`PSS_EVERY_NS`]. Until its first, a fork child counts only what it gained since
-//! it was first seen (the rest it shares with its parent), an exec'd process its anonymous
+//! most every [`PSS_EVERY_NS`]. Until its first, a fork child counts only what it made itself
+//! (its channel's heap beyond what it inherited, and its mappings) when first seen, and what
+//! it gained since (the rest it shares with its parent), an exec'd process its anonymous
 //! pages (its file pages are libraries, most likely shared). The other readings take at most
 //! [`PROC_SHARE`], except the command's own process and any process read for the first time,
 //! which are always read. A process not read at a tick counts with its last reading.
@@ -76,14 +77,26 @@ impl Share {
     }
 }
 
+/// A fork image of the tree, as its channel says.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fork {
+    /// Bytes it made itself since the fork (heap beyond what it inherited, mappings it made).
+    pub made: u64,
+    /// When it was forked (ns from launch; its channel's start).
+    pub at_ns: u64,
+}
+
+/// A reading of another process this close before a fork child's channel was made may have
+/// been taken after the fork: the child's first reading is then not put off.
+const FORK_SLACK_NS: u64 = 20_000_000;
+
 /// The footprint's state between ticks.
 pub struct Footprint {
     last: BTreeMap<u32, Last>,
     /// Processes whose `/proc` directory was gone at a reading: not read again.
     gone: std::collections::BTreeSet<u32>,
-    /// Processes that are fork images (not exec'd): their first share of own pages is read
-    /// whatever the budget.
-    forks: std::collections::BTreeSet<u32>,
+    /// Processes that are fork images (not exec'd), as their channels say.
+    forks: BTreeMap<u32, Fork>,
     pss: Pace,
     proc: Pace,
 }
@@ -101,8 +114,8 @@ impl Footprint {
     }
 
     /// The processes of the tree that are fork images now (a fork child that has not exec'd:
-    /// it shares most of its pages with its parent at first).
-    pub fn set_forks(&mut self, forks: std::collections::BTreeSet<u32>) {
+    /// it shares most of its pages with its parent at first), with what each made itself.
+    pub fn set_forks(&mut self, forks: BTreeMap<u32, Fork>) {
         self.forks = forks;
     }
 
@@ -170,12 +183,15 @@ impl Footprint {
             let last = self.last.entry(pid).or_default();
             (last.rss_bytes, last.anon_bytes, last.read_ns) =
                 (reading.rss_bytes, reading.anon_bytes, now);
-            let fork = self.forks.contains(&pid);
+            let made = self.forks.get(&pid).map(|f| f.made);
             match last.share {
-                // A fork child first seen: its pages are its parent's until a reading says.
-                None if fork => {
+                // A fork child first seen: its pages are its parent's until a reading says,
+                // but for what it made itself since the fork (it may have allocated before it
+                // was first seen), at most its anonymous pages.
+                None if made.is_some() => {
+                    let own = made.unwrap_or(0).min(reading.anon_bytes);
                     last.share = Some(Share {
-                        own: 0.0,
+                        own: own as f64 / reading.rss_bytes.max(1) as f64,
                         at_ns: now,
                         rss_bytes: reading.rss_bytes,
                         anon_bytes: reading.anon_bytes,
@@ -183,7 +199,7 @@ impl Footprint {
                     })
                 }
                 // It has exec'd since: a new image, nothing of its parent's left.
-                Some(share) if share.assumed && !fork => last.share = None,
+                Some(share) if share.assumed && made.is_none() => last.share = None,
                 _ => {}
             }
             let entry = procs.entry(pid).or_insert(ProcSummary {
@@ -221,12 +237,28 @@ impl Footprint {
     /// PSS readings due, within their budget: never read first (the command's process ahead),
     /// then the oldest.
     fn read_shares(&mut self, now: u64, child: u32) {
+        // The last reading of the tree's processes that were read (not assumed).
+        let mut newest_read = self
+            .last
+            .values()
+            .filter_map(|l| l.share.filter(|s| !s.assumed).map(|s| s.at_ns))
+            .max();
+        // The newest fork of a child whose share was read: a process read before it counts
+        // pages it shares with that child at too large a part, so it is due next.
+        let newest_fork = (self.forks.iter())
+            .filter(|(pid, _)| {
+                (self.last.get(pid)).is_some_and(|l| l.share.is_some_and(|s| !s.assumed))
+            })
+            .map(|(_, f)| f.at_ns)
+            .max()
+            .unwrap_or(0);
         let mut due: Vec<(u64, bool, u32)> = self
             .last
             .iter()
             .filter_map(|(&pid, l)| match l.share {
                 None => Some((0, pid != child, pid)),
                 Some(share) if share.assumed => Some((0, pid != child, pid)),
+                Some(share) if share.at_ns < newest_fork => Some((1, pid != child, pid)),
                 Some(share) if now.saturating_sub(share.at_ns) >= PSS_EVERY_NS => {
                     Some((share.at_ns + 1, pid != child, pid))
                 }
@@ -234,7 +266,9 @@ impl Footprint {
             })
             .collect();
         due.sort_unstable();
-        for (_, _, pid) in due {
+        // A second pass for assumed children that a reading of the first made due.
+        let due = due.iter().chain(due.iter()).map(|&(_, _, pid)| pid);
+        for pid in due {
             // Every reading within the budget, those never made first (so that no process is
             // read again while another has not been read: a parent read again after a fork
             // gets half of the pages its children share, which must not be counted as theirs
@@ -243,11 +277,27 @@ impl Footprint {
             // children importing torch each paid 5-17 ms for a first reading that changed
             // nothing; a fork child counts what it gained since it was first seen (the first
             // readings of a DataLoader's 8 workers were 40% of the collector's CPU).
-            if !self.pss.allowed(now) {
+            // An assumed fork child forked before another process's reading: that reading
+            // gave the child part of the pages they share, which the child's assumed share does
+            // not count, so the child is read now, whatever the budget (a burst of forks seen
+            // a tick late).
+            let Some(last) = self.last.get(&pid) else {
+                continue;
+            };
+            let assumed = last.share.is_some_and(|s| s.assumed);
+            if last.share.is_some_and(|s| s.at_ns == now && !s.assumed) {
+                continue; // read in the first pass
+            }
+            let forced = assumed
+                && self.forks.get(&pid).is_some_and(|f| {
+                    newest_read.is_some_and(|read| read + FORK_SLACK_NS > f.at_ns)
+                });
+            if !forced && !self.pss.allowed(now) {
                 continue;
             }
             let own = self.pss.spend(|| procfs::own_share(pid));
             if let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) {
+                newest_read = Some(now);
                 last.share = Some(Share {
                     own,
                     at_ns: now,
@@ -337,14 +387,26 @@ mod tests {
         let (me, fork, execd) = (pids[0], pids[1], pids[2]);
         let mut fp = Footprint::new(0);
         fp.pss.add(u64::MAX / 4);
-        fp.set_forks([fork].into_iter().collect());
+        // It made 8 KiB itself before it was first seen (its channel says): those are its own.
+        const MADE: u64 = 8192;
+        let forked = Fork {
+            made: MADE,
+            at_ns: 1,
+        };
+        fp.set_forks([(fork, forked)].into_iter().collect());
         let mut procs = BTreeMap::new();
         fp.poll(&pids, me, &mut procs, 1, true);
         let share = fp.last[&fork]
             .share
             .expect("the fork child's share is assumed");
-        assert!(share.assumed && share.own == 0.0);
-        assert_eq!(share.own_of(share.rss_bytes + 7, share.rss_bytes), 7);
+        assert!(share.assumed && share.anon_bytes >= MADE);
+        let own = share.own_of(share.rss_bytes, share.rss_bytes);
+        assert!(own.abs_diff(MADE) <= 1, "own at first sight: {own}");
+        let grown = share.own_of(share.rss_bytes + 7, share.rss_bytes);
+        assert!(
+            grown.abs_diff(MADE + 7) <= 1,
+            "own after 7 bytes more: {grown}"
+        );
         assert!(
             fp.last[&execd].share.is_none(),
             "the exec'd one waits for the budget"
@@ -367,6 +429,33 @@ mod tests {
             .last
             .values()
             .all(|l| l.share.is_some_and(|s| !s.assumed)));
+    }
+
+    #[test]
+    fn a_fork_child_seen_after_a_reading_that_followed_its_fork_is_read_at_once() {
+        const MS: u64 = 1_000_000;
+        let (pids, _kids) = tree(3);
+        let (me, early, late) = (pids[0], pids[1], pids[2]);
+        let mut fp = Footprint::new(0);
+        let mut procs = BTreeMap::new();
+        fp.poll(&pids[..2], me, &mut procs, 100 * MS, true);
+        assert!(fp.last.values().all(|l| l.share.is_some_and(|s| !s.assumed)));
+        fp.pss.add(u64::MAX / 4);
+        // `late` was forked after those readings: its assumed share is consistent with them.
+        let fork = |at_ns| Fork { made: 0, at_ns };
+        let forks = [(early, fork(10 * MS)), (late, fork(200 * MS))];
+        fp.set_forks(forks[1..].iter().copied().collect());
+        fp.poll(&[me, early, late], me, &mut procs, 220 * MS, true);
+        assert!(fp.last[&late].share.is_some_and(|s| s.assumed));
+        // Had it been forked before them, it is read whatever the budget: those readings
+        // counted part of what it shares at their side.
+        let (mut fp, mut procs) = (Footprint::new(0), BTreeMap::new());
+        fp.poll(&[me, late], me, &mut procs, 100 * MS, true);
+        fp.pss.add(u64::MAX / 4);
+        fp.set_forks(forks[..1].iter().copied().collect());
+        fp.poll(&[me, early, late], me, &mut procs, 120 * MS, true);
+        let share = fp.last[&early].share.expect("read");
+        assert!(!share.assumed && share.at_ns == 120 * MS);
     }
 
     #[test]

@@ -467,7 +467,17 @@ impl Collector {
         let heaps = self.channels.live_heaps();
         let mut pids = vec![self.child];
         pids.extend(heaps.keys().copied().filter(|&pid| pid != self.child));
-        let forks = heaps.iter().filter(|(_, h)| h.forked).map(|(&pid, _)| pid);
+        let forks = heaps.iter().filter(|(_, h)| h.forked);
+        let forks = forks.map(|(&pid, h)| {
+            let made = u64::try_from(h.heap).unwrap_or(0) + h.mapped;
+            (
+                pid,
+                footprint::Fork {
+                    made,
+                    at_ns: h.start_ns,
+                },
+            )
+        });
         self.footprint.set_forks(forks.collect());
         let rss = self
             .footprint
