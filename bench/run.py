@@ -43,7 +43,7 @@ INSTALL_PACKAGES = ["numpy", "scikit-learn", "onnxruntime", "onnx", "scalene", "
 WORKLOAD_ORDER = ["alloc_churn", "pure_python", "numpy_matmul", "numpy_alloc", "mixed_lines",
                   "large_arrays", "leak", "copies", "threads", "mp_pool", "mp_pool_spawn",
                   "sklearn_fit", "onnx_arena_on", "onnx_arena_off", "torch_train",
-                  "jax_train", "tf_fit", "polars_join", "numba_loop"]
+                  "torch_dataloader", "torch_compile", "jax_train", "tf_fit", "polars_join", "numba_loop"]
 # mlprof's own configurations: shown in a second table (mlprof itself is in both).
 MLPROF_VARIANTS = ["mlprof", "mlprof-cpu", "mlprof-min"]
 

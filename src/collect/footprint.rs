@@ -20,6 +20,11 @@
 
 use std::collections::BTreeMap;
 
+mod shares;
+
+pub use shares::Fork;
+use shares::Share;
+
 use super::pace::Pace;
 use super::procfs;
 use crate::recording::{ProcSummary, Tick};
@@ -47,48 +52,13 @@ struct Last {
     read_ns: u64,
     /// Its share of own pages at its last PSS reading, if it had one.
     share: Option<Share>,
+    /// The share before that one, to go back to when a fork child seen late shows that the
+    /// newer one was read after its fork (`Footprint::agree_with_fork`).
+    prev: Option<Share>,
+    /// Its PSS is read at the next tick whatever the budget (a fork child whose assumed
+    /// share the other readings do not agree with).
+    force: bool,
 }
-
-/// A process's share of own pages at a PSS reading.
-#[derive(Clone, Copy, Debug)]
-struct Share {
-    /// PSS / RSS then.
-    own: f64,
-    /// When (ns from launch).
-    at_ns: u64,
-    /// Its RSS and anonymous part then.
-    rss_bytes: u64,
-    anon_bytes: u64,
-    /// Not read but assumed: a fork child before its first PSS reading shares every page it
-    /// had when first seen (its parent's), so only what it gains after is its own.
-    assumed: bool,
-}
-
-impl Share {
-    /// What of `now` (bytes resident now, `then` at the reading) counts as the process's own.
-    /// Pages it gained since are its own (new pages are private: a fork child that allocates
-    /// grows by its own pages, while the pages it shares stay as they were), so the part it
-    /// shared then is taken away; pages it lost are taken from both parts alike.
-    fn own_of(&self, now: u64, then: u64) -> u64 {
-        let shared_then = then as f64 * (1.0 - self.own);
-        let grown = (now as f64 - shared_then).max(0.0);
-        let scaled = now as f64 * self.own;
-        grown.max(scaled).min(now as f64) as u64
-    }
-}
-
-/// A fork image of the tree, as its channel says.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Fork {
-    /// Bytes it made itself since the fork (heap beyond what it inherited, mappings it made).
-    pub made: u64,
-    /// When it was forked (ns from launch; its channel's start).
-    pub at_ns: u64,
-}
-
-/// A reading of another process this close before a fork child's channel was made may have
-/// been taken after the fork: the child's first reading is then not put off.
-const FORK_SLACK_NS: u64 = 20_000_000;
 
 /// The footprint's state between ticks.
 pub struct Footprint {
@@ -158,6 +128,7 @@ impl Footprint {
             let last = self.last.get(pid).map_or(0, |l| l.read_ns + 1);
             (*pid != child, last)
         });
+        let mut seen_forks = Vec::new();
         for pid in order {
             if self.gone.contains(&pid) {
                 continue;
@@ -189,6 +160,7 @@ impl Footprint {
                 // but for what it made itself since the fork (it may have allocated before it
                 // was first seen), at most its anonymous pages.
                 None if made.is_some() => {
+                    seen_forks.push(pid);
                     let own = made.unwrap_or(0).min(reading.anon_bytes);
                     last.share = Some(Share {
                         own: own as f64 / reading.rss_bytes.max(1) as f64,
@@ -212,6 +184,9 @@ impl Footprint {
                 .max(reading.rss_bytes);
             entry.cpu_s = reading.cpu_s.unwrap_or(entry.cpu_s);
         }
+        for pid in seen_forks {
+            self.agree_with_fork(pid);
+        }
         if tree {
             self.read_shares(now, child);
         }
@@ -232,81 +207,6 @@ impl Footprint {
             anon_bytes += anon;
         }
         (rss_bytes, anon_bytes)
-    }
-
-    /// PSS readings due, within their budget: never read first (the command's process ahead),
-    /// then the oldest.
-    fn read_shares(&mut self, now: u64, child: u32) {
-        // The last reading of the tree's processes that were read (not assumed).
-        let mut newest_read = self
-            .last
-            .values()
-            .filter_map(|l| l.share.filter(|s| !s.assumed).map(|s| s.at_ns))
-            .max();
-        // The newest fork of a child whose share was read: a process read before it counts
-        // pages it shares with that child at too large a part, so it is due next.
-        let newest_fork = (self.forks.iter())
-            .filter(|(pid, _)| {
-                (self.last.get(pid)).is_some_and(|l| l.share.is_some_and(|s| !s.assumed))
-            })
-            .map(|(_, f)| f.at_ns)
-            .max()
-            .unwrap_or(0);
-        let mut due: Vec<(u64, bool, u32)> = self
-            .last
-            .iter()
-            .filter_map(|(&pid, l)| match l.share {
-                None => Some((0, pid != child, pid)),
-                Some(share) if share.assumed => Some((0, pid != child, pid)),
-                Some(share) if share.at_ns < newest_fork => Some((1, pid != child, pid)),
-                Some(share) if now.saturating_sub(share.at_ns) >= PSS_EVERY_NS => {
-                    Some((share.at_ns + 1, pid != child, pid))
-                }
-                Some(_) => None,
-            })
-            .collect();
-        due.sort_unstable();
-        // A second pass for assumed children that a reading of the first made due.
-        let due = due.iter().chain(due.iter()).map(|&(_, _, pid)| pid);
-        for pid in due {
-            // Every reading within the budget, those never made first (so that no process is
-            // read again while another has not been read: a parent read again after a fork
-            // gets half of the pages its children share, which must not be counted as theirs
-            // too). Until its first, an exec'd process counts its anonymous pages as its own,
-            // which they are (its file pages are libraries, most likely shared): 40 short
-            // children importing torch each paid 5-17 ms for a first reading that changed
-            // nothing; a fork child counts what it gained since it was first seen (the first
-            // readings of a DataLoader's 8 workers were 40% of the collector's CPU).
-            // An assumed fork child forked before another process's reading: that reading
-            // gave the child part of the pages they share, which the child's assumed share does
-            // not count, so the child is read now, whatever the budget (a burst of forks seen
-            // a tick late).
-            let Some(last) = self.last.get(&pid) else {
-                continue;
-            };
-            let assumed = last.share.is_some_and(|s| s.assumed);
-            if last.share.is_some_and(|s| s.at_ns == now && !s.assumed) {
-                continue; // read in the first pass
-            }
-            let forced = assumed
-                && self.forks.get(&pid).is_some_and(|f| {
-                    newest_read.is_some_and(|read| read + FORK_SLACK_NS > f.at_ns)
-                });
-            if !forced && !self.pss.allowed(now) {
-                continue;
-            }
-            let own = self.pss.spend(|| procfs::own_share(pid));
-            if let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) {
-                newest_read = Some(now);
-                last.share = Some(Share {
-                    own,
-                    at_ns: now,
-                    rss_bytes: last.rss_bytes,
-                    anon_bytes: last.anon_bytes,
-                    assumed: false,
-                });
-            }
-        }
     }
 }
 
@@ -439,7 +339,10 @@ mod tests {
         let mut fp = Footprint::new(0);
         let mut procs = BTreeMap::new();
         fp.poll(&pids[..2], me, &mut procs, 100 * MS, true);
-        assert!(fp.last.values().all(|l| l.share.is_some_and(|s| !s.assumed)));
+        assert!(fp
+            .last
+            .values()
+            .all(|l| l.share.is_some_and(|s| !s.assumed)));
         fp.pss.add(u64::MAX / 4);
         // `late` was forked after those readings: its assumed share is consistent with them.
         let fork = |at_ns| Fork { made: 0, at_ns };
@@ -459,22 +362,29 @@ mod tests {
     }
 
     #[test]
-    fn pages_gained_since_a_reading_are_own_and_pages_lost_leave_both_parts() {
-        const MIB: u64 = 1 << 20;
-        // A fork child that shared 240 of its 300 MiB at its reading (PSS 60 MiB + what it
-        // shares split among five) then allocated 50 MiB: its own is 110 MiB.
-        let share = Share {
-            own: 0.2,
-            at_ns: 0,
-            rss_bytes: 300 * MIB,
-            anon_bytes: 300 * MIB,
-            assumed: false,
+    fn one_reading_brings_the_assumed_forks_and_those_read_before_a_fork_into_its_tick() {
+        const MS: u64 = 1_000_000;
+        let (pids, _kids) = tree(2);
+        let (me, fork, other) = (pids[0], pids[1], pids[2]);
+        let mut fp = Footprint::new(0);
+        let mut procs = BTreeMap::new();
+        fp.poll(&[me, other], me, &mut procs, 10 * MS, true);
+        fp.pss.add(u64::MAX / 4);
+        let forked = Fork {
+            made: 0,
+            at_ns: 50 * MS,
         };
-        assert_eq!(share.own_of(350 * MIB, 300 * MIB), 110 * MIB);
-        assert_eq!(share.own_of(300 * MIB, 300 * MIB), 60 * MIB);
-        // Shrunk to 150 MiB: at least its share of what is left, never more than it has.
-        assert_eq!(share.own_of(150 * MIB, 300 * MIB), 30 * MIB);
-        assert_eq!(share.own_of(0, 300 * MIB), 0);
+        fp.set_forks([(fork, forked)].into_iter().collect());
+        fp.poll(&pids, me, &mut procs, 60 * MS, true);
+        assert!(fp.last[&fork].share.is_some_and(|s| s.assumed), "no budget");
+        // One reading made whatever the budget: the fork child, then the other process
+        // (read before the fork), come with it.
+        fp.last.get_mut(&me).unwrap().force = true;
+        fp.poll(&pids, me, &mut procs, 80 * MS, true);
+        for pid in pids {
+            let share = fp.last[&pid].share.expect("read");
+            assert!(!share.assumed && share.at_ns == 80 * MS, "{pid}: {share:?}");
+        }
     }
 
     #[test]
