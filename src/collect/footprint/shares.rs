@@ -136,7 +136,8 @@ impl Footprint {
             let with_fork = share.is_some_and(|s| {
                 (any_read && s.assumed) || fork_read.is_some_and(|fork_ns| s.at_ns <= fork_ns)
             });
-            if !last.force && !with_fork && !(due && self.pss.allowed(now)) {
+            let allowed = last.force || with_fork || (due && self.pss.allowed(now));
+            if !allowed {
                 continue;
             }
             let own = self.pss.spend(|| procfs::own_share(pid));
