@@ -7,7 +7,7 @@ is seconds of Python in the main process.
 
 Known truth (default size N = 40 training steps after the compile):
   - the compile (graph capture, Inductor's code generation, the compiler processes' work)
-    happens at the first call of the compiled model, on the `@compile` line;
+    happens at the first call of the compiled step (the line so commented);
   - the steps after it run the compiled kernels: native time on the `@native` line;
   - the peak is not known by construction (torch's and the compiler's own allocations), so
     no EXPECTED_PEAK_BYTES;
@@ -65,7 +65,7 @@ def main(argv):
         return loss.detach()
 
     compiled = torch.compile(step)
-    total = float(compiled(x, y))  # @compile
+    total = float(compiled(x, y))  # the compile happens here
     opt.step()
     for _ in range(steps):
         opt.zero_grad()

@@ -83,6 +83,8 @@ pub struct LiveHeap {
     pub forked: bool,
     /// When its channel was made (ns from launch): a fork child's fork.
     pub start_ns: u64,
+    /// Its parent's pid.
+    pub ppid: u32,
 }
 
 impl Channels {
@@ -347,6 +349,7 @@ impl Channels {
                 mapped: if exited { 0 } else { s.mapped.current },
                 forked: s.forked,
                 start_ns: s.start_ns,
+                ppid: s.ppid,
             };
             let slot = newest.entry(s.pid).or_insert((s.start_ns, live));
             if s.start_ns >= slot.0 {

@@ -151,10 +151,17 @@ impl Footprint {
                 }
                 continue;
             };
+            let fork = self.forks.get(&pid).copied();
+            // What it made itself by its channel, or by how far its anonymous pages are past
+            // its parent's now (its channel may not say yet what it allocated before it was
+            // first seen), whichever is more.
+            let made = fork.map(|f| {
+                let parent = self.last.get(&f.parent).map_or(u64::MAX, |p| p.anon_bytes);
+                f.made.max(reading.anon_bytes.saturating_sub(parent))
+            });
             let last = self.last.entry(pid).or_default();
             (last.rss_bytes, last.anon_bytes, last.read_ns) =
                 (reading.rss_bytes, reading.anon_bytes, now);
-            let made = self.forks.get(&pid).map(|f| f.made);
             match last.share {
                 // A fork child first seen: its pages are its parent's until a reading says,
                 // but for what it made itself since the fork (it may have allocated before it
@@ -292,6 +299,7 @@ mod tests {
         let forked = Fork {
             made: MADE,
             at_ns: 1,
+            parent: 0,
         };
         fp.set_forks([(fork, forked)].into_iter().collect());
         let mut procs = BTreeMap::new();
@@ -345,7 +353,11 @@ mod tests {
             .all(|l| l.share.is_some_and(|s| !s.assumed)));
         fp.pss.add(u64::MAX / 4);
         // `late` was forked after those readings: its assumed share is consistent with them.
-        let fork = |at_ns| Fork { made: 0, at_ns };
+        let fork = |at_ns| Fork {
+            made: 0,
+            at_ns,
+            parent: 0,
+        };
         let forks = [(early, fork(10 * MS)), (late, fork(200 * MS))];
         fp.set_forks(forks[1..].iter().copied().collect());
         fp.poll(&[me, early, late], me, &mut procs, 220 * MS, true);
@@ -373,6 +385,7 @@ mod tests {
         let forked = Fork {
             made: 0,
             at_ns: 50 * MS,
+            parent: 0,
         };
         fp.set_forks([(fork, forked)].into_iter().collect());
         fp.poll(&pids, me, &mut procs, 60 * MS, true);

@@ -475,6 +475,7 @@ impl Collector {
                 footprint::Fork {
                     made,
                     at_ns: h.start_ns,
+                    parent: h.ppid,
                 },
             )
         });

@@ -50,7 +50,7 @@ pub fn attribute(rec: &Recording, natives: &NativeNames, filter: &Filter) -> Pro
             }
         }
     }
-    super::memory::add(rec, filter, &sample_places, &mut places);
+    super::memory::add(rec, filter, &sample_places, &donors, &mut places);
     let mut gpu_calls = super::gpu_calls::add(rec, filter, &sample_places, &mut places);
     for p in &mut processes {
         p.gpu_calls = gpu_calls.remove(&p.pid);

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use mlprof_wire::alloc_flags;
 
 use super::filter::Filter;
-use super::places::{place_of, Acc, Lines, Place, NATIVE_THREAD};
-use super::pooljoin::PoolJoin;
+use super::places::{place_of, Acc, Lines, Place, INTERPRETER, NATIVE_THREAD, OUTSIDE};
+use super::pooljoin::{python_ancestor, Donor, PoolJoin};
 use crate::recording::{Recording, Tick};
 
 /// The tree's heap peak and the instant its holders are taken at.
@@ -133,11 +133,15 @@ fn heap_peak(rec: &Recording) -> TreePeak {
 /// peak: 1.5 GiB held for a 598 MiB peak). `sample_places` is
 /// where each CPU sample went by its own frames (`cpu::places`): what a thread without Python
 /// (a rayon, OpenMP or BLAS pool) allocates, maps or copies goes to the line the process's
-/// Python threads were on then, as its CPU does (`pooljoin`).
+/// Python threads were on then, as its CPU does (`pooljoin`); what a child allocates outside
+/// any user code (a program without Python: the compilers torch.compile runs; a Python child
+/// starting up) goes to the line its nearest Python ancestor was on then, where that
+/// ancestor's CPU sample went (`donors`).
 pub fn add(
     rec: &Recording,
     filter: &Filter,
     sample_places: &[Vec<Place>],
+    donors: &[Vec<Donor>],
     places: &mut HashMap<Place, Acc>,
 ) {
     let tree = tree_peak(rec);
@@ -151,13 +155,36 @@ pub fn add(
             false => alive.then_some(tree.at_ns),
         };
         let join = PoolJoin::new(&channel.samples, &sample_places[ci]);
+        let ancestor = python_ancestor(rec, ci).map(|ai| {
+            let parent = PoolJoin::new(&rec.channels[ai].samples, &sample_places[ai]);
+            (ai, parent)
+        });
         // Allocations folded over their thread's run (`alloc_groups`) have no one moment and
-        // stay where their frames put them.
+        // stay where their frames put them (in a child without Python: at its start).
         let mut place_of = |frames: &[(u32, i32)], tid: u32, t_ns: Option<u64>| {
             let place = place_of(frames, tid, channel.pid, &mut lines, filter);
-            match t_ns.and_then(|t| join.at(t)) {
+            let place = match t_ns.and_then(|t| join.at(t)) {
                 Some(j) if place.file == NATIVE_THREAD => sample_places[ci][j].clone(),
                 _ => place,
+            };
+            let outside = [OUTSIDE, INTERPRETER, NATIVE_THREAD].contains(&place.file.as_str());
+            let Some((ai, parent)) = ancestor
+                .as_ref()
+                .filter(|_| channel.python.is_none() || outside)
+            else {
+                return place;
+            };
+            let t = match (t_ns, channel.python.is_none()) {
+                (Some(t), _) => t,
+                (None, true) => channel.start_ns,
+                (None, false) => return place,
+            };
+            match parent.for_child(t, channel.start_ns) {
+                Some(j) => match donors[*ai][j] {
+                    Some((c, k)) => sample_places[c][k].clone(),
+                    None => sample_places[*ai][j].clone(),
+                },
+                None => place,
             }
         };
 

@@ -70,7 +70,7 @@ pub fn donors(rec: &Recording, sample_places: &[Vec<Place>]) -> Vec<Vec<Donor>> 
                         .contains(&now.file.as_str())
                         && s.flags & sample_flags::WAITING == 0;
                     if channel.python.is_none() || outside {
-                        if let Some(j) = parent.at(s.t_ns) {
+                        if let Some(j) = parent.for_child(s.t_ns, channel.start_ns) {
                             donor[i] = Some((ai, j));
                         }
                     }
@@ -272,6 +272,37 @@ impl<'a> PoolJoin<'a> {
             }
         }
         self.at(t_ns)
+    }
+
+    /// The sample of a wait a Python thread timed itself that `t_ns` falls in, if any (the
+    /// latest begun): what a child process does while its parent waits for it (in
+    /// `subprocess.run`, a compile pool's `result`) is for the line that waits.
+    pub fn waiting_at(&self, t_ns: u64) -> Option<usize> {
+        let waits = &self.waits;
+        let began = waits.partition_point(|&(from, _, _)| from <= t_ns);
+        (0..began)
+            .rev()
+            .take_while(|&k| waits[k].0.saturating_add(self.longest) >= t_ns)
+            .find(|&k| waits[k].1 >= t_ns)
+            .map(|k| waits[k].2)
+    }
+
+    /// Where a child's event at `t_ns` joins its Python ancestor (this join), the child
+    /// having started at `start_ns`: the wait the ancestor is in then; else its first Python
+    /// sample at or after both (within [`BRACKET_WINDOW_NS`]: the ancestor is in the line that
+    /// started the child from its start on, and its samples before are of the lines before);
+    /// else as [`PoolJoin::at`].
+    pub fn for_child(&self, t_ns: u64, start_ns: u64) -> Option<usize> {
+        if let Some(j) = self.waiting_at(t_ns) {
+            return Some(j);
+        }
+        let t = t_ns.max(start_ns);
+        let python = &self.python;
+        let after = python.partition_point(|&(pt, _, _)| pt < t);
+        match python.get(after) {
+            Some(&(pt, j, _)) if pt <= t + BRACKET_WINDOW_NS => Some(j),
+            _ => self.at(t_ns),
+        }
     }
 
     /// The Python sample whose place a pool's event at `t_ns` joins, if any: the line of the

@@ -106,7 +106,7 @@ fn one_rank(
     super::cpu::add(
         &view, natives, &places, &donors, &counted, &mut acc, &mut gpu,
     );
-    super::memory::add(&view, filter, &places, &mut acc);
+    super::memory::add(&view, filter, &places, &donors, &mut acc);
     let collective_s = collective_ns(&view, natives, channels, &counted) as f64 / 1e9;
     let (lines, _) = super::places::summarise(acc, rec.wall_ns);
     let pids: Vec<u32> = {

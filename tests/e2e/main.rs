@@ -6,6 +6,7 @@ mod attach;
 mod bounded;
 mod budget;
 mod busy;
+mod child_programs;
 mod children;
 mod cpu;
 mod deep_stacks;

@@ -52,6 +52,8 @@ pub struct Fork {
     pub made: u64,
     /// When it was forked (ns from launch; its channel's start).
     pub at_ns: u64,
+    /// Its parent's pid.
+    pub parent: u32,
 }
 
 /// A reading this close before a fork child's channel was made may have been taken after the
