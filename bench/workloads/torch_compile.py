@@ -8,7 +8,9 @@ is seconds of Python in the main process.
 Known truth (default size N = 40 training steps after the compile):
   - the compile (graph capture, Inductor's code generation, the compiler processes' work)
     happens at the first call of the compiled step (the line so commented);
-  - the steps after it run the compiled kernels: native time on the `@native` line;
+  - the steps after it run the compiled kernels, on the lines of the function compiled (its
+    code runs as compiled, under its own lines): the backward's kernels are native time on
+    the `@native` line;
   - the peak is not known by construction (torch's and the compiler's own allocations), so
     no EXPECTED_PEAK_BYTES;
   - with N = 0 the script imports torch and builds the model without compiling it;
@@ -24,8 +26,9 @@ import sys
 import tempfile
 
 # Every run compiles from scratch, as a program's first run does: Inductor's caches in a
-# directory of this run's own, removed at the end.
-CACHE = tempfile.mkdtemp(prefix="torch_compile_bench_")
+# directory of this run's own, removed at the end, named as Inductor names its own
+# (`torchinductor_USER`), where profilers know its generated wrappers for library code.
+CACHE = tempfile.mkdtemp(prefix="torchinductor_bench_")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = CACHE
 os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
 os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
@@ -61,7 +64,7 @@ def main(argv):
 
     def step(x, y):
         loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        loss.backward()  # @native
         return loss.detach()
 
     compiled = torch.compile(step)
@@ -69,7 +72,7 @@ def main(argv):
     opt.step()
     for _ in range(steps):
         opt.zero_grad()
-        total += float(compiled(x, y))  # @native
+        total += float(compiled(x, y))
         opt.step()
     print("loss %.4f" % total)
 
