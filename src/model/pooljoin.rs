@@ -278,13 +278,17 @@ impl<'a> PoolJoin<'a> {
     /// latest begun): what a child process does while its parent waits for it (in
     /// `subprocess.run`, a compile pool's `result`) is for the line that waits.
     pub fn waiting_at(&self, t_ns: u64) -> Option<usize> {
+        self.waits_over(t_ns).next().map(|k| self.waits[k].2)
+    }
+
+    /// The timed waits (indices into `waits`) that `t_ns` falls in, the latest begun first.
+    fn waits_over(&self, t_ns: u64) -> impl Iterator<Item = usize> + '_ {
         let waits = &self.waits;
         let began = waits.partition_point(|&(from, _, _)| from <= t_ns);
         (0..began)
             .rev()
-            .take_while(|&k| waits[k].0.saturating_add(self.longest) >= t_ns)
-            .find(|&k| waits[k].1 >= t_ns)
-            .map(|k| waits[k].2)
+            .take_while(move |&k| waits[k].0.saturating_add(self.longest) >= t_ns)
+            .filter(move |&k| waits[k].1 >= t_ns)
     }
 
     /// Where a child's event at `t_ns` joins its Python ancestor (this join), the child
@@ -313,15 +317,9 @@ impl<'a> PoolJoin<'a> {
     /// wait a Python thread timed itself (a sleep, a poll), as at the wait's start: the pool's
     /// work is what the line before left running, never the wait's.
     pub fn at(&self, t_ns: u64) -> Option<usize> {
-        let (python, waits, placed) = (&self.python, &self.waits, self.placed);
+        let (python, placed) = (&self.python, self.placed);
         let mut t = t_ns;
-        let began = waits.partition_point(|&(from, _, _)| from <= t);
-        let during = (0..began)
-            .rev()
-            .take_while(|&k| waits[k].0.saturating_add(self.longest) >= t)
-            .filter(|&k| waits[k].1 >= t)
-            .map(|k| self.began_at[k])
-            .min();
+        let during = self.waits_over(t).map(|k| self.began_at[k]).min();
         if let Some(from) = during {
             t = from;
         }
