@@ -2,7 +2,7 @@
 //! recording the exit status. The load-time constructor runs before `main`, single-threaded;
 //! the fork-child handler runs in the only thread of the child. Neither allocates.
 
-use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use libc::c_int;
 use mlprof_wire::{
@@ -101,6 +101,9 @@ extern "C" fn on_normal_exit(code: c_int, _arg: *mut libc::c_void) {
 /// fork: in the child, the counters still point into the parent's shared channel, which the
 /// parent keeps changing.
 static HEAP_AT_FORK: AtomicI64 = AtomicI64::new(0);
+/// When the last fork began (`CLOCK_MONOTONIC` ns, taken in the parent before it): the child
+/// inherits it with the rest of its parent's memory.
+static FORK_NS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_fork_prepare() {
     memory::free_threaded::flush(); // the heap the child inherits has this thread's share
@@ -108,6 +111,7 @@ extern "C" fn on_fork_prepare() {
         heap::counters().current.load(Ordering::Relaxed),
         Ordering::Relaxed,
     );
+    FORK_NS.store(clock::monotonic_ns(), Ordering::Relaxed);
 }
 
 /// `--no-follow`: only the launched process is profiled.
@@ -178,6 +182,11 @@ fn attach(forked: bool) -> Option<&'static Header> {
     let header = channel::open(&dir, mlprof_wire::DEFAULT_SLOTS, |h| {
         fill_identity(h, forked);
         h.inherited_heap = inherited.unwrap_or(0).max(0) as u64;
+        h.fork_ns = if forked {
+            FORK_NS.load(Ordering::Relaxed)
+        } else {
+            0
+        };
     })?;
     heap::publish(&header.heap, inherited);
     memory::mapped::publish(&header.mapped);

@@ -81,8 +81,10 @@ pub struct LiveHeap {
     pub mapped: u64,
     /// A fork image (not exec'd).
     pub forked: bool,
-    /// When its channel was made (ns from launch): a fork child's fork.
+    /// When its channel was made (ns from launch).
     pub start_ns: u64,
+    /// A fork child: just before its fork (ns from launch; 0 if unknown).
+    pub fork_ns: u64,
     /// Its parent's pid.
     pub ppid: u32,
 }
@@ -349,6 +351,7 @@ impl Channels {
                 mapped: if exited { 0 } else { s.mapped.current },
                 forked: s.forked,
                 start_ns: s.start_ns,
+                fork_ns: s.fork_ns,
                 ppid: s.ppid,
             };
             let slot = newest.entry(s.pid).or_insert((s.start_ns, live));

@@ -470,14 +470,8 @@ impl Collector {
         let forks = heaps.iter().filter(|(_, h)| h.forked);
         let forks = forks.map(|(&pid, h)| {
             let made = u64::try_from(h.heap).unwrap_or(0) + h.mapped;
-            (
-                pid,
-                footprint::Fork {
-                    made,
-                    at_ns: h.start_ns,
-                    parent: h.ppid,
-                },
-            )
+            let fork = footprint::Fork::new(made, h.fork_ns, h.start_ns, h.ppid);
+            (pid, fork)
         });
         self.footprint.set_forks(forks.collect());
         let rss = self

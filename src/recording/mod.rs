@@ -137,6 +137,9 @@ pub struct ChannelSummary {
     pub forked: bool,
     /// Heap bytes inherited at the fork.
     pub inherited_heap: u64,
+    /// Fork child: nanoseconds from launch just before the fork (its parent's clock; 0 if
+    /// unknown or not a fork child).
+    pub fork_ns: u64,
     /// Its place in a distributed job, from its environment (`RANK` and the like).
     pub rank: Option<Ranked>,
     /// Fork child: Python frames of the forking thread at the fork, the outermost of its
@@ -320,6 +323,7 @@ impl ChannelSummary {
             python: self.python.clone(),
             forked: self.forked,
             inherited_heap: self.inherited_heap,
+            fork_ns: self.fork_ns,
             fork_depth: self.fork_depth,
             rank: self.rank,
             exit_code: self.exit_code,
@@ -584,6 +588,7 @@ impl ChannelSummary {
             python,
             forked: h.forked != 0,
             inherited_heap: h.inherited_heap,
+            fork_ns: h.fork_ns.saturating_sub(launch_ns),
             rank: Ranked::from_header(h.rank, h.local_rank, h.world_size),
             python_status: h.python_status.load(Ordering::Relaxed),
             python_heap: h.python_heap.load(Ordering::Relaxed),

@@ -26,7 +26,7 @@ pub use ring::{Group, Header, HeapCounters, Ring, Slot, WireError};
 /// First eight bytes of every channel file: `MLPROFw` and a NUL.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MLPROFw\0");
 /// Bumped whenever the layout of [`Header`], [`Slot`] or [`Record`] changes.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 
 /// The highest CPU sampling rate (samples per second) `run` and `attach` use; a higher
 /// `--rate` is clamped to it.

@@ -111,6 +111,10 @@ pub struct Header {
     pub region_requests: AtomicU32,
     /// Heap bytes a fork child inherited from its parent (0 otherwise).
     pub inherited_heap: u64,
+    /// For a fork child: `CLOCK_MONOTONIC` nanoseconds taken in the parent just before the
+    /// fork (0 otherwise). A reading of another process made before it surely preceded the
+    /// fork; the child's `start_ns` may be well after it on a loaded machine.
+    pub fork_ns: u64,
     /// For a fork child: Python frames of the forking thread at the fork (the frame that
     /// called `fork` and those below it, inherited from the parent); 0 if unknown or not a
     /// fork child.

@@ -6,12 +6,16 @@
 //! assumed to share every page it had when first seen but what it made itself since the fork;
 //! that agrees with readings of the others made before its fork, not with those made after
 //! (they gave it a part of what they share, which its assumed share does not count). So:
-//! - a fork child seen after a reading that followed its fork puts that reading back to the
-//!   one before it, where that one preceded the fork, or else is read at once
-//!   ([`Footprint::agree_with_fork`]);
+//! - a fork child seen after a reading that may have followed its fork (made after the
+//!   parent's clock just before the fork) is read at once ([`Footprint::agree_with_fork`]);
 //! - a reading made in a tick brings every fork child still assumed into it, and a fork
-//!   child read for real every process read before its fork, whatever the budget (it is
-//!   spent all the same, so the next readings wait until it is earned).
+//!   child read for real every process read before it surely existed (its channel), whatever
+//!   the budget (it is spent all the same, so the next readings wait until it is earned).
+//!
+//! After every tick, then, each fork child's share agrees with every other reading: one still
+//! assumed with readings all made before its fork, one read with readings all made after it
+//! ([`Footprint::shares_agree`]). Putting an older reading back instead (as an earlier version
+//! did) mixed readings of different sets of sharers and lost a third of a fork tree.
 
 use super::{Footprint, PSS_EVERY_NS};
 use crate::collect::procfs;
@@ -50,37 +54,67 @@ impl Share {
 pub struct Fork {
     /// Bytes it made itself since the fork (heap beyond what it inherited, mappings it made).
     pub made: u64,
-    /// When it was forked (ns from launch; its channel's start).
-    pub at_ns: u64,
+    /// Just before it was forked (ns from launch; its parent's clock): readings of the others
+    /// made earlier preceded the fork.
+    pub before_ns: u64,
+    /// When its channel was made (ns from launch): readings made since followed the fork.
+    pub start_ns: u64,
     /// Its parent's pid.
     pub parent: u32,
 }
 
-/// A reading this close before a fork child's channel was made may have been taken after the
-/// fork (the channel is made just after it).
-const FORK_SLACK_NS: u64 = 20_000_000;
+/// Where a channel does not say when its fork began: this long before the channel was made
+/// (the channel is made just after the fork, unless the machine is loaded).
+const FORK_SLACK_NS: u64 = 50_000_000;
+
+impl Fork {
+    /// A fork image whose channel says `fork_ns` (0: unknown) and `start_ns`.
+    pub fn new(made: u64, fork_ns: u64, start_ns: u64, parent: u32) -> Fork {
+        let before_ns = match fork_ns {
+            0 => start_ns.saturating_sub(FORK_SLACK_NS),
+            known => known.min(start_ns),
+        };
+        Fork {
+            made,
+            before_ns,
+            start_ns,
+            parent,
+        }
+    }
+}
 
 impl Footprint {
-    /// `pid`, a fork child first seen with an assumed share: readings of the others made
-    /// after its fork go back to the ones before, where there are; else it is read at once.
+    /// `pid`, a fork child first seen with an assumed share: if a reading of another process
+    /// may have been made after its fork, it is read at once (and brings the others along).
     pub(super) fn agree_with_fork(&mut self, pid: u32) {
         let Some(fork) = self.forks.get(&pid).copied() else {
             return;
         };
-        let after_fork = |s: &Share| !s.assumed && s.at_ns + FORK_SLACK_NS > fork.at_ns;
-        let mut force = false;
-        for (_, last) in self.last.iter_mut().filter(|(&other, _)| other != pid) {
-            if !last.share.as_ref().is_some_and(after_fork) {
-                continue;
-            }
-            match last.prev {
-                Some(prev) if !after_fork(&prev) => (last.share, last.prev) = (Some(prev), None),
-                _ => force = true,
-            }
-        }
+        let after_fork = (self.last.iter())
+            .filter(|(&other, _)| other != pid)
+            .filter_map(|(_, last)| last.share)
+            .any(|s| !s.assumed && s.at_ns >= fork.before_ns);
         if let Some(last) = self.last.get_mut(&pid) {
-            last.force |= force;
+            last.force |= after_fork;
         }
+    }
+
+    /// Whether every fork child's share agrees with every other reading: one still assumed
+    /// with readings all made before its fork, one read with readings all made after it.
+    #[cfg(test)]
+    pub(super) fn shares_agree(&self) -> bool {
+        let read = |pid: u32| (self.last.iter()).filter(move |(&other, _)| other != pid);
+        self.forks.iter().all(|(&pid, fork)| {
+            let Some(own) = self.last.get(&pid).and_then(|l| l.share) else {
+                return true;
+            };
+            read(pid)
+                .filter_map(|(_, l)| l.share.filter(|s| !s.assumed))
+                .all(|s| match own.assumed {
+                    true => s.at_ns < fork.before_ns,
+                    false => s.at_ns >= fork.start_ns,
+                })
+        })
     }
 
     /// PSS readings due, within their budget: never read first (the command's process ahead),
@@ -95,7 +129,7 @@ impl Footprint {
         // pages it shares with that child at too large a part, so it is due next.
         let newest_fork = (self.forks.iter())
             .filter(|(pid, _)| read_fork(self, pid))
-            .map(|(_, f)| f.at_ns)
+            .map(|(_, f)| f.start_ns)
             .max()
             .unwrap_or(0);
         // (order, the command's process last, pid), and whether it is due within the budget;
@@ -115,8 +149,9 @@ impl Footprint {
             .collect();
         due.sort_unstable();
         // Whether a share was read in this tick, and the newest fork among the children read
-        // in it: every fork child still assumed, and every process read before that fork,
-        // are read in it too (a second pass for those that came first in the order).
+        // in it: every fork child still assumed, and every process read before that child
+        // surely existed, are read in it too (a second pass for those that came first in the
+        // order).
         let (mut any_read, mut fork_read) = (false, None::<u64>);
         let due = due
             .iter()
@@ -136,7 +171,7 @@ impl Footprint {
                 continue; // read in the first pass
             }
             let with_fork = share.is_some_and(|s| {
-                (any_read && s.assumed) || fork_read.is_some_and(|fork_ns| s.at_ns <= fork_ns)
+                (any_read && s.assumed) || fork_read.is_some_and(|start_ns| s.at_ns < start_ns)
             });
             let allowed = last.force || with_fork || (due && self.pss.allowed(now));
             if !allowed {
@@ -146,7 +181,6 @@ impl Footprint {
             let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) else {
                 continue;
             };
-            last.prev = last.share;
             last.force = false;
             last.share = Some(Share {
                 own,
@@ -157,7 +191,7 @@ impl Footprint {
             });
             any_read = true;
             if let Some(fork) = self.forks.get(&pid) {
-                fork_read = Some(fork_read.unwrap_or(0).max(fork.at_ns));
+                fork_read = Some(fork_read.unwrap_or(0).max(fork.start_ns));
             }
         }
     }
