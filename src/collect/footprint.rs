@@ -52,6 +52,8 @@ struct Last {
     read_ns: u64,
     /// Its share of own pages at its last PSS reading, if it had one.
     share: Option<Share>,
+    /// What its last PSS reading cost (ns of the collector's CPU; 0: never read).
+    share_cost_ns: u64,
     /// Its PSS is read at the next tick whatever the budget (a fork child whose assumed
     /// share the other readings do not agree with).
     force: bool,
@@ -64,6 +66,8 @@ pub struct Footprint {
     gone: std::collections::BTreeSet<u32>,
     /// Processes that are fork images (not exec'd), as their channels say.
     forks: BTreeMap<u32, Fork>,
+    /// When a fork child was last first seen (ns from launch).
+    fork_seen_ns: u64,
     pss: Pace,
     proc: Pace,
 }
@@ -75,6 +79,7 @@ impl Footprint {
             last: BTreeMap::new(),
             gone: Default::default(),
             forks: Default::default(),
+            fork_seen_ns: 0,
             pss: Pace::new(PSS_SHARE, BURST_NS, now_ns),
             proc: Pace::new(PROC_SHARE, BURST_NS, now_ns),
         }
@@ -188,6 +193,9 @@ impl Footprint {
                 .max(reading.rss_bytes);
             entry.cpu_s = reading.cpu_s.unwrap_or(entry.cpu_s);
         }
+        if !seen_forks.is_empty() {
+            self.fork_seen_ns = now;
+        }
         for pid in seen_forks {
             self.agree_with_fork(pid);
         }
@@ -212,6 +220,41 @@ impl Footprint {
         }
         (rss_bytes, anon_bytes)
     }
+
+    /// Before the first PSS reading of a tick, the processes not read in it are read now
+    /// (`statm` only): a share read now goes with what the others hold now. A DataLoader's
+    /// parent read as its workers ended owned all its pages again, beside the workers' last
+    /// readings from before they ended (the tree at 2.1 GB, its largest process 0.97 GB).
+    fn refresh_others(&mut self, now: u64) {
+        let stale: Vec<u32> = (self.last.iter())
+            .filter(|(_, l)| l.read_ns < now)
+            .map(|(&pid, _)| pid)
+            .collect();
+        let mut left = false;
+        for pid in stale {
+            match self.proc.spend(|| procfs::read(pid, false, false)) {
+                Some(reading) => {
+                    let last = self.last.entry(pid).or_default();
+                    (last.rss_bytes, last.anon_bytes, last.read_ns) =
+                        (reading.rss_bytes, reading.anon_bytes, now);
+                }
+                None => {
+                    self.last.remove(&pid);
+                    left = true;
+                    if !procfs::alive(pid) {
+                        self.gone.insert(pid);
+                        procfs::forget(pid);
+                    }
+                }
+            }
+        }
+        if left {
+            // What it shared is the others' now: their shares are read again first.
+            for share in self.last.values_mut().filter_map(|l| l.share.as_mut()) {
+                share.at_ns = 0;
+            }
+        }
+    }
 }
 
 /// One tick's figures for the tick list.
@@ -226,260 +269,4 @@ pub fn tick(now: u64, heap_bytes: u64, mapped_bytes: u64, (rss, anon): (u64, u64
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `n` sleeping children of this test, killed when dropped.
-    struct Kids(Vec<std::process::Child>);
-
-    impl Drop for Kids {
-        fn drop(&mut self) {
-            for k in &mut self.0 {
-                let _ = k.kill();
-                let _ = k.wait();
-            }
-        }
-    }
-
-    /// This test's process, then `n` sleeping children (the kids, to keep until the end).
-    fn tree(n: usize) -> (Vec<u32>, Kids) {
-        let kids: Vec<_> = (0..n)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("30")
-                    .spawn()
-                    .expect("sleep")
-            })
-            .collect();
-        let mut pids = vec![std::process::id()];
-        pids.extend(kids.iter().map(|c| c.id()));
-        (pids, Kids(kids))
-    }
-
-    #[test]
-    fn every_process_is_read_once_and_counted_with_its_last_reading_after() {
-        let (pids, _kids) = tree(3);
-        let me = pids[0];
-        let mut fp = Footprint::new(0);
-        let mut procs = BTreeMap::new();
-        let (rss, _) = fp.poll(&pids, me, &mut procs, 1, true);
-        assert_eq!(procs.len(), 4, "each process read at its first tick");
-        assert!(rss > 0);
-        assert!(
-            fp.last.values().all(|l| l.share.is_some()),
-            "each process's share read at its first tick (within the burst)"
-        );
-        // No budget left: only the command's own process is read; the sum stays near.
-        fp.proc.add(u64::MAX / 4);
-        fp.pss.add(u64::MAX / 4);
-        let read_before: Vec<u64> = fp.last.values().map(|l| l.read_ns).collect();
-        let (again, _) = fp.poll(&pids, me, &mut procs, 2, false);
-        let read_after: Vec<u64> = fp.last.values().map(|l| l.read_ns).collect();
-        let reread = read_before
-            .iter()
-            .zip(&read_after)
-            .filter(|(a, b)| a != b)
-            .count();
-        assert_eq!(reread, 1, "only the command's process was read again");
-        assert_eq!(fp.last[&me].read_ns, 2);
-        assert!(again > rss / 2 && again < rss * 2, "{again} vs {rss}");
-    }
-
-    #[test]
-    fn without_budget_a_fork_child_counts_what_it_gained_and_an_execd_one_its_anon_pages() {
-        let (pids, _kids) = tree(2);
-        let (me, fork, execd) = (pids[0], pids[1], pids[2]);
-        let mut fp = Footprint::new(0);
-        fp.pss.add(u64::MAX / 4);
-        // It made 8 KiB itself before it was first seen (its channel says): those are its own.
-        const MADE: u64 = 8192;
-        let forked = Fork::new(MADE, 1, 1, 0);
-        fp.set_forks([(fork, forked)].into_iter().collect());
-        let mut procs = BTreeMap::new();
-        fp.poll(&pids, me, &mut procs, 1, true);
-        let share = fp.last[&fork]
-            .share
-            .expect("the fork child's share is assumed");
-        assert!(share.assumed);
-        // At most its anonymous pages (a child just started may have fewer than 8 KiB yet).
-        let made = MADE.min(share.anon_bytes);
-        let own = share.own_of(share.rss_bytes, share.rss_bytes);
-        assert!(
-            own.abs_diff(made) <= 1,
-            "own at first sight: {own} of {made}"
-        );
-        let grown = share.own_of(share.rss_bytes + 7, share.rss_bytes);
-        assert!(
-            grown.abs_diff(made + 7) <= 1,
-            "own after 7 bytes more: {grown} of {made} + 7"
-        );
-        assert!(
-            fp.last[&execd].share.is_none(),
-            "the exec'd one waits for the budget"
-        );
-        // The command's own CPU time is read with its high-water mark only.
-        let before = procs[&me].cpu_s;
-        std::hint::black_box((0..20_000_000u64).fold(0u64, |a, b| a ^ b.wrapping_mul(a | 1)));
-        fp.poll(&pids, me, &mut procs, 2, false);
-        assert_eq!(procs[&me].cpu_s, before);
-        fp.poll(&pids, me, &mut procs, 3, true);
-        assert!(procs[&me].cpu_s >= before);
-        // A fork child that exec'd before its first reading counts as a new image.
-        fp.set_forks(Default::default());
-        fp.poll(&pids, me, &mut procs, 4, true);
-        assert!(fp.last[&fork].share.is_none());
-        // With budget again, the never-read come first and every share is read.
-        fp.pss = Pace::new(PSS_SHARE, BURST_NS, 0);
-        fp.poll(&pids, me, &mut procs, 5, true);
-        assert!(fp
-            .last
-            .values()
-            .all(|l| l.share.is_some_and(|s| !s.assumed)));
-    }
-
-    #[test]
-    fn a_fork_child_seen_after_a_reading_that_followed_its_fork_is_read_at_once() {
-        const MS: u64 = 1_000_000;
-        let (pids, _kids) = tree(3);
-        let (me, early, late) = (pids[0], pids[1], pids[2]);
-        let mut fp = Footprint::new(0);
-        let mut procs = BTreeMap::new();
-        fp.poll(&pids[..2], me, &mut procs, 100 * MS, true);
-        assert!(fp
-            .last
-            .values()
-            .all(|l| l.share.is_some_and(|s| !s.assumed)));
-        fp.pss.add(u64::MAX / 4);
-        // `late` was forked after those readings: its assumed share is consistent with them.
-        let fork = |at_ns| Fork::new(0, at_ns, at_ns, 0);
-        let forks = [(early, fork(10 * MS)), (late, fork(200 * MS))];
-        fp.set_forks(forks[1..].iter().copied().collect());
-        fp.poll(&[me, early, late], me, &mut procs, 220 * MS, true);
-        assert!(fp.last[&late].share.is_some_and(|s| s.assumed));
-        // Had it been forked before them, it is read whatever the budget: those readings
-        // counted part of what it shares at their side.
-        let (mut fp, mut procs) = (Footprint::new(0), BTreeMap::new());
-        fp.poll(&[me, late], me, &mut procs, 100 * MS, true);
-        fp.pss.add(u64::MAX / 4);
-        fp.set_forks(forks[..1].iter().copied().collect());
-        fp.poll(&[me, early, late], me, &mut procs, 120 * MS, true);
-        let share = fp.last[&early].share.expect("read");
-        assert!(!share.assumed && share.at_ns == 120 * MS);
-    }
-
-    #[test]
-    fn one_reading_brings_the_assumed_forks_and_those_read_before_a_fork_into_its_tick() {
-        const MS: u64 = 1_000_000;
-        let (pids, _kids) = tree(2);
-        let (me, fork, other) = (pids[0], pids[1], pids[2]);
-        let mut fp = Footprint::new(0);
-        let mut procs = BTreeMap::new();
-        fp.poll(&[me, other], me, &mut procs, 10 * MS, true);
-        fp.pss.add(u64::MAX / 4);
-        let forked = Fork::new(0, 50 * MS, 50 * MS, 0);
-        fp.set_forks([(fork, forked)].into_iter().collect());
-        fp.poll(&pids, me, &mut procs, 60 * MS, true);
-        assert!(fp.last[&fork].share.is_some_and(|s| s.assumed), "no budget");
-        // One reading made whatever the budget: the fork child, then the other process
-        // (read before the fork), come with it.
-        fp.last.get_mut(&me).unwrap().force = true;
-        fp.poll(&pids, me, &mut procs, 80 * MS, true);
-        for pid in pids {
-            let share = fp.last[&pid].share.expect("read");
-            assert!(!share.assumed && share.at_ns == 80 * MS, "{pid}: {share:?}");
-        }
-    }
-
-    /// Pool(4) on a loaded machine, as recorded: readings of the parent and the first workers
-    /// are made while the next workers fork, and the last is first seen 118 ms after its fork.
-    /// Putting back the readings made before its fork (an earlier rule) mixed shares of three
-    /// and of five sharers and lost a third of the tree's pages.
-    #[test]
-    fn a_pool_forked_while_its_shares_are_read_keeps_them_in_agreement() {
-        const MS: u64 = 1_000_000;
-        let (pids, _kids) = tree(4);
-        let me = pids[0];
-        let forks: Vec<(u32, Fork)> = [(570, 577), (575, 598), (612, 619), (630, 637)]
-            .iter()
-            .zip(&pids[1..])
-            .map(|(&(before, start), &pid)| (pid, Fork::new(0, before * MS, start * MS, me)))
-            .collect();
-        let mut fp = Footprint::new(0);
-        let mut procs = BTreeMap::new();
-        fp.poll(&pids[..1], me, &mut procs, 500 * MS, true);
-        for (now, seen) in [(583, 2), (643, 4), (755, 5), (777, 5)] {
-            fp.set_forks(forks[..seen - 1].iter().copied().collect());
-            fp.poll(&pids[..seen], me, &mut procs, now * MS, true);
-            assert!(fp.shares_agree(), "at {now} ms: {:?}", fp.last);
-            // The budget is spent from here on.
-            fp.pss.add(u64::MAX / 4);
-        }
-        let late = fp.last[&pids[4]].share.expect("the last worker's share");
-        assert!(!late.assumed, "read at once: readings followed its fork");
-    }
-
-    /// Forks seen late or early, budgets spent or not, in any order: after every tick each
-    /// fork child's share agrees with every other reading.
-    #[test]
-    fn shares_agree_after_every_tick_whatever_the_order_of_forks_and_readings() {
-        const MS: u64 = 1_000_000;
-        let (pids, _kids) = tree(5);
-        let me = pids[0];
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        for round in 0..40 {
-            let mut fp = Footprint::new(0);
-            let mut procs = BTreeMap::new();
-            // Each child: forked (before, channel made) and first seen at a random tick.
-            let mut forks = BTreeMap::new();
-            let mut seen_at = BTreeMap::new();
-            let mut at = 10 * MS;
-            for &pid in &pids[1..] {
-                at += next(60) * MS;
-                let start = at + next(40) * MS;
-                forks.insert(pid, Fork::new(0, at, start, me));
-                seen_at.insert(pid, start + next(150) * MS);
-            }
-            for tick in 1..40u64 {
-                let now = tick * 20 * MS;
-                let live: Vec<u32> = (pids.iter().copied())
-                    .filter(|p| *p == me || seen_at[p] <= now)
-                    .collect();
-                let known = forks.iter().filter(|(p, _)| live.contains(p));
-                fp.set_forks(known.map(|(&p, &f)| (p, f)).collect());
-                if next(3) == 0 {
-                    fp.pss = Pace::new(PSS_SHARE, BURST_NS, now);
-                } else {
-                    fp.pss.add(u64::MAX / 4);
-                }
-                fp.poll(&live, me, &mut procs, now, tick % 5 == 0);
-                assert!(fp.shares_agree(), "round {round}, {now} ns: {:?}", fp.last);
-            }
-        }
-    }
-
-    #[test]
-    fn pss_readings_stay_within_their_share_of_a_cpu() {
-        let (pids, _kids) = tree(6);
-        let me = pids[0];
-        let mut fp = Footprint::new(0);
-        let mut procs = BTreeMap::new();
-        // 200 ticks of 20 ms: 4 s of collection.
-        for i in 1..=200u64 {
-            fp.poll(&pids, me, &mut procs, i * 20_000_000, i % 5 == 0);
-        }
-        let earned = (4e9 * PSS_SHARE) as u64 + BURST_NS;
-        // One reading may pass the budget: it is measured after it is made.
-        assert!(
-            fp.pss.spent_ns() <= earned + 5_000_000,
-            "{} ns spent on PSS, {earned} earned",
-            fp.pss.spent_ns()
-        );
-        assert!(fp.last.values().all(|l| l.share.is_some()));
-    }
-}
+mod tests;

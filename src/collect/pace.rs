@@ -34,6 +34,13 @@ impl Pace {
         self.spent_ns <= earned.saturating_add(self.burst_ns)
     }
 
+    /// Whether work expected to cost `cost_ns` may be done at `now_ns`: it stays within the
+    /// share once done.
+    pub fn allowed_for(&self, now_ns: u64, cost_ns: u64) -> bool {
+        let earned = (now_ns.saturating_sub(self.start_ns) as f64 * self.share) as u64;
+        self.spent_ns.saturating_add(cost_ns) <= earned.saturating_add(self.burst_ns)
+    }
+
     /// Do `work`, counting what it costs.
     pub fn spend<T>(&mut self, work: impl FnOnce() -> T) -> T {
         let before = thread_cpu_ns();

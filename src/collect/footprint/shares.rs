@@ -12,6 +12,16 @@
 //!   child read for real every process read before it surely existed (its channel), whatever
 //!   the budget (it is spent all the same, so the next readings wait until it is earned).
 //!
+//! Bringing the others along costs a reading of every process of the tree at once (a
+//! DataLoader's 8 workers and its parent: about 100 ms, each time the workers are made
+//! again). So while a fork child is assumed, or a reading predates the fork of a child read
+//! since, a reading is made only when the budget holds the whole tree's readings at what
+//! they cost last ([`Footprint::tree_cost_ns`]), and not within [`FORK_QUIET_NS`] of a fork
+//! child's first sight: forks come in bursts (a pool, a DataLoader), and a reading made
+//! between a fork and its child's first sight makes that child be read at once, and with it
+//! the tree again (a DataLoader's second epoch read its tree four times, 24 readings and
+//! 190 ms, as its 8 workers came one by one); until then each counts as before.
+//!
 //! After every tick, then, each fork child's share agrees with every other reading: one still
 //! assumed with readings all made before its fork, one read with readings all made after it
 //! ([`Footprint::shares_agree`]). Putting an older reading back instead (as an earlier version
@@ -63,6 +73,13 @@ pub struct Fork {
     pub parent: u32,
 }
 
+/// How long after a fork child's first sight readings that bring the tree along wait: the
+/// rest of a burst of forks is seen by then.
+pub(super) const FORK_QUIET_NS: u64 = 500_000_000;
+
+/// What a process never read is expected to cost at least, with no other reading to go by.
+const NEVER_READ_COST_NS: u64 = 100_000;
+
 /// Where a channel does not say when its fork began: this long before the channel was made
 /// (the channel is made just after the fork, unless the machine is loaded).
 const FORK_SLACK_NS: u64 = 50_000_000;
@@ -97,6 +114,17 @@ impl Footprint {
         if let Some(last) = self.last.get_mut(&pid) {
             last.force |= after_fork;
         }
+    }
+
+    /// What reading every process's share is expected to cost: each at what its last reading
+    /// cost, one never read at the costliest reading so far.
+    fn tree_cost_ns(&self) -> u64 {
+        let costliest = (self.last.values().map(|l| l.share_cost_ns).max()).unwrap_or(0);
+        let each = |l: &super::Last| match l.share_cost_ns {
+            0 => costliest.max(NEVER_READ_COST_NS),
+            cost => cost,
+        };
+        self.last.values().map(each).sum()
     }
 
     /// Whether every fork child's share agrees with every other reading: one still assumed
@@ -148,6 +176,15 @@ impl Footprint {
             })
             .collect();
         due.sort_unstable();
+        // A reading now would bring the whole tree along (a fork child assumed, or a reading
+        // older than a read fork child): only when the budget holds it all.
+        let brings_all = self.last.values().any(|l| {
+            l.share
+                .is_some_and(|s| s.assumed || (s.at_ns < newest_fork && newest_fork > 0))
+        });
+        let tree_ok = brings_all
+            && now >= self.fork_seen_ns.saturating_add(FORK_QUIET_NS)
+            && self.pss.allowed_for(now, self.tree_cost_ns());
         // Whether a share was read in this tick, and the newest fork among the children read
         // in it: every fork child still assumed, and every process read before that child
         // surely existed, are read in it too (a second pass for those that came first in the
@@ -173,15 +210,28 @@ impl Footprint {
             let with_fork = share.is_some_and(|s| {
                 (any_read && s.assumed) || fork_read.is_some_and(|start_ns| s.at_ns < start_ns)
             });
-            let allowed = last.force || with_fork || (due && self.pss.allowed(now));
+            let budget = match brings_all {
+                true => tree_ok,
+                false => self.pss.allowed(now),
+            };
+            let allowed = last.force || with_fork || (due && budget);
             if !allowed {
                 continue;
             }
+            if !any_read {
+                self.refresh_others(now);
+                if !self.last.contains_key(&pid) {
+                    continue; // it has ended
+                }
+            }
+            let spent = self.pss.spent_ns();
             let own = self.pss.spend(|| procfs::own_share(pid));
+            let cost = self.pss.spent_ns().saturating_sub(spent).max(1);
             let (Some(own), Some(last)) = (own, self.last.get_mut(&pid)) else {
                 continue;
             };
             last.force = false;
+            last.share_cost_ns = cost;
             last.share = Some(Share {
                 own,
                 at_ns: now,
