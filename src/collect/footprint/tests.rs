@@ -264,7 +264,6 @@ fn a_share_is_read_with_the_others_resident_memory_of_the_same_tick() {
     let mut fp = Footprint::new(0);
     let mut procs = BTreeMap::new();
     fp.poll(&pids, me, &mut procs, 10 * MS, true);
-    let rss = fp.last[&kid].rss_bytes;
     // Its last reading says 1 GiB (it has since given it back), and the budget of other
     // readings is spent: it counts with that reading while no share is read...
     fp.last.get_mut(&kid).unwrap().rss_bytes = 1 << 30;
@@ -276,6 +275,7 @@ fn a_share_is_read_with_the_others_resident_memory_of_the_same_tick() {
     fp.last.get_mut(&me).unwrap().force = true;
     let (sum, _) = fp.poll(&pids, me, &mut procs, 40 * MS, true);
     assert_eq!(fp.last[&kid].read_ns, 40 * MS);
+    let rss = procfs::read(kid, false, false).expect("alive").rss_bytes;
     assert!(fp.last[&kid].rss_bytes.abs_diff(rss) < 1 << 20);
     assert!(sum < stale / 2, "{sum} after {stale}");
 }
