@@ -117,11 +117,7 @@ impl Footprint {
             kept
         });
         if left {
-            // Pages the others shared with it are theirs now: their shares are read again
-            // first (after any never read).
-            for share in self.last.values_mut().filter_map(|l| l.share.as_mut()) {
-                share.at_ns = 0;
-            }
+            self.shares_due_again();
         }
         let tree = pids.len() > 1;
         // The command's process, then those never read, then the longest unread.
@@ -146,11 +142,7 @@ impl Footprint {
                 .proc
                 .spend(|| procfs::read(pid, with_hwm || first, with_cpu));
             let Some(reading) = reading else {
-                self.last.remove(&pid);
-                if pid != child && !procfs::alive(pid) {
-                    self.gone.insert(pid);
-                    procfs::forget(pid);
-                }
+                self.unreadable(pid, child);
                 continue;
             };
             let fork = self.forks.get(&pid).copied();
@@ -239,20 +231,31 @@ impl Footprint {
                         (reading.rss_bytes, reading.anon_bytes, now);
                 }
                 None => {
-                    self.last.remove(&pid);
+                    self.unreadable(pid, 0);
                     left = true;
-                    if !procfs::alive(pid) {
-                        self.gone.insert(pid);
-                        procfs::forget(pid);
-                    }
                 }
             }
         }
         if left {
-            // What it shared is the others' now: their shares are read again first.
-            for share in self.last.values_mut().filter_map(|l| l.share.as_mut()) {
-                share.at_ns = 0;
-            }
+            self.shares_due_again();
+        }
+    }
+
+    /// `pid` could not be read: counted no more, and never read again once it is gone (the
+    /// command's own process, `child`, is reaped by us: read until then).
+    fn unreadable(&mut self, pid: u32, child: u32) {
+        self.last.remove(&pid);
+        if pid != child && !procfs::alive(pid) {
+            self.gone.insert(pid);
+            procfs::forget(pid);
+        }
+    }
+
+    /// A process left the tree: pages the others shared with it are theirs now, so their
+    /// shares are read again first (after any never read).
+    fn shares_due_again(&mut self) {
+        for share in self.last.values_mut().filter_map(|l| l.share.as_mut()) {
+            share.at_ns = 0;
         }
     }
 }

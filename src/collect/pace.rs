@@ -30,8 +30,7 @@ impl Pace {
 
     /// Whether the work may be done at `now_ns`: what it has cost is within its share.
     pub fn allowed(&self, now_ns: u64) -> bool {
-        let earned = (now_ns.saturating_sub(self.start_ns) as f64 * self.share) as u64;
-        self.spent_ns <= earned.saturating_add(self.burst_ns)
+        self.allowed_for(now_ns, 0)
     }
 
     /// Whether work expected to cost `cost_ns` may be done at `now_ns`: it stays within the

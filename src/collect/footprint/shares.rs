@@ -210,9 +210,10 @@ impl Footprint {
             let with_fork = share.is_some_and(|s| {
                 (any_read && s.assumed) || fork_read.is_some_and(|start_ns| s.at_ns < start_ns)
             });
-            let budget = match brings_all {
-                true => tree_ok,
-                false => self.pss.allowed(now),
+            let budget = if brings_all {
+                tree_ok
+            } else {
+                self.pss.allowed(now)
             };
             let allowed = last.force || with_fork || (due && budget);
             if !allowed {

@@ -140,19 +140,29 @@ fn a_fork_child_seen_after_a_reading_that_followed_its_fork_is_read_at_once() {
     assert!(!share.assumed && share.at_ns == 120 * MS);
 }
 
-#[test]
-fn one_reading_brings_the_assumed_forks_and_those_read_before_a_fork_into_its_tick() {
+/// This test's process and `other` read at 10 ms, then `fork`, forked at 50 ms, first seen
+/// at 60 ms with the budget spent: its share assumed. (The footprint, its process
+/// summaries, the pids `[me, fork, other]` and the children to keep.)
+fn a_fork_child_assumed() -> (Footprint, BTreeMap<u32, ProcSummary>, Vec<u32>, Kids) {
     const MS: u64 = 1_000_000;
-    let (pids, _kids) = tree(2);
+    let (pids, kids) = tree(2);
     let (me, fork, other) = (pids[0], pids[1], pids[2]);
     let mut fp = Footprint::new(0);
     let mut procs = BTreeMap::new();
     fp.poll(&[me, other], me, &mut procs, 10 * MS, true);
+    assert!(fp.last.values().all(|l| l.share_cost_ns > 0), "costs kept");
+    fp.set_forks([(fork, Fork::new(0, 50 * MS, 50 * MS, me))].into());
     fp.pss.add(u64::MAX / 4);
-    let forked = Fork::new(0, 50 * MS, 50 * MS, 0);
-    fp.set_forks([(fork, forked)].into_iter().collect());
     fp.poll(&pids, me, &mut procs, 60 * MS, true);
     assert!(fp.last[&fork].share.is_some_and(|s| s.assumed), "no budget");
+    (fp, procs, pids, kids)
+}
+
+#[test]
+fn one_reading_brings_the_assumed_forks_and_those_read_before_a_fork_into_its_tick() {
+    const MS: u64 = 1_000_000;
+    let (mut fp, mut procs, pids, _kids) = a_fork_child_assumed();
+    let me = pids[0];
     // One reading made whatever the budget: the fork child, then the other process
     // (read before the fork), come with it.
     fp.last.get_mut(&me).unwrap().force = true;
@@ -209,16 +219,8 @@ fn a_pool_forked_while_its_shares_are_read_keeps_them_in_agreement() {
 #[test]
 fn while_a_fork_child_is_assumed_shares_wait_until_the_budget_holds_the_tree() {
     const MS: u64 = 1_000_000;
-    let (pids, _kids) = tree(2);
+    let (mut fp, mut procs, pids, _kids) = a_fork_child_assumed();
     let (me, fork, other) = (pids[0], pids[1], pids[2]);
-    let mut fp = Footprint::new(0);
-    let mut procs = BTreeMap::new();
-    fp.poll(&[me, other], me, &mut procs, 10 * MS, true);
-    assert!(fp.last.values().all(|l| l.share_cost_ns > 0), "costs kept");
-    fp.set_forks([(fork, Fork::new(0, 50 * MS, 50 * MS, me))].into());
-    fp.pss.add(u64::MAX / 4);
-    fp.poll(&pids, me, &mut procs, 60 * MS, true);
-    assert!(fp.last[&fork].share.is_some_and(|s| s.assumed));
     // The budget holds one reading (the command's process is due), not the tree's three.
     for pid in [me, other] {
         fp.last.get_mut(&pid).unwrap().share_cost_ns = 6 * MS;
