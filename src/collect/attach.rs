@@ -114,6 +114,9 @@ pub fn record(opts: &Options) -> Result<Recording> {
     let mut decoded = Decoded::default();
     let mut perf = Perf::new(open_files_limit());
     let mut looks: HashMap<u32, Look> = HashMap::new();
+    // Of each Python thread, the stack its last look found it running on (none once a look
+    // found it asleep): see `ran_at`.
+    let mut running_at: HashMap<u32, Vec<(u32, i32)>> = HashMap::new();
     // Whether a look has counted the threads' clocks yet (they count from there).
     let mut looked = false;
     // The process's CPU time at the first look, for the profile's totals.
@@ -171,6 +174,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
             // The threads that ended: their events' descriptors closed, their clocks forgotten.
             perf.keep(&listed);
             looks.retain(|tid, _| listed.contains(tid));
+            running_at.retain(|tid, _| listed.contains(tid));
             if python.layout.tstate_native_thread_id.is_none() && tid_at.is_none() {
                 let live: Vec<u32> = all.iter().map(|&(tid, _)| tid).collect();
                 tid_at = pthread_tid_offset(&mem, &states[..n], &live);
@@ -230,6 +234,8 @@ pub fn record(opts: &Options) -> Result<Recording> {
                     }
                     None => Vec::new(),
                 };
+                let asleep = matches!(task.state, 'S' | 'D');
+                let ran_at = ran_at(&mut running_at, tid, asleep, &stack);
                 if cpu_ns > 0 {
                     perf.ran(tid, has_event);
                     // Where it runs: the newest instruction pointer perf recorded (at most half
@@ -249,7 +255,7 @@ pub fn record(opts: &Options) -> Result<Recording> {
                         } else {
                             sample_flags::NO_PYTHON
                         },
-                        frames: stack.clone(),
+                        frames: ran_at,
                         caller: 0,
                         fault_ns: 0,
                     });
@@ -626,6 +632,27 @@ impl Look {
 /// from there), or clocks that cannot be compared (read from another source, or a count that
 /// went back). A thread not seen at the previous look started since: all it ran is in the
 /// attach, and no more than the `wall_ns` since that look.
+/// The stack a thread's CPU since its last look ran on, the look finding it on `stack` and
+/// `asleep` or not: a thread found asleep ran before its wait began, so where the last look
+/// found it running, if it did (the last milliseconds of a product are not the `time.sleep`
+/// after it: charged to the sleep, a third of a 30 ms product's CPU and the BLAS pool's time
+/// joined to it went there); else (it woke and slept again since) where it waits.
+fn ran_at(
+    running_at: &mut HashMap<u32, Vec<(u32, i32)>>,
+    tid: u32,
+    asleep: bool,
+    stack: &[(u32, i32)],
+) -> Vec<(u32, i32)> {
+    if asleep {
+        running_at.remove(&tid).unwrap_or_else(|| stack.to_vec())
+    } else {
+        if !stack.is_empty() {
+            running_at.insert(tid, stack.to_vec());
+        }
+        stack.to_vec()
+    }
+}
+
 fn since_last(
     previous: Option<&Look>,
     now: &Task,

@@ -52,7 +52,7 @@ fn attach(args: &[&str]) -> Output {
 }
 
 /// `mlprof attach PID --duration SECONDS -o FILE`, which must succeed: the profile.
-fn attached(pid: u32, seconds: &str) -> mlprof::model::Profile {
+pub fn attached(pid: u32, seconds: &str) -> mlprof::model::Profile {
     let dir = fixture::tempdir();
     let path = dir.join("attach.json");
     let run = attach(&[
