@@ -42,6 +42,11 @@ struct Channel {
     /// fell outside it since it was read (a library loaded since).
     maps_due_ns: u64,
     maps_stale: bool,
+    /// How long after its last look its next look at waiting threads comes (ns): 0 while its
+    /// looks find threads to sample, growing to `waits::MAX_LOOK_GAP_NS` while they find none.
+    look_gap_ns: u64,
+    /// When its file's size was last looked at (`Mapping::damage`; ns from launch).
+    stat_ns: u64,
 }
 
 /// Files skipped with a warning of their own; more are only counted.
@@ -70,7 +75,7 @@ pub struct Channels {
 /// Share of one CPU that looks at waiting threads may take: with many processes or threads
 /// (a look reads two files per thread), each process is looked at less often than every
 /// tick, and its samples weigh the time since its last look.
-pub const WAITS_SHARE: f64 = 0.0025;
+pub const WAITS_SHARE: f64 = 0.0015;
 
 /// What one live process adds to the tree's footprint now.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -158,6 +163,14 @@ impl Channels {
                 }
             };
             self.unready.remove(&path);
+            // A process that started a child most likely waits for it now: its next look
+            // comes at once, whatever gap its looks had grown to (the child's work joins the
+            // line its parent waits on, `model::pooljoin`).
+            for parent in self.open.values_mut() {
+                if parent.summary.pid == summary.ppid {
+                    parent.look_gap_ns = 0;
+                }
+            }
             summary.inherited_heap = summary.inherited_heap.min(MAX_RECORD_BYTES);
             summary.maps = procfs::read_maps(summary.pid).unwrap_or_default();
             let name = file_name(&path);
@@ -174,6 +187,8 @@ impl Channels {
                     blocks_read_ns: 0,
                     maps_due_ns: 0,
                     maps_stale: false,
+                    look_gap_ns: 0,
+                    stat_ns: 0,
                 },
             );
         }
@@ -259,9 +274,11 @@ impl Channels {
         let mut due: Vec<(u64, &PathBuf)> = newest
             .iter()
             .filter_map(|path| {
-                let s = &self.open.get(path)?.summary;
+                let channel = self.open.get(path)?;
+                let s = &channel.summary;
                 let walked = s.py_runtime != 0 && python_status::walked(s.python_status);
-                walked.then_some((s.last_wait_ns, path))
+                let gap_over = now_ns >= s.last_wait_ns.saturating_add(channel.look_gap_ns);
+                (walked && gap_over).then_some((s.last_wait_ns, path))
             })
             .collect();
         due.sort_unstable();
@@ -287,8 +304,10 @@ impl Channels {
                 launch_ns: self.launch_ns,
             };
             let out = &mut channel.decoder.out;
-            self.waits
+            let found = self
+                .waits
                 .spend(|| waits::sample(&target, weight, now_ns, out));
+            channel.look_gap_ns = waits::next_look_gap(channel.look_gap_ns, found);
             channel.compact_if_due();
         }
     }
@@ -496,6 +515,11 @@ fn unsampled(blocks: &[SigprofBlock], end_ns: u64) -> Vec<&SigprofBlock> {
         .collect()
 }
 
+/// How often a channel file's size is looked at for a truncation (ns): a `stat` of each
+/// channel at every tick was a tenth of an idle run's collector CPU. A truncation the `stat`
+/// has not seen yet is seen by the first read of a page cut off (it faults, `sigbus`).
+const STAT_EVERY_NS: u64 = 100_000_000;
+
 /// The longest a map of files that a sample fell outside waits to be read again (ns): the
 /// names of a library loaded by a process that ends within it are lost.
 const MAPS_MAX_WAIT_NS: u64 = 100_000_000;
@@ -656,6 +680,9 @@ impl Channel {
     /// Stop reading this channel (it is corrupt or was truncated), with a warning saying what
     /// is lost.
     fn stop(&mut self, why: String, now_ns: u64, warnings: &mut Vec<String>) {
+        // A file cut short explains a header or positions that read as zeros: said as such
+        // (its size is looked at only every `STAT_EVERY_NS` otherwise).
+        let why = self.mapping.damage().unwrap_or(why);
         warnings.push(format!(
             "pid {} ({}): {why}; stopped reading it {:.2} s into the run, so its later samples, \
              allocations and heap counters are missing from the report",
@@ -680,7 +707,15 @@ impl Channel {
         if self.stopped.is_some() {
             return;
         }
-        if let Some(why) = self.mapping.damage() {
+        // A truncation is seen by the `stat` of the file every `STAT_EVERY_NS`, and between
+        // those by a read that faulted (no system call).
+        let damage = if now_ns >= self.stat_ns.saturating_add(STAT_EVERY_NS) {
+            self.stat_ns = now_ns;
+            self.mapping.damage()
+        } else {
+            self.mapping.fault()
+        };
+        if let Some(why) = damage {
             self.stop(why, now_ns, warnings);
             return;
         }

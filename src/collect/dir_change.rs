@@ -7,7 +7,12 @@
 //! behind), so an entry made just after a scan can leave the mtime the scan saw unchanged.
 //! The directory is therefore scanned again whenever its mtime is within [`SETTLE`] of when
 //! the last scan began, as well as whenever it changed.
+//!
+//! The directory is kept open and its mtime read with `fstat` on it: a `stat` of its path
+//! walks the path at every tick (25 us here, an eighth of an idle run's collector CPU). A
+//! directory removed under it (no links left) is opened again by path.
 
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -23,6 +28,8 @@ pub struct DirChange {
     mtime: Option<(i64, i64)>,
     /// When that scan began.
     scanned: Option<SystemTime>,
+    /// The directory, open.
+    open: Option<File>,
 }
 
 impl DirChange {
@@ -30,10 +37,19 @@ impl DirChange {
     /// here is the one the scan is taken against.
     pub fn due(&mut self, dir: &Path) -> bool {
         let now = SystemTime::now();
-        let Ok(meta) = std::fs::metadata(dir) else {
+        let meta = match self.open.take().or_else(|| File::open(dir).ok()) {
+            Some(file) => file
+                .metadata()
+                .ok()
+                .filter(|m| m.nlink() > 0)
+                .map(|m| (m, file)),
+            None => None,
+        };
+        let Some((meta, file)) = meta else {
             self.mtime = None;
             return true; // let the scan say what is wrong
         };
+        self.open = Some(file);
         let mtime = (meta.mtime(), meta.mtime_nsec());
         let settled = self.scanned.is_some_and(|scanned| {
             let at = SystemTime::UNIX_EPOCH
@@ -70,6 +86,24 @@ mod tests {
         assert!(!change.due(&dir), "nothing new: no scan");
         std::fs::write(dir.join("b"), b"").unwrap();
         assert!(change.due(&dir), "a new entry after a quiet spell is seen");
+        // Removed and made again: the new directory is looked at.
+        std::thread::sleep(SETTLE + Duration::from_millis(20));
+        assert!(change.due(&dir));
+        assert!(!change.due(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            change.due(&dir),
+            "a removed directory is scanned (the scan says what is wrong)"
+        );
+        std::fs::create_dir(&dir).unwrap();
+        std::thread::sleep(SETTLE + Duration::from_millis(20));
+        assert!(change.due(&dir));
+        assert!(!change.due(&dir), "the directory made again, quiet");
+        std::fs::write(dir.join("c"), b"").unwrap();
+        assert!(
+            change.due(&dir),
+            "an entry of the directory made again is seen"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -33,7 +33,7 @@ use crate::recording::{ProcSummary, Tick};
 /// tick), because its file is several times costlier to read.
 pub const HWM_EVERY: u64 = 5;
 /// Share of one CPU that PSS readings may take.
-pub const PSS_SHARE: f64 = 0.003;
+pub const PSS_SHARE: f64 = 0.002;
 /// Share of one CPU the other `/proc` readings of processes other than the command's own may
 /// take.
 pub const PROC_SHARE: f64 = 0.002;

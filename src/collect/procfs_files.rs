@@ -76,6 +76,20 @@ pub fn forget(pid: u32) {
     });
 }
 
+/// Close the kept files of `pid`'s threads (`/proc/PID/task/TID/...`) but those of `live`.
+pub fn forget_threads(pid: u32, live: &[u32]) {
+    let prefix = format!("/proc/{pid}/task/");
+    KEPT.with(|kept| {
+        kept.borrow_mut().files.retain(|path, _| {
+            let Some(rest) = path.strip_prefix(&prefix) else {
+                return true;
+            };
+            let tid = rest.split('/').next().and_then(|t| t.parse::<u32>().ok());
+            tid.is_some_and(|tid| live.contains(&tid))
+        })
+    });
+}
+
 /// How many files are kept open now (tests).
 #[cfg(test)]
 fn kept_count() -> usize {
@@ -157,6 +171,36 @@ mod tests {
         );
         forget(child.id());
         assert!(KEPT.with(|k| !k.borrow().files.contains_key(&path)));
+    }
+
+    #[test]
+    fn the_files_of_threads_no_longer_listed_are_closed() {
+        let me = std::process::id();
+        let tid = own_tid();
+        let mine = format!("/proc/{me}/task/{tid}/schedstat");
+        let other = format!("/proc/{me}/task/{}/schedstat", tid + 1_000_000);
+        let statm = format!("/proc/{me}/statm");
+        assert!(read(&mine).is_some() && read(&statm).is_some());
+        KEPT.with(|k| {
+            let file = File::open(&statm).unwrap();
+            k.borrow_mut().files.insert(other.clone(), (u64::MAX, file));
+        });
+        forget_threads(me, &[tid]);
+        KEPT.with(|k| {
+            let k = k.borrow();
+            assert!(k.files.contains_key(&mine) && k.files.contains_key(&statm));
+            assert!(
+                !k.files.contains_key(&other),
+                "an ended thread's file is closed"
+            );
+        });
+    }
+
+    /// This thread's kernel id, from `/proc/thread-self`.
+    fn own_tid() -> u32 {
+        let link = std::fs::read_link("/proc/thread-self").unwrap();
+        let tid = link.file_name().unwrap().to_str().unwrap();
+        tid.parse().unwrap()
     }
 
     #[test]

@@ -18,14 +18,35 @@ use mlprof_wire::sample_flags;
 
 use super::decode::decode_str;
 use super::events::Decoded;
-use super::procfs_files::read_once;
+use super::procfs_files;
 use super::remote::Remote;
+use super::TICK;
 use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
+
+/// One collector tick (ns).
+const TICK_NS: u64 = TICK.as_nanos() as u64;
 
 /// Most (slot, thread) run-queue delays kept per channel (`Decoded::queued`, about 8 MB):
 /// 2 hours of 36 threads starved all along. Past it, later delays are not kept, and busy
 /// threads are told by their CPU alone, as on a quiet machine.
 const MAX_QUEUED: usize = 1 << 18;
+
+/// The longest a process whose looks find no thread to sample (its Python threads running, or
+/// in waits they time themselves) goes without a look (ns): each such look doubles the gap
+/// from one tick up to this, and a look that finds one brings it back to every tick. An idle
+/// `time.sleep` was looked at every tick, 60 us each, a quarter of the collector's CPU. A
+/// wait that begins within the gap is found at the next look, its sample weighing no more
+/// than the time the thread was blocked since the last look ([`sample`]).
+pub const MAX_LOOK_GAP_NS: u64 = 160_000_000;
+
+/// The gap before a process's next look, after a look that `found` a thread to sample or not
+/// (`gap_ns` before it): every tick again once one is found, else doubling from a tick.
+pub fn next_look_gap(gap_ns: u64, found: bool) -> u64 {
+    match found {
+        true => 0,
+        false => gap_ns.saturating_mul(2).clamp(TICK_NS, MAX_LOOK_GAP_NS),
+    }
+}
 
 /// Deepest stack read for a waiting thread.
 const MAX_DEPTH: usize = 128;
@@ -83,21 +104,35 @@ pub struct ThreadClocks {
 /// A thread: (kernel tid, state letter, `schedstat` clocks: ns run, ns waited for a CPU).
 type Task = (u32, char, Option<(u64, u64)>);
 
+/// Most threads of a process whose `stat` and `schedstat` files are kept open between looks
+/// (`procfs_files`: a reading is one `pread`, not an open, a read and a close); a process with
+/// more is read with files opened for the look, so that the kept files stay within their cap.
+const KEEP_THREADS: usize = 16;
+
 /// Every thread of `pid`: (kernel tid, state letter of `/proc/PID/task/TID/stat`, its clocks
 /// from `schedstat`: nanoseconds run and waited for a CPU, when the kernel keeps them).
 fn tasks(pid: u32) -> Vec<Task> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    tasks
+    let tids: Vec<u32> = tasks
         .flatten()
         .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|tid| {
-            let stat = read_once(&format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
+        .collect();
+    let keep = tids.len() <= KEEP_THREADS;
+    // Files kept for threads that have ended since are closed.
+    procfs_files::forget_threads(pid, &tids);
+    let read = |path: &str| match keep {
+        true => procfs_files::read(path),
+        false => procfs_files::read_once(path),
+    };
+    tids.iter()
+        .filter_map(|&tid| {
+            let stat = read(&format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
             let state = stat
                 .rfind(')')
                 .and_then(|i| stat[i + 1..].trim_start().chars().next())?;
-            let sched = read_once(&format!("/proc/{pid}/task/{tid}/schedstat")).and_then(|s| {
+            let sched = read(&format!("/proc/{pid}/task/{tid}/schedstat")).and_then(|s| {
                 let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
                 Some((f.next()??, f.next()??))
             });
@@ -111,9 +146,14 @@ fn tasks(pid: u32) -> Vec<Task> {
 /// add to each thread's exact blocked time: the time between looks less what it ran and waited
 /// for a CPU. Looks tend to come when a CPU frees up, which is when a thread blocks, so the
 /// intervals overstate its waiting; [`super::events::Decoded::take_events`] scales each
-/// thread's waiting samples down to its blocked time.
-pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) {
+/// thread's waiting samples down to its blocked time. A sample weighs no more than its
+/// thread was blocked since its last look, where the clocks say (a look after a gap,
+/// `channels::MAX_LOOK_GAP_NS`, finds a wait that may have begun just before). Whether it
+/// found a thread to sample (a waiting Python thread not in a timed wait already seen).
+pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) -> bool {
     let all = tasks(target.pid);
+    // Each thread's time blocked since its last look, where its clocks were read before.
+    let mut blocked_since: HashMap<u32, u64> = HashMap::new();
     for &(tid, _, sched) in &all {
         let Some((ran, queued)) = sched else { continue };
         let clocks = out.clocks.entry(tid).or_insert(ThreadClocks {
@@ -132,6 +172,9 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             *out.queued.entry((slot, tid)).or_default() += waited_for_cpu;
         }
         let busy = ran.saturating_sub(clocks.ran_ns) + waited_for_cpu;
+        if clocks.at_ns < now_ns {
+            blocked_since.insert(tid, wall.saturating_sub(busy));
+        }
         clocks.blocked_ns += wall.saturating_sub(busy);
         (clocks.at_ns, clocks.ran_ns, clocks.queued_ns) = (now_ns, ran, queued);
     }
@@ -141,12 +184,12 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         .map(|&(tid, _, _)| tid)
         .collect();
     if waiting.is_empty() {
-        return;
+        return false;
     }
     let mem = Remote::new(target.pid);
     // The layout its preload library walks with: the same function over the same memory.
     let Ok((layout, _)) = super::interpreter::layout(&mem, target.python, target.runtime) else {
-        return;
+        return false;
     };
     let layout = &layout;
     let interp = Interpreter {
@@ -161,6 +204,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         .map(|&(tid, pthread)| (pthread, tid))
         .collect();
     let mut frames = [walk::Frame::default(); MAX_DEPTH];
+    let mut found = false;
     for &(tstate, pthread, native_tid) in &states[..n] {
         // The thread's own announcement first: after a fork, CPython (3.11 at least) keeps
         // the parent's `native_thread_id` in the surviving thread state.
@@ -195,6 +239,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         if w.depth == 0 {
             continue; // between Python frames (start-up, a thread not yet running code)
         }
+        found = true;
         let frames: Vec<(u32, i32)> = frames[..w.depth]
             .iter()
             .map(|f| (code_id(&mem, layout, f.code, out), f.lasti))
@@ -210,6 +255,12 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             out.open_waits.insert(tid, open);
             continue;
         }
+        let weight_ns = blocked_since
+            .get(&tid)
+            .map_or(weight_ns, |&b| weight_ns.min(b));
+        if weight_ns == 0 {
+            continue; // blocked just now: nothing of the time since the last look was its
+        }
         out.push_waiting(CpuSample {
             t_ns: now_ns,
             tid,
@@ -221,6 +272,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             fault_ns: 0,
         });
     }
+    found
 }
 
 /// When thread `tid` entered the wait it times itself (CLOCK_MONOTONIC ns, its "waiting
@@ -272,5 +324,23 @@ fn copy(mem: &Remote, blob: Blob) -> Vec<u8> {
     match mem.bytes(blob.addr, &mut buf) {
         Some(()) => buf,
         None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_that_find_nothing_space_out_and_one_that_finds_a_wait_brings_them_back() {
+        let mut gap = 0;
+        let mut gaps = Vec::new();
+        for _ in 0..6 {
+            gap = next_look_gap(gap, false);
+            gaps.push(gap / 1_000_000);
+        }
+        assert_eq!(gaps, [20, 40, 80, 160, 160, 160]);
+        assert_eq!(next_look_gap(gap, true), 0, "every tick again");
+        assert_eq!(next_look_gap(0, false), TICK_NS);
     }
 }

@@ -26,7 +26,32 @@ fn tree(n: usize) -> (Vec<u32>, Kids) {
         .collect();
     let mut pids = vec![std::process::id()];
     pids.extend(kids.iter().map(|c| c.id()));
+    for &kid in &pids[1..] {
+        settled(kid);
+    }
     (pids, Kids(kids))
+}
+
+/// Wait (2 s at most) until `pid` has started up: asleep, its resident memory unchanged over
+/// 20 ms (on a loaded machine `sleep` can still be loading its libraries when its spawn
+/// returns, and a reading made then differs from one made a moment later).
+fn settled(pid: u32) {
+    let look = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let asleep = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('S'));
+        let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
+        (asleep, statm)
+    };
+    for _ in 0..100 {
+        let (asleep, before) = look();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if asleep && look() == (true, before) {
+            return;
+        }
+    }
 }
 
 #[test]
