@@ -43,7 +43,8 @@ struct Channel {
     maps_due_ns: u64,
     maps_stale: bool,
     /// How long after its last look its next look at waiting threads comes (ns): 0 while its
-    /// looks find threads to sample, growing to `waits::MAX_LOOK_GAP_NS` while they find none.
+    /// looks find a Python thread running or in a wait it does not time, growing to
+    /// `waits::MAX_LOOK_GAP_NS` while they find every one in a timed wait seen already.
     look_gap_ns: u64,
     /// When its file's size was last looked at (`Mapping::damage`; ns from launch).
     stat_ns: u64,

@@ -31,16 +31,21 @@ const TICK_NS: u64 = TICK.as_nanos() as u64;
 /// threads are told by their CPU alone, as on a quiet machine.
 const MAX_QUEUED: usize = 1 << 18;
 
-/// The longest a process whose looks find no thread to sample (its Python threads running, or
-/// in waits they time themselves) goes without a look (ns): each such look doubles the gap
-/// from one tick up to this, and a look that finds one brings it back to every tick. An idle
-/// `time.sleep` was looked at every tick, 60 us each, a quarter of the collector's CPU. A
-/// wait that begins within the gap is found at the next look, its sample weighing no more
-/// than the time the thread was blocked since the last look ([`sample`]).
+/// The longest a process whose looks find every Python thread in a wait it times itself, one
+/// a look saw already (a `time.sleep`, an idle event loop's `epoll`), goes without a look
+/// (ns): each such look doubles the gap from one tick up to this, and a look that finds a
+/// Python thread running, or waiting where it does not time its wait, brings it back to
+/// every tick. An idle `time.sleep` was looked at every tick, 60 us each, a quarter of the
+/// collector's CPU. A wait that begins within the gap is found at the next look, its sample
+/// weighing the time since the last look, scaled with the others to the thread's blocked
+/// time less its timed waits at the end ([`sample`]).
+/// (Backing off from running threads too left a DDP rank's 20 ms waits in the all-reduce
+/// below the straggler rule's noise.)
 pub const MAX_LOOK_GAP_NS: u64 = 160_000_000;
 
-/// The gap before a process's next look, after a look that `found` a thread to sample or not
-/// (`gap_ns` before it): every tick again once one is found, else doubling from a tick.
+/// The gap before a process's next look, after a look that `found` a thread that a next look
+/// may find waiting anew, or not (`gap_ns` before it): every tick again once one is found,
+/// else doubling from a tick.
 pub fn next_look_gap(gap_ns: u64, found: bool) -> u64 {
     match found {
         true => 0,
@@ -146,14 +151,13 @@ fn tasks(pid: u32) -> Vec<Task> {
 /// add to each thread's exact blocked time: the time between looks less what it ran and waited
 /// for a CPU. Looks tend to come when a CPU frees up, which is when a thread blocks, so the
 /// intervals overstate its waiting; [`super::events::Decoded::take_events`] scales each
-/// thread's waiting samples down to its blocked time. A sample weighs no more than its
-/// thread was blocked since its last look, where the clocks say (a look after a gap,
-/// `channels::MAX_LOOK_GAP_NS`, finds a wait that may have begun just before). Whether it
-/// found a thread to sample (a waiting Python thread not in a timed wait already seen).
+/// thread's waiting samples down to its blocked time (less its timed waits: a look after a
+/// gap, [`MAX_LOOK_GAP_NS`], weighs the time since the last look, a timed wait in it
+/// included). Whether it found a
+/// Python thread running, or waiting other than in a timed wait already seen (the next look
+/// may find something to sample), or the threads could not be told apart.
 pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decoded) -> bool {
     let all = tasks(target.pid);
-    // Each thread's time blocked since its last look, where its clocks were read before.
-    let mut blocked_since: HashMap<u32, u64> = HashMap::new();
     for &(tid, _, sched) in &all {
         let Some((ran, queued)) = sched else { continue };
         let clocks = out.clocks.entry(tid).or_insert(ThreadClocks {
@@ -172,9 +176,6 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             *out.queued.entry((slot, tid)).or_default() += waited_for_cpu;
         }
         let busy = ran.saturating_sub(clocks.ran_ns) + waited_for_cpu;
-        if clocks.at_ns < now_ns {
-            blocked_since.insert(tid, wall.saturating_sub(busy));
-        }
         clocks.blocked_ns += wall.saturating_sub(busy);
         (clocks.at_ns, clocks.ran_ns, clocks.queued_ns) = (now_ns, ran, queued);
     }
@@ -184,12 +185,12 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
         .map(|&(tid, _, _)| tid)
         .collect();
     if waiting.is_empty() {
-        return false;
+        return true; // all running
     }
     let mem = Remote::new(target.pid);
     // The layout its preload library walks with: the same function over the same memory.
     let Ok((layout, _)) = super::interpreter::layout(&mem, target.python, target.runtime) else {
-        return false;
+        return true;
     };
     let layout = &layout;
     let interp = Interpreter {
@@ -220,6 +221,7 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             out.open_waits.remove(&tid); // any timed wait it was in is over
         }
         if !waiting.contains(&tid) {
+            found = true; // running: it may wait anywhere next
             continue;
         }
         if let (Some(since_ns), Some(open)) = (since_ns, out.open_waits.get_mut(&tid)) {
@@ -254,12 +256,6 @@ pub fn sample(target: &Target<'_>, weight_ns: u64, now_ns: u64, out: &mut Decode
             };
             out.open_waits.insert(tid, open);
             continue;
-        }
-        let weight_ns = blocked_since
-            .get(&tid)
-            .map_or(weight_ns, |&b| weight_ns.min(b));
-        if weight_ns == 0 {
-            continue; // blocked just now: nothing of the time since the last look was its
         }
         out.push_waiting(CpuSample {
             t_ns: now_ns,
