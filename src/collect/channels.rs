@@ -556,7 +556,7 @@ fn file_name(path: &Path) -> String {
 }
 
 /// The collector tick in nanoseconds (weight of the first off-CPU look at a process).
-const TICK_NS: u64 = super::TICK.as_nanos() as u64;
+pub(super) const TICK_NS: u64 = super::TICK.as_nanos() as u64;
 
 /// Whether `ip` falls in an executable mapping of `maps`.
 fn covers(maps: &[MappedFile], ip: u64) -> bool {

@@ -16,15 +16,12 @@ use mlprof_pyframes::code::{self, Blob};
 use mlprof_pyframes::{layouts, walk, Interpreter, Memory};
 use mlprof_wire::sample_flags;
 
+use super::channels::TICK_NS;
 use super::decode::decode_str;
 use super::events::Decoded;
 use super::procfs_files;
 use super::remote::Remote;
-use super::TICK;
 use crate::recording::{CodeInfo, CpuSample, QUEUED_SLOT_NS};
-
-/// One collector tick (ns).
-const TICK_NS: u64 = TICK.as_nanos() as u64;
 
 /// Most (slot, thread) run-queue delays kept per channel (`Decoded::queued`, about 8 MB):
 /// 2 hours of 36 threads starved all along. Past it, later delays are not kept, and busy
